@@ -1,0 +1,99 @@
+"""HookBase: one task of a training run (timing, logging, checkpointing...) as a set of events.
+
+Every event is a no-op here; a hook overrides only the events it needs, and the trainer
+calls a hook only for the events it overrides.
+
+Order: lower ``priority`` runs first; hooks of equal priority keep registration order.
+
+==========================  ========  =====================================
+hook                        priority  why there
+==========================  ========  =====================================
+IterationTimer              10        time the step before others add to it
+LRScheduler                 30        record the lr the step used, then step
+Evaluator                   50        validate before anything reads val/*
+ConsoleWriter, JSONWriter,  80        write what the hooks above recorded
+TensorBoardWriter
+PeriodicCheckpointer        90        save after every other hook's update
+==========================  ========  =====================================
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any, Dict, Mapping, Optional
+
+
+class Priority(enum.IntEnum):
+    """Named priority levels (mmengine's); any int works."""
+
+    HIGHEST = 0
+    VERY_HIGH = 10
+    HIGH = 30
+    ABOVE_NORMAL = 40
+    NORMAL = 50
+    BELOW_NORMAL = 60
+    LOW = 70
+    LOWER = 80
+    VERY_LOW = 90
+    LOWEST = 100
+
+
+EVENTS = (
+    "before_train",
+    "after_train",
+    "before_epoch",
+    "after_epoch",
+    "before_step",
+    "after_step",
+    "before_val",
+    "after_val",
+)
+
+
+class HookBase:
+    """Base class of every hook.
+
+    ``self.trainer`` is a ``weakref.proxy`` to the trainer, set when the hook is
+    registered, so neither keeps the other alive. In every ``*_step`` event
+    ``self.trainer.iter`` is the iteration being run (0-based) and
+    ``self.trainer.storage.iter`` equals it.
+    """
+
+    priority: int = Priority.NORMAL
+    trainer: Any = None
+
+    def __init__(self, priority: Optional[int] = None) -> None:
+        if priority is not None:
+            if not isinstance(priority, int):
+                raise TypeError(f"{type(self).__name__}: priority must be an int, got {priority!r}")
+            self.priority = int(priority)
+
+    def before_train(self) -> None:
+        """Called once before the first step (after any resume)."""
+
+    def after_train(self) -> None:
+        """Called once at the end, also when training raised."""
+
+    def before_epoch(self) -> None:
+        """Called before each pass over the training data."""
+
+    def after_epoch(self) -> None:
+        """Called after each full pass over the training data."""
+
+    def before_step(self) -> None:
+        """Called before each training iteration."""
+
+    def after_step(self) -> None:
+        """Called after each training iteration (after the optimizer step)."""
+
+    def before_val(self) -> None:
+        """Called before each validation pass."""
+
+    def after_val(self) -> None:
+        """Called after each validation pass; its metrics are in the storage as ``val/*``."""
+
+    def state_dict(self) -> Dict[str, Any]:
+        """What this hook needs to continue exactly after a resume."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""

@@ -1,0 +1,40 @@
+"""Evaluator: periodic validation (``val/loss``, ``val/accuracy``, whatever the model reports)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from hooks.base import HookBase, Priority
+
+
+class Evaluator(HookBase):
+    """Runs ``trainer.validate()`` every ``period`` epochs (or iterations when ``by_epoch`` is false).
+
+    With ``at_end`` it also validates once after training when the last validation is
+    older than the last step, so a run always ends with fresh ``val/*`` metrics.
+    """
+
+    priority = Priority.NORMAL
+
+    def __init__(self, period: int = 1, by_epoch: bool = True, at_end: bool = True, priority: Optional[int] = None) -> None:
+        super().__init__(priority)
+        if not isinstance(period, int) or period <= 0:
+            raise ValueError(f"Evaluator: period should be an integer greater than zero, got {period!r}")
+        self.period = period
+        self.by_epoch = by_epoch
+        self.at_end = at_end
+
+    def after_step(self) -> None:
+        if not self.by_epoch and (self.trainer.iter + 1) % self.period == 0:
+            self.trainer.validate()
+
+    def after_epoch(self) -> None:
+        if self.by_epoch and (self.trainer.epoch + 1) % self.period == 0:
+            self.trainer.validate()
+
+    def after_train(self) -> None:
+        t = self.trainer
+        if not self.at_end or t.status not in ("completed", "stopped") or t.val_loader is None or t.iter == 0:
+            return
+        fresh = bool(t.last_val) and t.storage.history(next(iter(t.last_val))).latest_iter() >= t.iter - 1
+        if not fresh:
+            t.validate()

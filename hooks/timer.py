@@ -1,0 +1,53 @@
+"""IterationTimer: how long each step and the whole run take."""
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from typing import Optional
+
+from hooks.base import HookBase, Priority
+
+logger = logging.getLogger(__name__)
+
+
+class IterationTimer(HookBase):
+    """Records ``time`` (seconds per step, data loading included) each step.
+
+    Writers derive the ETA from its median; at the end the total training time and speed
+    are logged (the first ``warmup`` steps are left out of the speed).
+    """
+
+    priority = Priority.VERY_HIGH
+
+    def __init__(self, warmup: int = 3, priority: Optional[int] = None) -> None:
+        super().__init__(priority)
+        self.warmup = warmup
+        self._step_start = 0.0
+        self._train_start = 0.0
+        self._steps = 0
+        self._timed_steps = 0
+        self._timed_seconds = 0.0
+
+    def before_train(self) -> None:
+        self._train_start = time.perf_counter()
+
+    def before_step(self) -> None:
+        self._step_start = time.perf_counter()
+
+    def after_step(self) -> None:
+        seconds = time.perf_counter() - self._step_start
+        self.trainer.storage.put_scalar("time", seconds)
+        self._steps += 1
+        if self._steps > self.warmup:
+            self._timed_steps += 1
+            self._timed_seconds += seconds
+
+    def after_train(self) -> None:
+        total = time.perf_counter() - self._train_start
+        if self._timed_steps:
+            logger.info(
+                "Trained %d steps in %s (%.4f s/step over the last %d steps)",
+                self._steps, datetime.timedelta(seconds=int(total)),
+                self._timed_seconds / self._timed_steps, self._timed_steps,
+            )

@@ -1,0 +1,157 @@
+"""Writers: the console, ``metrics.jsonl`` and TensorBoard, each a hook that writes every N steps.
+
+A writer writes what the storage recorded since its last write: every ``period`` steps,
+after each validation, and at the end. Reading the storage is the only place where
+recorded tensors are turned into numbers, so steps between writes never wait on the device.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import resource
+import sys
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import torch
+
+from hooks.base import HookBase, Priority
+
+logger = logging.getLogger("launcher")
+
+
+class PeriodicWriter(HookBase):
+    """Calls :meth:`write` with the scalars recorded since the previous call."""
+
+    priority = Priority.LOWER
+
+    def __init__(self, period: int = 20, window: int = 20, priority: Optional[int] = None) -> None:
+        super().__init__(priority)
+        if not isinstance(period, int) or period <= 0:
+            raise ValueError(f"{type(self).__name__}: period should be an integer greater than zero, got {period!r}")
+        self.period = period
+        self.window = window
+        self._written: Dict[str, int] = {}  # key -> iteration of the last value written
+
+    def _fresh(self) -> Dict[str, Tuple[float, int]]:
+        storage = self.trainer.storage
+        fresh = {}
+        for key, (value, it) in storage.latest_with_smoothing_hint(self.window).items():
+            if self._written.get(key, -1) < it:
+                fresh[key] = (value, it)
+                self._written[key] = it
+        return fresh
+
+    def _flush(self) -> None:
+        fresh = self._fresh()
+        if fresh:
+            self.write(fresh)
+
+    def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
+        raise NotImplementedError
+
+    def after_step(self) -> None:
+        if (self.trainer.iter + 1) % self.period == 0:
+            self._flush()
+
+    def after_val(self) -> None:
+        self._flush()
+
+    def after_train(self) -> None:
+        self._flush()
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"written": dict(self._written)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._written = dict(state["written"])
+
+
+def memory_mb() -> Tuple[str, float]:
+    """Peak CUDA memory allocated on this device where present, else the process's peak RSS."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return "max_mem", torch.cuda.max_memory_allocated() / 2**20
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return "max_rss", rss_kb / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+class ConsoleWriter(PeriodicWriter):
+    """One log line per write: epoch, iteration, ETA, losses, lr, step and data time, memory."""
+
+    def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
+        t = self.trainer
+        storage = t.storage
+        parts = [f"epoch {min(t.epoch + 1, t.max_epochs)}/{t.max_epochs}"]
+        train_keys = [k for k in scalars if not k.startswith("val/")]
+        if train_keys:
+            step = max(scalars[k][1] for k in train_keys) + 1
+            parts.append(f"iter {step}/{t.max_iters}")
+            if storage.has("time") and t.max_iters > step:
+                eta = storage.history("time").median(1000) * (t.max_iters - step)
+                parts.append(f"eta {datetime.timedelta(seconds=int(eta))}")
+        for key in sorted(scalars):
+            if key not in ("time", "data_time", "lr"):
+                parts.append(f"{key} {scalars[key][0]:.4g}")
+        if "lr" in scalars:
+            parts.append(f"lr {scalars['lr'][0]:.4g}")
+        for key in ("time", "data_time"):
+            if key in scalars:
+                parts.append(f"{key} {scalars[key][0]:.4f}")
+        if train_keys:
+            name, mb = memory_mb()
+            parts.append(f"{name} {mb:.0f}M")
+        logger.info("  ".join(parts))
+
+
+class JSONWriter(PeriodicWriter):
+    """Appends one JSON object per write to ``<run dir>/metrics.jsonl``: ``iter``, ``epoch`` and the scalars."""
+
+    def __init__(self, filename: str = "metrics.jsonl", period: int = 20, window: int = 20, priority: Optional[int] = None) -> None:
+        super().__init__(period, window, priority)
+        self.filename = filename
+        self._file: Any = None
+
+    def before_train(self) -> None:
+        self._file = open(self.trainer.work_dir / self.filename, "a", encoding="utf-8")
+
+    def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
+        row: Dict[str, Any] = {"iter": max(it for _, it in scalars.values()), "epoch": self.trainer.storage.epoch}
+        row.update({k: v for k, (v, _) in sorted(scalars.items())})
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class TensorBoardWriter(PeriodicWriter):
+    """Writes every scalar at its own iteration to TensorBoard event files in the run dir."""
+
+    def __init__(self, log_dir: str = ".", period: int = 20, window: int = 20, priority: Optional[int] = None) -> None:
+        super().__init__(period, window, priority)
+        self.log_dir = log_dir
+        self._writer: Any = None
+
+    def before_train(self) -> None:
+        from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
+
+        self._writer = SummaryWriter(log_dir=str(self.trainer.work_dir / self.log_dir))
+
+    def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
+        for key, (value, it) in scalars.items():
+            self._writer.add_scalar(key, value, it)
+
+    def after_val(self) -> None:
+        super().after_val()
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,0 +1,120 @@
+"""A Hydra-composed experiment launcher for PyTorch.
+
+From Python (notebooks, tests): ``cfg = launcher.compose(["trainer=iter"])`` then
+``launcher.run(cfg, "some/dir")``. From the shell: ``python -m launcher trainer=iter``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from omegaconf import DictConfig
+
+from launcher.build import ConfigError, build
+from launcher.config import register_configs
+
+logger = logging.getLogger("launcher")
+
+__all__ = ["CONFIG_DIR", "ConfigError", "RunResult", "compose", "run"]
+
+
+def _config_dir() -> str:
+    """``conf/`` beside the package in a source checkout, or ``launcher/conf`` in a wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "conf", here.parent / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return str(candidate)
+    raise FileNotFoundError(f"launcher: no conf/config.yaml next to {here}; the installation is incomplete")
+
+
+CONFIG_DIR = _config_dir()
+register_configs()
+
+
+@dataclass
+class RunResult:
+    objective: float
+    metrics: Dict[str, float] = field(default_factory=dict)
+    status: str = "completed"
+    run_dir: Optional[Path] = None
+
+
+def compose(overrides: Sequence[str] = (), config_dir: Optional[str] = None) -> DictConfig:
+    """The run config for ``overrides``, as ``python -m launcher <overrides>`` would compose it.
+
+    ``config_dir`` adds a user's config directory in front of the built-in one.
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    overrides = list(overrides)
+    if config_dir:
+        overrides.append(f"hydra.searchpath=[file://{Path(config_dir).resolve()}]")
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Optional[List[str]] = None) -> RunResult:
+    """Build everything in ``cfg`` and train; ``run.json`` in ``run_dir`` records how it went.
+
+    Raises :class:`ConfigError` (before any training) when the config cannot be built.
+    """
+    from hooks.base import HookBase
+
+    run_dir = Path(run_dir if run_dir is not None else os.getcwd())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    from launcher.rundir import RunRecord
+
+    record = RunRecord(run_dir, cfg.seed, overrides)
+    record.start()
+    trainer = None
+    try:
+        seed_everything(cfg.seed)
+        logger.info("Instantiating model <%s>", cfg.model.get("_target_"))
+        model = build("model", cfg.model)
+        optimizer = build("optimizer", cfg.optimizer)
+        if not callable(optimizer):
+            raise ConfigError("optimizer: expected a factory of the model's parameters; set optimizer._partial_=true")
+        data = build("data", cfg.data)
+        hooks: Dict[str, Any] = {}
+        for name, node in cfg.hooks.items():
+            hook = build(f"hooks.{name}", node)
+            if not isinstance(hook, HookBase):
+                raise ConfigError(
+                    f"hooks.{name}._target_: {node.get('_target_')} built a {type(hook).__name__}, which is not "
+                    f"a hooks.HookBase; a hook must subclass hooks.HookBase"
+                )
+            hooks[name] = hook
+        logger.info("Hooks: %s", ", ".join(hooks) or "none")
+        trainer = build("trainer", cfg.trainer, model=model, optimizer=optimizer, data=data, hooks=hooks, work_dir=run_dir)
+        logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters, trainer.device, run_dir)
+        metrics = trainer.train()
+    except BaseException as err:
+        status = getattr(trainer, "status", "failed") if trainer is not None else "failed"
+        if status in ("created", "running", "completed"):
+            status = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
+        record.finish(status, 1, trainer.final_metrics() if trainer else {}, error=f"{type(err).__name__}: {err}")
+        raise
+    objective = metrics.get(cfg.objective)
+    if objective is None:
+        logger.warning("objective %r was not recorded; recorded metrics: %s", cfg.objective, sorted(metrics))
+        objective = float("nan")
+    record.finish(trainer.status, 0, metrics, objective={"name": cfg.objective, "value": objective}, stop_reason=trainer.stop_reason)
+    logger.info("Finished (%s): %s = %.4f", trainer.status, cfg.objective, objective)
+    return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=run_dir)

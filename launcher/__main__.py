@@ -1,0 +1,32 @@
+"""``python -m launcher [overrides]``: compose the config with Hydra, train, return the objective."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+import launcher
+from launcher.build import ConfigError
+
+logger = logging.getLogger("launcher")
+
+
+@hydra.main(config_path=launcher.CONFIG_DIR, config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float:
+    hc = HydraConfig.get()
+    try:
+        result = launcher.run(cfg, hc.runtime.output_dir, list(hc.overrides.task))
+    except ConfigError as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        logger.error("Config error: %s", err)
+        sys.exit(2)
+    return result.objective
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Schemas of the configs whose keys the launcher owns, stored in Hydra's ConfigStore.
+
+The YAML files in ``conf/`` name these schemas in their defaults lists (``/schema/...``),
+so a misspelled key (``trainer.max_epoch=3``) or a wrong type (``trainer.max_epochs=ten``)
+fails while Hydra composes the config, before anything is built, naming the key.
+Models, optimizers and datasets take free-form keys: their constructors check them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class RootConf:
+    seed: int = 0  # seeds python, numpy and torch; the data order follows it
+    objective: str = "val/accuracy"  # the metric the run returns (what a sweeper optimises)
+    model: Any = MISSING
+    optimizer: Any = MISSING
+    data: Any = MISSING
+    trainer: Any = MISSING
+    hooks: Dict[str, Any] = field(default_factory=dict)  # name -> hook config
+
+
+@dataclass
+class TrainerConf:
+    _target_: str = MISSING
+    device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N
+
+
+@dataclass
+class EpochTrainerConf(TrainerConf):
+    _target_: str = "launcher.trainer.EpochTrainer"
+    max_epochs: int = 20  # training epochs
+    workflow: List[Any] = field(default_factory=lambda: [["train", 1]])  # [[phase, epochs], ...]; phase: train|val
+
+
+@dataclass
+class IterTrainerConf(TrainerConf):
+    _target_: str = "launcher.trainer.IterTrainer"
+    max_iters: int = 1000  # optimizer steps
+
+
+@dataclass
+class HookConf:
+    _target_: str = MISSING
+    priority: Optional[int] = None  # lower runs first; null keeps the hook's default
+
+
+@dataclass
+class IterationTimerConf(HookConf):
+    _target_: str = "hooks.timer.IterationTimer"
+    warmup: int = 3  # first steps left out of the reported speed
+
+
+@dataclass
+class LRSchedulerConf(HookConf):
+    _target_: str = "hooks.lr_scheduler.LRScheduler"
+    scheduler: Any = MISSING  # a _partial_ torch.optim.lr_scheduler config; its horizon is filled in when left out
+    by_epoch: bool = False  # step once per epoch instead of once per iteration
+    monitor: str = "val/loss"  # metric for ReduceLROnPlateau
+
+
+@dataclass
+class EvaluatorConf(HookConf):
+    _target_: str = "hooks.evaluator.Evaluator"
+    period: int = 1  # validate every `period` epochs (iterations when by_epoch is false)
+    by_epoch: bool = True
+    at_end: bool = True  # validate after training unless the last validation is current
+
+
+@dataclass
+class PeriodicCheckpointerConf(HookConf):
+    _target_: str = "hooks.checkpoint.PeriodicCheckpointer"
+    period: int = 1  # save every `period` epochs (iterations when by_epoch is false)
+    by_epoch: bool = True
+    keep_last: int = 3  # periodic checkpoints kept; 0 keeps all
+    save_final: bool = True  # checkpoints/final.pt when the run ends normally
+    dirname: str = "checkpoints"  # inside the run dir
+
+
+@dataclass
+class WriterConf(HookConf):
+    period: int = 20  # write every `period` iterations (and after each validation, and at the end)
+    window: int = 20  # smoothing window (median) for per-step scalars such as train/loss
+
+
+@dataclass
+class ConsoleWriterConf(WriterConf):
+    _target_: str = "hooks.writers.ConsoleWriter"
+
+
+@dataclass
+class JSONWriterConf(WriterConf):
+    _target_: str = "hooks.writers.JSONWriter"
+    filename: str = "metrics.jsonl"  # inside the run dir
+
+
+@dataclass
+class TensorBoardWriterConf(WriterConf):
+    _target_: str = "hooks.writers.TensorBoardWriter"
+    log_dir: str = "."  # relative to the run dir
+
+
+SCHEMAS = {
+    "trainer": {"epoch": EpochTrainerConf, "iter": IterTrainerConf},
+    "hooks": {
+        "timer": IterationTimerConf,
+        "lr_scheduler": LRSchedulerConf,
+        "evaluator": EvaluatorConf,
+        "checkpointer": PeriodicCheckpointerConf,
+        "console": ConsoleWriterConf,
+        "jsonl": JSONWriterConf,
+        "tensorboard": TensorBoardWriterConf,
+    },
+}
+
+
+def register_configs() -> None:
+    """Store the schemas under ``schema/`` (idempotent; Hydra's ConfigStore is process-wide)."""
+    cs = ConfigStore.instance()
+    cs.store(name="root_schema", group="schema", node=RootConf)
+    for group, schemas in SCHEMAS.items():
+        for name, node in schemas.items():
+            cs.store(name=name, group=f"schema/{group}", node=node)

@@ -1,0 +1,115 @@
+"""Built-in datasets and the loaders the trainers draw batches from.
+
+``DataLoaders`` turns a train set and an optional val set into ``torch.utils.data.DataLoader``
+objects. Shuffling uses ``DistributedSampler`` (with one replica when not distributed): a
+permutation fixed by ``seed`` and the epoch, so the order of every epoch is reproducible.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
+
+
+def _split(n: int, split: str, val_fraction: float, split_seed: int) -> torch.Tensor:
+    if split not in ("train", "val"):
+        raise ValueError(f"split should be 'train' or 'val', got {split!r}")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction should be between 0 and 1 (exclusive), got {val_fraction!r}")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(split_seed))
+    n_val = int(round(n * val_fraction))
+    return order[:n_val] if split == "val" else order[n_val:]
+
+
+def digits(split: str = "train", val_fraction: float = 0.2, split_seed: int = 0) -> TensorDataset:
+    """scikit-learn's bundled 8x8 handwritten digits (1,797 images, 10 classes; no download).
+
+    Items are ``(image, label)`` with images of shape ``(1, 8, 8)`` scaled to ``[0, 1]``.
+    The train/val split depends on ``split_seed`` only, so runs with different seeds share it.
+    """
+    from sklearn.datasets import load_digits  # imported here: scikit-learn is slow to import
+
+    bunch = load_digits()
+    images = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    labels = torch.tensor(bunch.target, dtype=torch.long)
+    idx = _split(len(labels), split, val_fraction, split_seed)
+    return TensorDataset(images[idx], labels[idx])
+
+
+def synthetic(
+    split: str = "train",
+    size: int = 2048,
+    shape: Sequence[int] = (1, 8, 8),
+    num_classes: int = 10,
+    val_fraction: float = 0.2,
+    split_seed: int = 0,
+) -> TensorDataset:
+    """Gaussian inputs labelled by a fixed random linear teacher: learnable, made in memory."""
+    if size <= 1:
+        raise ValueError(f"synthetic: size should be greater than 1, got {size!r}")
+    gen = torch.Generator().manual_seed(split_seed)
+    x = torch.randn(size, *shape, generator=gen)
+    teacher = torch.randn(x[0].numel(), num_classes, generator=gen)
+    y = (x.flatten(1) @ teacher).argmax(dim=1)
+    idx = _split(size, split, val_fraction, split_seed)
+    return TensorDataset(x[idx], y[idx])
+
+
+class DataLoaders:
+    """Builds the train and val ``DataLoader`` of a run from two datasets."""
+
+    def __init__(
+        self,
+        train: Dataset,
+        val: Optional[Dataset] = None,
+        batch_size: int = 64,
+        val_batch_size: Optional[int] = None,
+        num_workers: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        pin_memory: bool = False,
+        seed: int = 0,
+    ) -> None:
+        for key, value in (("batch_size", batch_size), ("num_workers", num_workers)):
+            if not isinstance(value, int) or value < (1 if key == "batch_size" else 0):
+                limit = "greater than zero" if key == "batch_size" else "zero or more"
+                raise ValueError(f"data.{key} should be an integer {limit}, got {value!r}")
+        self.train, self.val = train, val
+        self.batch_size = batch_size
+        self.val_batch_size = val_batch_size or batch_size
+        self.num_workers = num_workers
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.pin_memory = pin_memory and torch.cuda.is_available()
+        self.seed = seed
+
+    def train_loader(self, rank: int = 0, world_size: int = 1) -> DataLoader:
+        sampler = DistributedSampler(
+            self.train, num_replicas=world_size, rank=rank, shuffle=self.shuffle, seed=self.seed, drop_last=self.drop_last
+        )
+        loader = self._loader(self.train, self.batch_size, sampler, self.drop_last)
+        if len(loader) == 0:
+            raise ValueError(
+                f"data.batch_size={self.batch_size} with drop_last leaves no batch from the {len(sampler)} "
+                f"training samples of this process; lower data.batch_size or set data.drop_last=false"
+            )
+        return loader
+
+    def val_loader(self, rank: int = 0, world_size: int = 1) -> Optional[DataLoader]:
+        if self.val is None:
+            return None
+        sampler = DistributedSampler(self.val, num_replicas=world_size, rank=rank, shuffle=False)
+        return self._loader(self.val, self.val_batch_size, sampler, False)
+
+    def _loader(self, dataset: Dataset, batch_size: int, sampler: DistributedSampler, drop_last: bool) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=sampler,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            drop_last=drop_last,
+            persistent_workers=self.num_workers > 0,
+            generator=torch.Generator().manual_seed(self.seed),
+        )

@@ -1,0 +1,74 @@
+"""Run-directory bookkeeping: ``run.json``, what is needed to reproduce a run and how it ended."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional
+
+from launcher.checkpoint import atomic_write_bytes
+
+
+def git_state(cwd: Path) -> Dict[str, Any]:
+    """Commit and dirty flag of the git repository holding ``cwd``, or nulls outside one."""
+    def git(*args: str) -> Optional[str]:
+        try:
+            out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def _now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+class RunRecord:
+    """``run.json`` in the run dir: written when the run starts and rewritten when it ends."""
+
+    def __init__(self, run_dir: Path, seed: int, overrides: Optional[list] = None) -> None:
+        import hydra
+        import torch
+
+        self.path = Path(run_dir) / "run.json"
+        self.data: Dict[str, Any] = {
+            "status": "running",
+            "seed": seed,
+            "overrides": list(overrides or []),
+            "cwd": os.getcwd(),
+            "command": [sys.executable, *sys.argv],
+            "git": git_state(Path(os.getcwd())),
+            "versions": {
+                "python": platform.python_version(),
+                "torch": torch.__version__,
+                "hydra": hydra.__version__,
+            },
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "start_time": _now(),
+            "end_time": None,
+            "exit_code": None,
+            "metrics": {},
+        }
+
+    def _write(self) -> None:
+        text = json.dumps(self.data, indent=2, default=str) + "\n"
+        atomic_write_bytes(self.path, lambda f: f.write(text.encode()))
+
+    def start(self) -> None:
+        self._write()
+
+    def finish(self, status: str, exit_code: int, metrics: Mapping[str, float], error: Optional[str] = None, **extra: Any) -> None:
+        self.data.update(status=status, exit_code=exit_code, metrics=dict(metrics), end_time=_now(), **extra)
+        if error:
+            self.data["error"] = error
+        self._write()
