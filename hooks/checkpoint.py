@@ -48,7 +48,7 @@ class PeriodicCheckpointer(HookBase):
 
     def save(self, name: str) -> Path:
         path = save_checkpoint(self.trainer.state_dict(), self.directory / name)
-        logger.info("Saved checkpoint %s", path)
+        logger.log(logging.INFO if name == "final.pt" else logging.DEBUG, "Saved checkpoint %s", path)
         return path
 
     def _save_periodic(self, name: str) -> None:

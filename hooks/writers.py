@@ -119,9 +119,10 @@ class JSONWriter(PeriodicWriter):
         self._file = open(self.trainer.work_dir / self.filename, "a", encoding="utf-8")
 
     def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
-        row: Dict[str, Any] = {"iter": max(it for _, it in scalars.values()), "epoch": self.trainer.storage.epoch}
-        row.update({k: v for k, (v, _) in sorted(scalars.items())})
-        self._file.write(json.dumps(row) + "\n")
+        rows: Dict[int, Dict[str, Any]] = {}  # one row per iteration, so each value keeps its own
+        for key, (value, it) in sorted(scalars.items()):
+            rows.setdefault(it, {"iter": it, "epoch": self.trainer.storage.epoch})[key] = value
+        self._file.write("".join(json.dumps(rows[it]) + "\n" for it in sorted(rows)))
         self._file.flush()
 
     def close(self) -> None:

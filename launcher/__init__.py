@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from omegaconf import DictConfig
 
-from launcher.build import ConfigError, build
+from launcher.build import ConfigError, build, call
 from launcher.config import register_configs
 
 logger = logging.getLogger("launcher")
@@ -88,9 +88,11 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
         seed_everything(cfg.seed)
         logger.info("Instantiating model <%s>", cfg.model.get("_target_"))
         model = build("model", cfg.model)
-        optimizer = build("optimizer", cfg.optimizer)
-        if not callable(optimizer):
+        factory = build("optimizer", cfg.optimizer)
+        if not callable(factory):
             raise ConfigError("optimizer: expected a factory of the model's parameters; set optimizer._partial_=true")
+        # Built on the model's parameters before the trainer moves the model: Module.to keeps them.
+        optimizer = call("optimizer", cfg.optimizer, factory, model.parameters())
         data = build("data", cfg.data)
         hooks: Dict[str, Any] = {}
         for name, node in cfg.hooks.items():

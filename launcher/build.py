@@ -5,7 +5,10 @@ Hydra's own errors for a bad ``_target_`` or a rejected argument are long and ch
 """
 from __future__ import annotations
 
+import difflib
+import importlib
 import inspect
+import pkgutil
 import re
 from typing import Any, Optional
 
@@ -38,6 +41,43 @@ def _accepted(target: Optional[str]) -> str:
     return f"; {target} accepts: {', '.join(names)}" if names else ""
 
 
+def why_not_importable(target: str) -> str:
+    """What is wrong with a dotted path: the missing module, or the missing name and close matches."""
+    parts = target.split(".")
+    module, i = None, len(parts)
+    while i > 0:
+        try:
+            module = importlib.import_module(".".join(parts[:i]))
+            break
+        except ModuleNotFoundError as e:
+            if e.name and not ".".join(parts[:i]).startswith(e.name):
+                return f"importing {'.'.join(parts[:i])!r} failed: {e}"
+            i -= 1
+        except Exception as e:  # the module exists but raised while importing
+            return f"importing {'.'.join(parts[:i])!r} raised {type(e).__name__}: {e}"
+    if module is None:
+        return f"no module named {parts[0]!r} (is it installed, or on PYTHONPATH?)"
+    obj: Any = module
+    for j in range(i, len(parts)):
+        if not hasattr(obj, parts[j]):
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            if hasattr(obj, "__path__"):  # a package: its submodules count too
+                names += [m.name for m in pkgutil.iter_modules(obj.__path__)]
+            close = difflib.get_close_matches(parts[j], names, n=3)
+            hint = f"; did you mean {', '.join(repr('.'.join(parts[:j] + [c])) for c in close)}?" if close else ""
+            return f"{'.'.join(parts[:j])!r} has no attribute {parts[j]!r}{hint}"
+        obj = getattr(obj, parts[j])
+    return "it imports here; the error came from Hydra"
+
+
+def _given(sub: Any) -> str:
+    if not isinstance(sub, DictConfig):
+        return ""
+    items = [f"{k}={sub._get_node(k)!s}" for k in sub if k not in ("_target_", "_partial_", "_recursive_", "_convert_")]
+    text = ", ".join(items)
+    return f" (given {text[:300]})" if items else ""
+
+
 def explain(key: str, node: Any, err: BaseException) -> ConfigError:
     """Turn an exception raised while building ``node`` (at config ``key``) into a one-line ConfigError."""
     cause = err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
@@ -47,13 +87,13 @@ def explain(key: str, node: Any, err: BaseException) -> ConfigError:
     sub = _node_at(node, key, full_key) if isinstance(node, DictConfig) else node
     target = _target_of(sub)
     if isinstance(err, InstantiationException) and message.startswith("Error locating target"):
-        return ConfigError(f"{full_key}._target_: cannot import {target!r} ({type(cause).__name__}: {cause})")
+        return ConfigError(f"{full_key}._target_: cannot import {target!r}: {why_not_importable(str(target))}")
     if isinstance(cause, TypeError) and "argument" in str(cause):
         return ConfigError(f"{full_key}: {target} rejected the config: {cause}{_accepted(target)}")
     if isinstance(cause, ConfigError):
         return cause
     where = f"{full_key} ({target})" if target else full_key
-    return ConfigError(f"{where}: {type(cause).__name__}: {cause}")
+    return ConfigError(f"{where}: {type(cause).__name__}: {cause}{_given(sub)}")
 
 
 def build(key: str, node: Any, **kwargs: Any) -> Any:
@@ -62,5 +102,13 @@ def build(key: str, node: Any, **kwargs: Any) -> Any:
         raise ConfigError(f"{key}: no _target_ given; set {key}._target_ to the class or function to build")
     try:
         return instantiate(node, **kwargs)
+    except Exception as err:
+        raise explain(key, node, err) from err
+
+
+def call(key: str, node: Any, factory: Any, *args: Any) -> Any:
+    """``factory(*args)`` for a ``_partial_`` config at ``key``; failures become a :class:`ConfigError`."""
+    try:
+        return factory(*args)
     except Exception as err:
         raise explain(key, node, err) from err

@@ -6,6 +6,7 @@ permutation fixed by ``seed`` and the epoch, so the order of every epoch is repr
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
@@ -54,6 +55,25 @@ def synthetic(
     y = (x.flatten(1) @ teacher).argmax(dim=1)
     idx = _split(size, split, val_fraction, split_seed)
     return TensorDataset(x[idx], y[idx])
+
+
+def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float32") -> TensorDataset:
+    """Your own data from a file: a NumPy ``.npz`` or a ``torch.save``'d dict, holding ``inputs`` and ``targets``."""
+    import numpy as np
+
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"data file {str(file)!r} does not exist (expected a .npz or .pt file)")
+    if file.suffix == ".npz":
+        with np.load(file) as npz:
+            content = {k: torch.from_numpy(npz[k]) for k in npz.files}
+    else:
+        content = torch.load(file, map_location="cpu", weights_only=True)
+    missing = [k for k in (inputs, targets) if k not in content]
+    if missing:
+        raise KeyError(f"data file {str(file)!r} has no array named {missing[0]!r}; it has {sorted(content)}")
+    x = torch.as_tensor(content[inputs]).to(getattr(torch, dtype))
+    return TensorDataset(x, torch.as_tensor(content[targets]).long())
 
 
 class DataLoaders:

@@ -1,0 +1,108 @@
+"""The built-in hooks, in process: what each one does to a run."""
+from __future__ import annotations
+
+import functools
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import ToyData, make_trainer
+from hooks.checkpoint import PeriodicCheckpointer
+from hooks.evaluator import Evaluator
+from hooks.lr_scheduler import LRScheduler
+from hooks.timer import IterationTimer
+from hooks.writers import ConsoleWriter, JSONWriter, TensorBoardWriter
+
+
+def test_cosine_schedule_spans_the_run_when_t_max_is_left_out():
+    sched = functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR)
+    hook = LRScheduler(sched)
+    trainer = make_trainer("iter", hooks=[hook], max_iters=10)
+    trainer.train()
+    assert hook.scheduler.T_max == 10
+    lrs = [v for v, _ in trainer.storage.history("lr").values()]
+    assert lrs[0] == pytest.approx(0.1)
+    assert lrs[5] == pytest.approx(0.1 * (1 + math.cos(math.pi * 5 / 10)) / 2)
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_schedule_by_epoch_steps_once_per_epoch_and_keeps_given_horizon():
+    hook = LRScheduler(functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5), by_epoch=True)
+    trainer = make_trainer("epoch", hooks=[hook], max_epochs=3)
+    trainer.train()
+    lrs = [v for v, _ in trainer.storage.history("lr").values()]
+    assert lrs == [0.1] * 4 + [0.05] * 4 + [0.025] * 4
+
+
+def test_reduce_on_plateau_steps_on_the_monitored_metric():
+    hook = LRScheduler(functools.partial(torch.optim.lr_scheduler.ReduceLROnPlateau, patience=0, factor=0.5), monitor="val/accuracy")
+    trainer = make_trainer("epoch", hooks=[hook, Evaluator()], max_epochs=3)
+    trainer.train()
+    assert hook.scheduler.last_epoch == 3  # one step per validation
+
+
+def test_evaluator_validates_every_period_and_once_at_the_end():
+    calls = []
+    trainer = make_trainer("iter", hooks=[Evaluator(period=4, by_epoch=False)], max_iters=10)
+    orig = trainer.validate
+    trainer.validate = lambda: (calls.append(trainer.iter), orig())[1]
+    trainer.train()
+    assert calls == [3, 7, 10]  # after steps 4 and 8, then at the end (10 steps done)
+
+
+def test_evaluator_does_not_repeat_a_current_validation_at_the_end():
+    calls = []
+    trainer = make_trainer("epoch", hooks=[Evaluator(period=1)], max_epochs=2)
+    orig = trainer.validate
+    trainer.validate = lambda: (calls.append(trainer.iter), orig())[1]
+    trainer.train()
+    assert calls == [4, 8]
+
+
+def test_checkpointer_keeps_last_n_and_writes_a_loadable_final(tmp_path):
+    trainer = make_trainer("iter", hooks=[PeriodicCheckpointer(period=2, by_epoch=False, keep_last=2)], max_iters=9, work_dir=tmp_path)
+    trainer.train()
+    files = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert files == ["final.pt", "iter_0000006.pt", "iter_0000008.pt", "last"]
+    assert (tmp_path / "checkpoints" / "last").read_text().strip() == "final.pt"
+    state = torch.load(tmp_path / "checkpoints" / "final.pt", weights_only=False)
+    assert state["iter"] == 9
+    for k, v in trainer.model.state_dict().items():
+        assert torch.equal(state["model"][k], v)
+
+
+def test_no_final_checkpoint_when_training_failed(tmp_path):
+    class Broken(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, batch):
+            raise RuntimeError("bad batch")
+
+    trainer = make_trainer("iter", model=Broken(), hooks=[PeriodicCheckpointer()], work_dir=tmp_path)
+    with pytest.raises(RuntimeError):
+        trainer.train()
+    assert not (tmp_path / "checkpoints" / "final.pt").exists()
+
+
+def test_writers_write_every_period_after_validation_and_at_the_end(tmp_path):
+    hooks = [IterationTimer(), Evaluator(), JSONWriter(period=3), TensorBoardWriter(period=3), ConsoleWriter(period=3)]
+    trainer = make_trainer("epoch", hooks=hooks, max_epochs=2, work_dir=tmp_path)
+    trainer.train()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r["iter"] for r in rows if "train/loss" in r]
+    val_rows = [(r["iter"], r["epoch"]) for r in rows if "val/accuracy" in r]
+    assert train_rows == [2, 3, 5, 7]  # every 3 steps, plus the rest flushed with each validation
+    assert val_rows == [(4, 0), (8, 1)]
+    assert not any("val/accuracy" in r and "train/loss" in r for r in rows)
+    assert all("time" in r and "data_time" in r for r in rows if "train/loss" in r)
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("val/accuracy")] == [4, 8]
+    assert [e.step for e in acc.Scalars("train/loss")] == [2, 3, 5, 7]

@@ -1,0 +1,71 @@
+"""EventStorage: smoothing windows, lazy tensors, history and state."""
+from __future__ import annotations
+
+import torch
+
+from launcher.storage import EventStorage
+
+
+def test_median_and_mean_over_a_window_and_latest():
+    s = EventStorage()
+    for i, v in enumerate([5.0, 1.0, 100.0, 2.0, 3.0]):
+        s.iter = i
+        s.put_scalar("train/loss", v)
+    h = s.history("train/loss")
+    assert h.median(3) == 3.0  # of 100, 2, 3
+    assert h.avg(2) == 2.5
+    assert h.latest() == 3.0 and h.latest_iter() == 4
+    assert s.latest_with_smoothing_hint(window=3)["train/loss"] == (3.0, 4)
+    assert s.latest()["train/loss"] == (3.0, 4)
+
+
+def test_unsmoothed_keys_report_their_latest_value():
+    s = EventStorage()
+    for i, v in enumerate([0.5, 0.9]):
+        s.iter = i
+        s.put_scalar("val/accuracy", v, smoothing_hint=False)
+    assert s.latest_with_smoothing_hint(window=20)["val/accuracy"] == (0.9, 1)
+
+
+def test_tensor_values_are_kept_until_read_then_become_floats():
+    s = EventStorage()
+    t = torch.tensor(2.0, requires_grad=True) * 1.5
+    s.put_scalar("train/loss", t)
+    s.put_scalar("train/loss", 1.0)
+    raw = s.history("train/loss")._values[0]
+    assert isinstance(raw, torch.Tensor) and not raw.requires_grad  # detached, not yet synced
+    assert s.history("train/loss").values() == [(3.0, 0), (1.0, 0)]
+    assert isinstance(s.history("train/loss")._values[0], float)
+
+
+def test_history_is_bounded():
+    s = EventStorage(max_length=10)
+    for i in range(100):
+        s.iter = i
+        s.put_scalar("x", float(i))
+    assert len(s.history("x")) == 10 and s.history("x").values()[0] == (90.0, 90)
+
+
+def test_state_dict_round_trip():
+    s = EventStorage()
+    for i in range(5):
+        s.iter = i
+        s.put_scalar("train/loss", torch.tensor(float(i)))
+        s.put_scalar("lr", 0.1, smoothing_hint=False)
+    s.epoch = 3
+    t = EventStorage()
+    t.load_state_dict(s.state_dict())
+    assert t.iter == 4 and t.epoch == 3
+    assert t.latest_with_smoothing_hint(3) == s.latest_with_smoothing_hint(3)
+    assert t.history("train/loss").values() == s.history("train/loss").values()
+
+
+def test_unknown_key_names_what_exists():
+    s = EventStorage()
+    s.put_scalar("a", 1.0)
+    try:
+        s.history("b")
+    except KeyError as e:
+        assert "'b'" in str(e) and "['a']" in str(e)
+    else:
+        raise AssertionError("expected KeyError")

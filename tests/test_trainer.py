@@ -1,0 +1,181 @@
+"""The trainers and HookBase, in process: ordering, dispatch, weakrefs, workflow, NaN detection."""
+from __future__ import annotations
+
+import gc
+import math
+import weakref
+
+import pytest
+import torch
+
+from conftest import ToyData, ToyModel, make_trainer
+from hooks import HookBase, Priority
+
+
+class Recorder(HookBase):
+    """Appends (name, event, iter, epoch) for every event to a shared log."""
+
+    def __init__(self, name, log, priority=None):
+        super().__init__(priority)
+        self.tag, self.log = name, log
+
+    def _rec(self, event):
+        self.log.append((self.tag, event, self.trainer.iter, self.trainer.epoch))
+
+    def before_train(self): self._rec("before_train")
+    def after_train(self): self._rec("after_train")
+    def before_epoch(self): self._rec("before_epoch")
+    def after_epoch(self): self._rec("after_epoch")
+    def before_step(self): self._rec("before_step")
+    def after_step(self): self._rec("after_step")
+    def before_val(self): self._rec("before_val")
+    def after_val(self): self._rec("after_val")
+
+
+def test_hooks_run_by_priority_and_keep_registration_order_on_ties():
+    log = []
+    hooks = {
+        "late": Recorder("late", log, priority=Priority.LOW),
+        "a": Recorder("a", log),
+        "early": Recorder("early", log, priority=Priority.HIGHEST),
+        "b": Recorder("b", log),
+    }
+    trainer = make_trainer("iter", hooks=hooks, max_iters=1)
+    assert [h.name for h in trainer.hooks] == ["early", "a", "b", "late"]
+    trainer.train()
+    assert [tag for tag, event, *_ in log if event == "after_step"] == ["early", "a", "b", "late"]
+
+
+def test_hook_is_called_only_for_events_it_overrides():
+    class OnlyAfterStep(HookBase):
+        def after_step(self):
+            pass
+
+    trainer = make_trainer("iter", hooks=[OnlyAfterStep()])
+    assert len(trainer._handlers["after_step"]) == 1
+    assert all(not trainer._handlers[e] for e in trainer._handlers if e != "after_step")
+
+
+def test_non_hook_is_rejected_with_its_type():
+    with pytest.raises(TypeError, match="collections.OrderedDict.*not a hooks.HookBase"):
+        make_trainer(hooks={"x": __import__("collections").OrderedDict()})
+
+
+def test_hooks_hold_the_trainer_weakly_so_no_cycle_keeps_it_alive():
+    hook = Recorder("r", [])
+    trainer = make_trainer("iter", hooks=[hook], max_iters=2)
+    trainer.train()
+    ref = weakref.ref(trainer)
+    gc.disable()
+    try:
+        del trainer
+        assert ref() is None, "something other than the caller keeps the trainer alive (a reference cycle)"
+    finally:
+        gc.enable()
+    with pytest.raises(ReferenceError):
+        hook.trainer.iter
+
+
+def test_iter_trainer_counts_steps_and_fires_epoch_events_at_full_passes():
+    log = []
+    trainer = make_trainer("iter", hooks=[Recorder("r", log)], max_iters=10)  # 4 batches per epoch
+    trainer.train()
+    steps = [it for _, e, it, _ in log if e == "after_step"]
+    assert steps == list(range(10))
+    assert [(it, ep) for _, e, it, ep in log if e == "after_epoch"] == [(4, 0), (8, 1)]
+    assert trainer.iter == 10 and trainer.epoch == 2 and trainer.inner_iter == 2
+    assert log[0][1] == "before_train" and log[-1][1] == "after_train"
+
+
+def test_epoch_workflow_validates_between_training_epochs_in_eval_mode():
+    modes = []
+
+    class Watch(HookBase):
+        def before_val(self):
+            modes.append(("val", self.trainer.epoch, self.trainer.model.training))
+
+        def after_val(self):
+            modes.append(("after", self.trainer.epoch, self.trainer.model.training))
+
+    model = ToyModel()
+    seen_eval = []
+    orig = model.forward
+    model.forward = lambda batch: (seen_eval.append((model.training, torch.is_grad_enabled())), orig(batch))[1]
+    trainer = make_trainer("epoch", hooks=[Watch()], model=model, max_epochs=4, workflow=[["train", 2], ["val", 1]])
+    trainer.train()
+    assert [m for m in modes if m[0] == "val"] == [("val", 2, True), ("val", 4, True)]
+    assert [m for m in modes if m[0] == "after"] == [("after", 2, True), ("after", 4, True)]  # train mode restored
+    assert (False, False) in seen_eval  # validation forward ran in eval mode without grad
+    assert trainer.epoch == 4 and trainer.iter == 16
+    assert set(trainer.last_val) == {"val/loss", "val/accuracy"}
+
+
+@pytest.mark.parametrize(
+    "workflow, message",
+    [([["train", 0]], "greater than zero"), ([["test", 1]], "phase in"), ([["val", 1]], "no 'train' phase"), (["train"], "bad entry")],
+)
+def test_bad_workflow_names_the_entry_and_what_is_accepted(workflow, message):
+    with pytest.raises(ValueError, match=message):
+        make_trainer("epoch", workflow=workflow)
+
+
+def test_after_train_runs_when_a_step_raises_and_status_says_failed():
+    log = []
+
+    class Boom(HookBase):
+        def after_step(self):
+            if self.trainer.iter == 2:
+                raise RuntimeError("boom")
+
+    trainer = make_trainer("iter", hooks=[Boom(), Recorder("r", log)])
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.train()
+    assert log[-1][1] == "after_train"
+    assert trainer.status == "failed"
+
+
+def test_non_finite_loss_raises_naming_iteration_and_every_loss():
+    class NaNAt3(ToyModel):
+        calls = 0
+
+        def forward(self, batch):
+            self.calls += 1
+            loss = super().forward(batch)
+            return {"ce": loss, "aux": loss * (float("nan") if self.calls == 4 else 1.0)}
+
+    trainer = make_trainer("iter", model=NaNAt3())
+    with pytest.raises(FloatingPointError, match=r"iteration 3 .*ce=[0-9.]+, aux=nan"):
+        trainer.train()
+
+
+def test_model_returning_something_else_is_named_in_the_error():
+    class Logits(ToyModel):
+        def forward(self, batch):
+            return [self.lin(batch[0])]
+
+    with pytest.raises(TypeError, match=r"Logits.forward returned list in train mode; the trainer accepts a scalar loss"):
+        make_trainer("iter", model=Logits()).train()
+
+
+def test_loss_dict_is_summed_and_each_loss_recorded():
+    class TwoLosses(ToyModel):
+        def forward(self, batch):
+            loss = super().forward(batch)
+            return {"a": loss, "b": 2 * loss} if self.training else loss
+
+    trainer = make_trainer("iter", model=TwoLosses(), max_iters=1)
+    trainer.train()
+    s = trainer.storage
+    a, b, total = (s.history(k).latest() for k in ("train/a", "train/b", "train/total_loss"))
+    assert math.isclose(total, a + b, rel_tol=1e-6) and math.isclose(b, 2 * a, rel_tol=1e-6)
+
+
+def test_request_stop_ends_at_the_next_step_boundary():
+    class StopAt(HookBase):
+        def after_step(self):
+            if self.trainer.iter == 2:
+                self.trainer.request_stop("enough")
+
+    trainer = make_trainer("epoch", hooks=[StopAt()], max_epochs=5)
+    trainer.train()
+    assert trainer.iter == 3 and trainer.status == "stopped" and trainer.stop_reason == "enough"
