@@ -32,12 +32,21 @@ def _node_at(root: Any, key: str, full_key: str) -> Any:
 
 
 def _accepted(target: Optional[str]) -> str:
+    """The keyword arguments ``target`` accepts, following ``**kwargs`` up a class's bases."""
     try:
         obj = get_object(target) if target else None
-        params = inspect.signature(obj).parameters if obj is not None else {}
     except Exception:
         return ""
-    names = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n != "self"]
+    funcs = [c.__init__ for c in obj.__mro__ if "__init__" in vars(c)] if inspect.isclass(obj) else [obj]
+    names: list = []
+    for func in funcs:
+        try:
+            params = inspect.signature(func).parameters
+        except (TypeError, ValueError):
+            break
+        names += [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n != "self" and n not in names]
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            break
     return f"; {target} accepts: {', '.join(names)}" if names else ""
 
 

@@ -1,0 +1,174 @@
+"""``python -m launcher`` through the real CLI, in subprocesses, writing under tmp_path."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import FAST, REPO, read_run, run_cli, run_dirs
+
+
+def test_default_run_trains_digits_and_leaves_a_complete_run_dir(cli, tmp_path):
+    proc = cli("trainer=epoch", "hooks=default")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = run_dirs(tmp_path / "outputs")
+    assert run_dir.parent.parent == tmp_path / "outputs"  # outputs/<date>/<time>/
+
+    record = read_run(run_dir)
+    assert record["status"] == "completed" and record["exit_code"] == 0
+    assert record["objective"]["name"] == "val/accuracy" and record["objective"]["value"] >= 0.95
+    assert record["metrics"]["val/accuracy"] == record["objective"]["value"]
+    assert record["seed"] == 0 and record["versions"]["torch"] == torch.__version__
+    for key in ("git", "host", "start_time", "end_time", "versions"):
+        assert record[key]
+    assert {"python", "hydra"} <= set(record["versions"])
+
+    assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / ".hydra" / "overrides.yaml").is_file()
+    log = (run_dir / "train.log").read_text()
+    assert "val/accuracy" in log and "eta" in log and "lr" in log
+    assert "val/accuracy" in proc.stdout + proc.stderr  # progress shows on the console too
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all({"iter", "epoch"} <= set(r) for r in rows)
+    train = [r for r in rows if "train/loss" in r]
+    val = [r for r in rows if "val/accuracy" in r]
+    assert train and val and all("lr" in r and "time" in r for r in train)
+    assert [r["iter"] for r in train] == sorted({r["iter"] for r in train})  # no duplicate steps
+    assert val[-1]["val/accuracy"] == pytest.approx(record["objective"]["value"])
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir))
+    acc.Reload()
+    assert {"train/loss", "val/accuracy", "lr"} <= set(acc.Tags()["scalars"])
+    assert acc.Scalars("val/accuracy")[-1].value == pytest.approx(record["objective"]["value"], rel=1e-5)
+
+    final = torch.load(run_dir / "checkpoints" / "final.pt", weights_only=False)
+    from launcher.models import MLP
+
+    net = MLP(hidden=[256])
+    net.load_state_dict(final["model"])
+    assert {"optimizer", "iter", "epoch", "hooks", "storage"} <= set(final)
+    assert (run_dir / "checkpoints" / "last").read_text().strip() == "final.pt"
+    assert len(list((run_dir / "checkpoints").glob("epoch_*.pt"))) == 3  # keep_last
+
+
+def test_iter_trainer_runs_its_steps_with_periodic_validation(cli, tmp_path):
+    proc = cli("trainer=iter", "trainer.max_iters=25", "hooks.evaluator.by_epoch=false", "hooks.evaluator.period=10",
+               "hooks.jsonl.period=5", *FAST)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = run_dirs(tmp_path / "outputs")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iter"] for r in rows if "val/accuracy" in r] == [9, 19, 25]
+    assert max(r["iter"] for r in rows if "train/loss" in r) == 24
+    final = torch.load(run_dir / "checkpoints" / "final.pt", weights_only=False)
+    assert final["iter"] == 25
+    assert read_run(run_dir)["status"] == "completed"
+
+
+def test_workflow_with_val_phase_and_no_evaluator(cli, tmp_path):
+    proc = cli("trainer.max_epochs=4", "trainer.workflow=[[train,2],[val,1]]", "~hooks.evaluator", *FAST)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = run_dirs(tmp_path / "outputs")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iter"] for r in rows if "val/accuracy" in r] == [16, 32]  # 256 train samples / 32 = 8 steps per epoch
+
+
+def test_two_job_sweep_makes_two_run_dirs_with_their_objective(cli, tmp_path):
+    proc = cli("-m", "optimizer.lr=0.05,0.2", "trainer.max_epochs=2", *FAST)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dirs = run_dirs(tmp_path / "outputs" / "multirun")
+    assert [d.name for d in dirs] == ["0", "1"]
+    assert dirs[0].parent.parent.parent == tmp_path / "outputs" / "multirun"  # multirun/<date>/<time>/<n>
+    assert (dirs[0].parent / "multirun.yaml").is_file()
+    for d, lr in zip(dirs, ("0.05", "0.2")):
+        record = read_run(d)
+        assert record["status"] == "completed" and f"optimizer.lr={lr}" in record["overrides"]
+        assert 0.0 <= record["objective"]["value"] <= 1.0
+    assert not (tmp_path / "multirun").exists()
+
+
+def test_main_returns_the_objective_as_a_float(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict, read_write
+
+    import launcher
+    from launcher.__main__ import main
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=launcher.CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=[*FAST, "trainer.max_epochs=1"], return_hydra_config=True)
+    with read_write(cfg.hydra), open_dict(cfg.hydra):
+        cfg.hydra.runtime.output_dir = str(tmp_path)
+    HydraConfig.instance().set_config(cfg)
+    with read_write(cfg), open_dict(cfg):
+        del cfg["hydra"]
+    result = main.__wrapped__(cfg)  # the function @hydra.main wraps, as Hydra's launchers call it
+    assert isinstance(result, float) and result == read_run(tmp_path)["objective"]["value"]
+
+
+BAD_INPUTS = [
+    (["trainer.max_epoch=3"], ["trainer.max_epoch", "max_epoch"]),
+    (["+trainer.max_epoch=3"], ["max_epoch", "accepts: max_epochs"]),
+    (["trainer.max_epochs=ten"], ["trainer.max_epochs", "ten", "Integer"]),
+    (["trainer=epok"], ["trainer/epok", "epoch", "iter"]),
+    (["model._target_=launcher.models.MLPP"], ["model._target_", "MLPP", "did you mean 'launcher.models.MLP'"]),
+    (["model._target_=nopkg.Net"], ["model._target_", "no module named 'nopkg'"]),
+    (["+model.widht=3"], ["model", "widht", "accepts: in_features"]),
+    (["optimizer.lr=-1"], ["optimizer", "torch.optim.SGD", "Invalid learning rate: -1"]),
+    (["data.batch_size=0"], ["data.batch_size", "got 0", "greater than zero"]),
+    (["data.train._target_=launcher.data.arrays", "+data.train.path=/no/such/file.npz", "~data.train.split",
+      "~data.train.val_fraction", "data.val=null"], ["data.train", "/no/such/file.npz", "does not exist"]),
+    (["trainer.workflow=[[train,1],[test,1]]"], ["trainer.workflow", "test", "phase in ['train', 'val']"]),
+    (["+hooks.bad._target_=collections.OrderedDict"], ["hooks.bad", "OrderedDict", "HookBase"]),
+]
+
+
+@pytest.mark.parametrize("overrides, words", BAD_INPUTS, ids=[" ".join(o) for o, _ in BAD_INPUTS])
+def test_bad_input_gives_one_clear_message_and_no_successful_looking_run(overrides, words, tmp_path):
+    fast = [] if any(o.startswith("data.train._target_") for o in overrides) else FAST
+    proc = run_cli([*fast, *overrides], tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Traceback" not in out
+    for word in words:
+        assert word in out, out
+    for d in run_dirs(tmp_path):
+        record = read_run(d)
+        assert record["status"] == "failed" and record["exit_code"] != 0
+        assert not (d / "checkpoints" / "final.pt").exists()
+
+
+def test_full_error_env_still_shows_the_traceback(tmp_path):
+    proc = run_cli([*FAST, "model._target_=launcher.models.MLPP"], tmp_path, env={"HYDRA_FULL_ERROR": "1"}, timeout=120)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_wheel_installs_and_runs_from_another_directory(tmp_path):
+    dist = tmp_path / "dist"
+    build = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)],
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = dist.glob("*.whl")
+    site = tmp_path / "site"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site), str(wheel)],
+                         capture_output=True, text=True, timeout=300)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {"PYTHONPATH": str(site)}
+    where = subprocess.run([sys.executable, "-c", "import launcher, hooks; print(launcher.CONFIG_DIR); print(hooks.__file__)"],
+                           cwd=work, env={**os.environ, **env}, capture_output=True, text=True)
+    assert where.stdout.splitlines() == [str(site / "launcher" / "conf"), str(site / "hooks" / "__init__.py")]
+    proc = run_cli(["trainer.max_epochs=1", *FAST], work, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = run_dirs(work / "outputs")
+    assert read_run(run_dir)["status"] == "completed"
