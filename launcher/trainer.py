@@ -318,6 +318,15 @@ class IterTrainer(TrainerBase):
         self.max_iters = max_iters
         self.max_epochs = math.ceil(max_iters / max(len(self.train_loader), 1))  # type: ignore[arg-type]
 
+    def train(self, start_iter: Optional[int] = None, max_iter: Optional[int] = None) -> Dict[str, float]:  # type: ignore[override]
+        """Train from step ``start_iter`` (default: where the trainer is) to ``max_iter`` (default: ``max_iters``)."""
+        if max_iter is not None:
+            self.max_iters = max_iter
+        if start_iter is not None:
+            steps = len(self.train_loader)  # type: ignore[arg-type]
+            self.iter, self.epoch, self.inner_iter = start_iter, start_iter // steps, start_iter % steps
+        return super().train()
+
     def run(self) -> None:
         while self.iter < self.max_iters and not self.stop_reason:
             self.train_epoch(until_iter=self.max_iters)

@@ -158,6 +158,11 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
                            capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = dist.glob("*.whl")
+    import zipfile
+
+    shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("launcher/conf/")}
+    expected = {f"launcher/conf/{p.relative_to(REPO / 'conf').as_posix()}" for p in (REPO / "conf").rglob("*.yaml")}
+    assert expected <= shipped, f"conf files missing from the wheel (list their folder in pyproject.toml): {expected - shipped}"
     site = tmp_path / "site"
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site), str(wheel)],
                          capture_output=True, text=True, timeout=300)

@@ -87,6 +87,14 @@ def test_iter_trainer_counts_steps_and_fires_epoch_events_at_full_passes():
     assert log[0][1] == "before_train" and log[-1][1] == "after_train"
 
 
+def test_iter_trainer_train_takes_start_and_max_iter_like_detectron2():
+    log = []
+    trainer = make_trainer("iter", hooks=[Recorder("r", log)], max_iters=100)
+    trainer.train(start_iter=5, max_iter=9)
+    assert [it for _, e, it, _ in log if e == "after_step"] == [5, 6, 7, 8]
+    assert [(it, ep) for _, e, it, ep in log if e == "after_epoch"] == [(8, 1)]
+
+
 def test_epoch_workflow_validates_between_training_epochs_in_eval_mode():
     modes = []
 
