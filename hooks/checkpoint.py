@@ -12,11 +12,13 @@ logger = logging.getLogger(__name__)
 
 
 class PeriodicCheckpointer(HookBase):
-    """Saves ``trainer.state_dict()`` (model, optimizer, counters, storage, every hook's state).
+    """Saves ``trainer.state_dict()`` (model, optimizer, counters, RNG, storage, every hook's state).
 
-    Periodic files are ``checkpoints/epoch_NNNN.pt`` or ``checkpoints/iter_NNNNNNN.pt``; the
-    newest ``keep_last`` are kept (0 keeps all). A run that completes (or stops early) also
-    writes ``checkpoints/final.pt``. ``checkpoints/last`` names the newest file.
+    Periodic files are ``checkpoints/epoch_NNNN.pt`` or ``checkpoints/iter_NNNNNNN.pt``,
+    written at the step boundary after the period ends, so they hold a whole state; the
+    newest ``keep_last`` are kept (0 keeps all). A run that completes (or stops early) writes
+    ``checkpoints/final.pt``; a run interrupted by a signal writes ``iter_NNNNNNN.pt`` to
+    resume from. ``checkpoints/last`` names the newest file.
     """
 
     priority = Priority.VERY_LOW
@@ -27,7 +29,6 @@ class PeriodicCheckpointer(HookBase):
         by_epoch: bool = True,
         keep_last: int = 3,
         save_final: bool = True,
-        dirname: str = "checkpoints",
         priority: Optional[int] = None,
     ) -> None:
         super().__init__(priority)
@@ -39,37 +40,39 @@ class PeriodicCheckpointer(HookBase):
         self.by_epoch = by_epoch
         self.keep_last = keep_last
         self.save_final = save_final
-        self.dirname = dirname
-        self._saved: List[str] = []
-
-    @property
-    def directory(self) -> Path:
-        return self.trainer.work_dir / self.dirname
+        self._saved: List[str] = []  # periodic checkpoints on disk, oldest first
 
     def save(self, name: str) -> Path:
-        path = save_checkpoint(self.trainer.state_dict(), self.directory / name)
-        logger.log(logging.INFO if name == "final.pt" else logging.DEBUG, "Saved checkpoint %s", path)
+        path = save_checkpoint(self.trainer.state_dict(), self.trainer.checkpoint_dir / name)
+        logger.log(logging.DEBUG if name.startswith(("epoch_", "iter_")) else logging.INFO, "Saved checkpoint %s", path)
         return path
 
-    def _save_periodic(self, name: str) -> None:
-        self.save(name)
+    def _save_periodic(self, name: str) -> Path:
         if name in self._saved:
             self._saved.remove(name)
-        self._saved.append(name)
+        self._saved.append(name)  # before saving, so the saved state knows of its own file
+        path = self.save(name)
         while self.keep_last and len(self._saved) > self.keep_last:
-            (self.directory / self._saved.pop(0)).unlink(missing_ok=True)
+            (self.trainer.checkpoint_dir / self._saved.pop(0)).unlink(missing_ok=True)
+        return path
 
     def after_step(self) -> None:
         if not self.by_epoch and (self.trainer.iter + 1) % self.period == 0:
-            self._save_periodic(f"iter_{self.trainer.iter + 1:07d}.pt")
+            name = f"iter_{self.trainer.iter + 1:07d}.pt"
+            self.trainer.call_at_boundary(lambda: self._save_periodic(name))
 
     def after_epoch(self) -> None:
         if self.by_epoch and (self.trainer.epoch + 1) % self.period == 0:
-            self._save_periodic(f"epoch_{self.trainer.epoch + 1:04d}.pt")
+            name = f"epoch_{self.trainer.epoch + 1:04d}.pt"
+            self.trainer.call_at_boundary(lambda: self._save_periodic(name))
 
     def after_train(self) -> None:
-        if self.save_final and self.trainer.status in ("completed", "stopped"):
+        status = self.trainer.status
+        if self.save_final and status in ("completed", "stopped"):
             self.save("final.pt")
+        elif status == "interrupted":
+            path = self._save_periodic(f"iter_{self.trainer.iter:07d}.pt")
+            logger.warning("Saved %s; run the same command again to resume from it", path)
 
     def state_dict(self) -> Dict[str, Any]:
         return {"saved": list(self._saved)}

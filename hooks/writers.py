@@ -11,11 +11,13 @@ import json
 import logging
 import resource
 import sys
+from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 import torch
 
 from hooks.base import HookBase, Priority
+from launcher.checkpoint import atomic_write
 
 logger = logging.getLogger("launcher")
 
@@ -116,7 +118,23 @@ class JSONWriter(PeriodicWriter):
         self._file: Any = None
 
     def before_train(self) -> None:
-        self._file = open(self.trainer.work_dir / self.filename, "a", encoding="utf-8")
+        path = self.trainer.work_dir / self.filename
+        if path.exists():
+            self._drop_rows_after(path, self.trainer.iter)
+        self._file = open(path, "a", encoding="utf-8")
+
+    @staticmethod
+    def _drop_rows_after(path: Path, resume_iter: int) -> None:
+        """Keep the rows a resumed run's checkpoint covers (``iter < resume_iter``); a fresh run keeps none."""
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:  # a line cut short by a kill
+                continue
+            if isinstance(row, dict) and isinstance(row.get("iter"), int) and row["iter"] < resume_iter:
+                kept.append(line + "\n")
+        atomic_write(path, lambda f: f.write("".join(kept).encode("utf-8")))
 
     def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
         rows: Dict[int, Dict[str, Any]] = {}  # one row per iteration, so each value keeps its own
@@ -142,7 +160,8 @@ class TensorBoardWriter(PeriodicWriter):
     def before_train(self) -> None:
         from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
 
-        self._writer = SummaryWriter(log_dir=str(self.trainer.work_dir / self.log_dir))
+        # purge_step hides events a previous attempt logged after the checkpoint this run resumed from
+        self._writer = SummaryWriter(log_dir=str(self.trainer.work_dir / self.log_dir), purge_step=self.trainer.iter)
 
     def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
         for key, (value, it) in scalars.items():
@@ -150,7 +169,8 @@ class TensorBoardWriter(PeriodicWriter):
 
     def after_val(self) -> None:
         super().after_val()
-        self._writer.flush()
+        if self._writer is not None:
+            self._writer.flush()
 
     def close(self) -> None:
         if self._writer is not None:

@@ -1,13 +1,28 @@
-"""Checkpoint files: atomic writes, a ``last`` pointer, and retention of periodic ones."""
+"""Checkpoint files: atomic writes, a ``last`` pointer, and loading that never trusts a bad file.
+
+A checkpoint is written to a hidden temporary file in the same directory, flushed and
+fsynced, renamed over its name, and the directory fsynced; only then is ``last`` (a one-line
+text file naming the newest checkpoint) replaced the same way. A kill at any moment leaves
+either the old files or the new ones, plus at worst a stray temporary file that the next
+save removes.
+"""
 from __future__ import annotations
 
+import logging
 import os
+import time
 from pathlib import Path
-from typing import Any, Dict, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
+logger = logging.getLogger(__name__)
+
 PathLike = Union[str, Path]
+
+# Test-only: seconds to sleep between writing a checkpoint's temporary file and renaming it,
+# so a test can kill the process inside a checkpoint write.
+_WRITE_DELAY_ENV = "LAUNCHER_TEST_CHECKPOINT_WRITE_DELAY"
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -18,11 +33,8 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: PathLike, write: Any) -> None:
-    """Write through ``write(file)`` into a temporary file beside ``path``, fsync, then rename over it.
-
-    A reader sees either the old file or the complete new one, never a partial file.
-    """
+def atomic_write(path: PathLike, write: Callable[[Any], None], delay: float = 0.0) -> None:
+    """Write through ``write(file)`` into a temporary file beside ``path``, fsync, then rename over it."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
@@ -30,6 +42,8 @@ def atomic_write_bytes(path: PathLike, write: Any) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        if delay:
+            time.sleep(delay)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -38,16 +52,58 @@ def atomic_write_bytes(path: PathLike, write: Any) -> None:
 
 
 def save_checkpoint(state: Dict[str, Any], path: PathLike) -> Path:
-    """Save ``state`` atomically to ``path`` and point ``<dir>/last`` at it."""
+    """Save ``state`` atomically to ``path``, then point ``<dir>/last`` at it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, lambda f: torch.save(state, f))
-    atomic_write_bytes(path.parent / "last", lambda f: f.write(path.name.encode() + b"\n"))
+    for stale in path.parent.glob(".*.tmp*"):  # left by a process killed mid-write
+        stale.unlink(missing_ok=True)
+    delay = float(os.environ.get(_WRITE_DELAY_ENV, "0") or 0)
+    atomic_write(path, lambda f: torch.save(state, f), delay)
+    atomic_write(path.parent / "last", lambda f: f.write(path.name.encode() + b"\n"))
     return path
 
 
 def load_checkpoint(path: PathLike, map_location: Any = "cpu") -> Dict[str, Any]:
+    """Load one checkpoint; a missing, truncated or corrupt file raises with the file named."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
-    return torch.load(path, map_location=map_location, weights_only=False)
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as err:
+        raise RuntimeError(f"checkpoint {str(path)!r} is unreadable (truncated or corrupt): {type(err).__name__}: {err}") from err
+    if not isinstance(state, dict):
+        raise RuntimeError(f"checkpoint {str(path)!r} holds a {type(state).__name__}, not a dict of state")
+    return state
+
+
+def candidates(directory: PathLike) -> List[Path]:
+    """Checkpoints in ``directory``, newest first: the one ``last`` names, then by modification time."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    files = sorted(directory.glob("*.pt"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    pointer = directory / "last"
+    if pointer.is_file():
+        named = directory / pointer.read_text().strip()
+        if named in files:
+            files.remove(named)
+            files.insert(0, named)
+    return files
+
+
+def load_newest_valid(directory: PathLike, map_location: Any = "cpu") -> Optional[Tuple[Path, Dict[str, Any]]]:
+    """The newest checkpoint in ``directory`` that loads, skipping bad ones with a warning naming both files."""
+    skipped: List[Tuple[Path, str]] = []
+    for path in candidates(directory):
+        try:
+            state = load_checkpoint(path, map_location)
+        except RuntimeError as err:
+            skipped.append((path, str(err.__cause__ or err)))
+            continue
+        for bad, why in skipped:
+            logger.warning("Checkpoint %s is unreadable (%s); resuming from %s instead", bad, why, path)
+        return path, state
+    for bad, why in skipped:
+        logger.warning("Checkpoint %s is unreadable (%s) and no older checkpoint loads", bad, why)
+    return None

@@ -29,6 +29,8 @@ class RootConf:
 class TrainerConf:
     _target_: str = MISSING
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N
+    resume: Any = "auto"  # auto: newest valid checkpoint of this run dir; false: ignore them; or a checkpoint path
+    load_from: Optional[str] = None  # model weights to start from (fine-tuning); ignored when resuming
 
 
 @dataclass
@@ -79,7 +81,6 @@ class PeriodicCheckpointerConf(HookConf):
     by_epoch: bool = True
     keep_last: int = 3  # periodic checkpoints kept; 0 keeps all
     save_final: bool = True  # checkpoints/final.pt when the run ends normally
-    dirname: str = "checkpoints"  # inside the run dir
 
 
 @dataclass

@@ -7,10 +7,10 @@ permutation fixed by ``seed`` and the epoch, so the order of every epoch is repr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler, TensorDataset
 
 
 def _split(n: int, split: str, val_fraction: float, split_seed: int) -> torch.Tensor:
@@ -76,8 +76,54 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
     return TensorDataset(x, torch.as_tensor(content[targets]).long())
 
 
+class SkippingBatchSampler(BatchSampler):
+    """``BatchSampler`` that can start past the first ``skip`` batches of an epoch.
+
+    Skipping walks index lists only; no sample is loaded, so resuming at 90% of an epoch
+    costs about as much as starting one.
+    """
+
+    skip = 0
+
+    def __iter__(self) -> Iterator[List[int]]:
+        batches = super().__iter__()
+        for _ in range(self.skip):
+            next(batches, None)
+        yield from batches
+
+    def __len__(self) -> int:
+        return max(super().__len__() - self.skip, 0)
+
+
+class EpochLoader(DataLoader):
+    """A ``DataLoader`` whose epoch order and worker seeds follow ``(seed, epoch)`` only.
+
+    ``set_epoch(epoch, skip_batches)`` before each ``iter()``: the sampler reshuffles for the
+    epoch, the first ``skip_batches`` are passed over, and the generator that hands workers
+    their base seed is re-seeded, so a run resumed mid-epoch sees exactly the batches (and
+    worker seeds) it would have seen without the interruption.
+    """
+
+    def __init__(self, dataset: Dataset, batch_size: int, sampler: Sampler, drop_last: bool, seed: int, **kwargs: Any):
+        super().__init__(
+            dataset,
+            batch_sampler=SkippingBatchSampler(sampler, batch_size, drop_last),
+            generator=torch.Generator(),
+            **kwargs,
+        )
+        self.seed = seed
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int, skip_batches: int = 0) -> None:
+        sampler = self.batch_sampler.sampler
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        self.batch_sampler.skip = skip_batches
+        self.generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
+
+
 class DataLoaders:
-    """Builds the train and val ``DataLoader`` of a run from two datasets."""
+    """Builds the train and val loaders of a run from two datasets."""
 
     def __init__(
         self,
@@ -104,11 +150,15 @@ class DataLoaders:
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self.seed = seed
 
-    def train_loader(self, rank: int = 0, world_size: int = 1) -> DataLoader:
+    def train_loader(self, rank: int = 0, world_size: int = 1) -> EpochLoader:
         sampler = DistributedSampler(
             self.train, num_replicas=world_size, rank=rank, shuffle=self.shuffle, seed=self.seed, drop_last=self.drop_last
         )
-        loader = self._loader(self.train, self.batch_size, sampler, self.drop_last)
+        # Workers are not persistent: each epoch starts its workers from seeds fixed by (seed, epoch).
+        loader = EpochLoader(
+            self.train, self.batch_size, sampler, self.drop_last, self.seed,
+            num_workers=self.num_workers, pin_memory=self.pin_memory,
+        )
         if len(loader) == 0:
             raise ValueError(
                 f"data.batch_size={self.batch_size} with drop_last leaves no batch from the {len(sampler)} "
@@ -120,16 +170,6 @@ class DataLoaders:
         if self.val is None:
             return None
         sampler = DistributedSampler(self.val, num_replicas=world_size, rank=rank, shuffle=False)
-        return self._loader(self.val, self.val_batch_size, sampler, False)
-
-    def _loader(self, dataset: Dataset, batch_size: int, sampler: DistributedSampler, drop_last: bool) -> DataLoader:
         return DataLoader(
-            dataset,
-            batch_size=batch_size,
-            sampler=sampler,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            drop_last=drop_last,
-            persistent_workers=self.num_workers > 0,
-            generator=torch.Generator().manual_seed(self.seed),
+            self.val, batch_size=self.val_batch_size, sampler=sampler, num_workers=self.num_workers, pin_memory=self.pin_memory
         )

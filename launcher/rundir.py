@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-from launcher.checkpoint import atomic_write_bytes
+from launcher.checkpoint import atomic_write
 
 
 def git_state(cwd: Path) -> Dict[str, Any]:
@@ -62,7 +62,7 @@ class RunRecord:
 
     def _write(self) -> None:
         text = json.dumps(self.data, indent=2, default=str) + "\n"
-        atomic_write_bytes(self.path, lambda f: f.write(text.encode()))
+        atomic_write(self.path, lambda f: f.write(text.encode()))
 
     def start(self) -> None:
         self._write()

@@ -2,18 +2,29 @@
 
 Pseudocode of every trainer (the code below follows it)::
 
+    resume_or_load                           # the newest valid checkpoint, or load_from weights
     before_train
     while not done:                          # EpochTrainer: max_epochs and the workflow
+        [step boundary]
         before_epoch                         # IterTrainer: max_iters over an endless stream
-        for each batch of the epoch:
+        for each batch of the epoch (from where a resumed run left off):
             before_step
             run_step                         # fetch, forward, losses, backward, optimizer step
             after_step
+            [step boundary]
         after_epoch
         [validate: before_val, eval loop, after_val]   # from a hook or a workflow 'val' phase
+    [step boundary]
     after_train                              # always, also when a step raised
 
 Everything else (timing, LR schedules, evaluation, checkpoints, logging) is a hook.
+
+At a step boundary every hook has finished with the steps done so far, so the trainer's
+state there is whole: hooks ask for work that needs such a state (a checkpoint) with
+``call_at_boundary``, and a stop asked for by a hook or a signal takes effect there.
+Scalars recorded for a step carry its 0-based index; validation after an epoch carries the
+index of the epoch's last step. So a checkpoint taken after N steps covers exactly the
+scalars with ``iter < N``, which is what lets writers cut their files on resume.
 
 Model contract: ``model(batch)`` is called with the batch exactly as the data loader
 yields it (moved to the device). In train mode it returns the loss: a scalar tensor or a
@@ -25,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import time
 import weakref
 from pathlib import Path
@@ -34,6 +46,7 @@ import torch
 from torch import nn
 
 from hooks.base import EVENTS, HookBase
+from launcher.checkpoint import load_checkpoint, load_newest_valid
 from launcher.storage import EventStorage
 
 logger = logging.getLogger(__name__)
@@ -107,6 +120,8 @@ class TrainerBase:
         hooks: HookList = None,
         device: str = "auto",
         work_dir: Union[str, Path] = ".",
+        resume: Union[str, bool] = "auto",
+        load_from: Optional[str] = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -115,16 +130,29 @@ class TrainerBase:
         self.optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else optimizer(self.model.parameters())
         self.data = data
         self.work_dir = Path(work_dir)
+        self.checkpoint_dir = self.work_dir / "checkpoints"
+        self.resume = self._check_resume(resume)
+        self.load_from = load_from
+        if load_from is not None and not Path(load_from).is_file():
+            raise ValueError(f"trainer.load_from: {load_from!r} does not exist (expected a checkpoint or state_dict file)")
         self.storage = EventStorage()
         self.iter = 0
         self.epoch = 0
         self.inner_iter = 0  # steps done in the current epoch
+        self.phase_index = 0  # workflow phases done (EpochTrainer)
         self.max_iters = 0
-        self.status = "created"  # running, completed, stopped, failed, interrupted
+        # created, running, then: completed, stopped (asked to, finished), interrupted (resumable), failed, aborted
+        self.status = "created"
         self.stop_reason: Optional[str] = None
+        self._interrupt = False
+        self._at_boundary: List[Callable[[], None]] = []
+        self._in_step = False  # between before_step and the end of after_step
+        self._rng_to_restore: Optional[Dict[str, Any]] = None
+        self.resumed_from: Optional[Path] = None
         self.last_val: Dict[str, float] = {}
         self.train_loader = self.build_train_loader()
         self.val_loader = self.build_val_loader()
+        self.steps_per_epoch = len(self.train_loader)  # type: ignore[arg-type]
         self._non_blocking = bool(getattr(self.train_loader, "pin_memory", False)) and self.device.type == "cuda"
         self._hooks: List[HookBase] = []
         self._handlers: Dict[str, List[Callable[[], None]]] = {e: [] for e in EVENTS}
@@ -168,30 +196,105 @@ class TrainerBase:
     def hooks(self) -> List[HookBase]:
         return list(self._hooks)
 
+    @property
+    def last_step(self) -> int:
+        """0-based index of the last step run (0 before any): what scalars recorded now are keyed by."""
+        return self.iter if self._in_step else max(self.iter - 1, 0)
+
     def _call(self, event: str) -> None:
         for handler in self._handlers[event]:
             handler()
 
-    def request_stop(self, reason: str) -> None:
-        """Ask the loop to stop at the next step boundary (early stopping, a signal...)."""
-        self.stop_reason = reason
+    def request_stop(self, reason: str, interrupt: bool = False) -> None:
+        """Stop at the next step boundary.
+
+        A hook that decides training is done (early stopping) leaves ``interrupt`` false: the
+        run ends ``stopped`` and finishes like a completed one. A signal sets ``interrupt``: the
+        run ends ``interrupted``, with a checkpoint to resume from. Safe to call from a signal
+        handler: it only sets attributes.
+        """
+        self._interrupt = self._interrupt or interrupt
+        self.stop_reason = self.stop_reason or reason
+
+    def call_at_boundary(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` at the next step boundary, when every hook is done with the steps so far."""
+        self._at_boundary.append(fn)
+
+    def at_boundary(self) -> None:
+        pending, self._at_boundary = self._at_boundary, []
+        for fn in pending:
+            fn()
+
+    # -- resume -----------------------------------------------------------------------------------
+    @staticmethod
+    def _check_resume(resume: Union[str, bool, None]) -> Union[str, bool]:
+        if resume is None or resume is False or (isinstance(resume, str) and resume.lower() in ("false", "no", "none", "")):
+            return False
+        if resume is True or resume == "auto":
+            return "auto"
+        if isinstance(resume, str):
+            if not Path(resume).is_file():
+                raise ValueError(f"trainer.resume: checkpoint {resume!r} does not exist; use auto, false or a checkpoint path")
+            return resume
+        raise ValueError(f"trainer.resume: {resume!r} is not accepted; use auto, false or a checkpoint path")
+
+    def resume_or_load(self) -> None:
+        """Continue from a checkpoint (``resume``), else start from ``load_from``'s weights, else fresh."""
+        found = None
+        if self.resume == "auto":
+            found = load_newest_valid(self.checkpoint_dir)
+        elif self.resume:
+            found = Path(self.resume), load_checkpoint(self.resume)
+        if found is not None:
+            path, state = found
+            self.load_state_dict(state)
+            self.resumed_from = path
+            logger.info("Resumed from %s at iteration %d (epoch %d, step %d of it)", path, self.iter, self.epoch, self.inner_iter)
+        elif self.load_from:
+            self.load_weights(self.load_from)
+
+    def load_weights(self, path: str) -> None:
+        """Model weights only (fine-tuning); a shape mismatch names the parameter and both shapes."""
+        state = load_checkpoint(path)
+        weights = state.get("model", state)
+        own = self.model.state_dict()
+        for name, tensor in weights.items():
+            if name in own and hasattr(tensor, "shape") and tensor.shape != own[name].shape:
+                raise ValueError(
+                    f"trainer.load_from: parameter {name!r} has shape {tuple(tensor.shape)} in {path} but "
+                    f"{tuple(own[name].shape)} in the model"
+                )
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        if missing or unexpected:
+            raise ValueError(
+                f"trainer.load_from: {path} does not match the model: missing {sorted(missing)}, unexpected {sorted(unexpected)}"
+            )
+        logger.info("Loaded model weights from %s", path)
 
     # -- the loop ----------------------------------------------------------------------------
     def train(self) -> Dict[str, float]:
         """Run :meth:`run` between ``before_train`` and ``after_train``; return the final metrics."""
         self.status = "running"
         try:
+            self.resume_or_load()
             self._call("before_train")
+            if self._rng_to_restore is not None:  # after before_train, so nothing draws between
+                set_rng_state(self._rng_to_restore)
+                self._rng_to_restore = None
             self.run()
-            self.status = "stopped" if self.stop_reason else "completed"
+            self.at_boundary()
+            self.status = ("interrupted" if self._interrupt else "stopped") if self.stop_reason else "completed"
+            if self.stop_reason:
+                logger.warning("Stopped at iteration %d: %s", self.iter, self.stop_reason)
         except KeyboardInterrupt:
-            self.status = "interrupted"
+            self.status = "aborted"
             raise
         except BaseException:
             self.status = "failed"
             raise
         finally:
-            self.storage.iter, self.storage.epoch = self.iter, self.epoch
+            self._in_step = False
+            self.storage.iter, self.storage.epoch = self.last_step, self.epoch
             self._call("after_train")
         return self.final_metrics()
 
@@ -201,31 +304,57 @@ class TrainerBase:
     def final_metrics(self) -> Dict[str, float]:
         return {k: v for k, (v, _) in self.storage.latest().items()}
 
-    def train_epoch(self, until_iter: Optional[int] = None) -> None:
-        """Train over the rest of the current epoch, or until ``iter`` reaches ``until_iter``."""
-        loader = self.train_loader
-        steps = len(loader)  # type: ignore[arg-type]
+    def train_epoch(self, until_iter: Optional[int] = None) -> bool:
+        """Train over the rest of the current epoch, or until ``iter`` reaches ``until_iter``.
+
+        Returns whether the epoch was finished.
+        """
+        self.at_boundary()
+        if self.stop_reason:
+            return False
+        steps = self.steps_per_epoch
         if self.inner_iter == 0:
             self.storage.epoch = self.epoch
             self._call("before_epoch")
-        sampler = getattr(loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(self.epoch)
-        self._data_iter: Iterator = iter(loader)
+        self._data_iter = self._epoch_batches()
         storage = self.storage
-        while self.inner_iter < steps and (until_iter is None or self.iter < until_iter) and not self.stop_reason:
+        while self.inner_iter < steps and (until_iter is None or self.iter < until_iter):
             storage.iter = self.iter
+            self._in_step = True
             self._call("before_step")
             self.run_step()
             self._call("after_step")
+            self._in_step = False
             self.iter += 1
             self.inner_iter += 1
+            if self.inner_iter < steps:
+                self.at_boundary()
+                if self.stop_reason:
+                    break
         self._data_iter = iter(())
-        if self.inner_iter == steps:
-            storage.iter = self.iter
-            self._call("after_epoch")
-            self.epoch += 1
-            self.inner_iter = 0
+        if self.inner_iter < steps:
+            return False
+        storage.iter = self.iter - 1
+        self._call("after_epoch")
+        self.epoch += 1
+        self.inner_iter = 0
+        return True
+
+    def _epoch_batches(self) -> Iterator:
+        """An iterator over the current epoch's batches, past the ``inner_iter`` already trained on."""
+        loader = self.train_loader
+        if hasattr(loader, "set_epoch"):  # launcher.data.EpochLoader: skips without loading
+            loader.set_epoch(self.epoch, self.inner_iter)
+            return iter(loader)
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(self.epoch)
+        batches = iter(loader)
+        if self.inner_iter:
+            logger.warning("The train loader cannot skip batches: reading %d batches again to resume", self.inner_iter)
+            for _ in range(self.inner_iter):
+                next(batches)
+        return batches
 
     def run_step(self) -> None:
         """One iteration: fetch the batch, forward, losses, backward, optimizer step."""
@@ -259,7 +388,7 @@ class TrainerBase:
         """One pass over the validation data in eval mode; records and returns ``val/*``."""
         if self.val_loader is None:
             raise RuntimeError("validation was asked for but the data config has no val set (data.val is null)")
-        self.storage.iter, self.storage.epoch = self.iter, self.epoch
+        self.storage.iter, self.storage.epoch = self.last_step, self.epoch
         self._call("before_val")
         was_training = self.model.training
         self.model.eval()
@@ -284,24 +413,52 @@ class TrainerBase:
 
     # -- checkpoint state ----------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
+        """Everything needed to continue exactly from the current step boundary."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "iter": self.iter,
             "epoch": self.epoch,
             "inner_iter": self.inner_iter,
+            "phase_index": self.phase_index,
+            "data": {"epoch": self.epoch, "batches_done": self.inner_iter, "seed": getattr(self.train_loader, "seed", None)},
             "storage": self.storage.state_dict(),
             "hooks": {h.name: h.state_dict() for h in self._hooks},
+            "rng": get_rng_state(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.iter, self.epoch, self.inner_iter = state["iter"], state["epoch"], state["inner_iter"]
+        self.phase_index = state.get("phase_index", 0)
         self.storage.load_state_dict(state["storage"])
         for h in self._hooks:
             if h.name in state["hooks"]:
                 h.load_state_dict(state["hooks"][h.name])
+        self._rng_to_restore = state.get("rng")
+
+
+def get_rng_state() -> Dict[str, Any]:
+    """Python, NumPy, torch CPU and every CUDA device's generator states."""
+    import numpy as np
+
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    import numpy as np
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 class IterTrainer(TrainerBase):
@@ -316,15 +473,16 @@ class IterTrainer(TrainerBase):
         if not isinstance(max_iters, int) or max_iters <= 0:
             raise ValueError(f"trainer.max_iters should be an integer greater than zero, got {max_iters!r}")
         self.max_iters = max_iters
-        self.max_epochs = math.ceil(max_iters / max(len(self.train_loader), 1))  # type: ignore[arg-type]
+        self.max_epochs = math.ceil(max_iters / max(self.steps_per_epoch, 1))
 
     def train(self, start_iter: Optional[int] = None, max_iter: Optional[int] = None) -> Dict[str, float]:  # type: ignore[override]
         """Train from step ``start_iter`` (default: where the trainer is) to ``max_iter`` (default: ``max_iters``)."""
         if max_iter is not None:
             self.max_iters = max_iter
         if start_iter is not None:
-            steps = len(self.train_loader)  # type: ignore[arg-type]
+            steps = self.steps_per_epoch
             self.iter, self.epoch, self.inner_iter = start_iter, start_iter // steps, start_iter % steps
+            self.resume = False
         return super().train()
 
     def run(self) -> None:
@@ -352,7 +510,7 @@ class EpochTrainer(TrainerBase):
         self.workflow = self._check_workflow(workflow)
         if any(phase == "val" for phase, _ in self.workflow) and self.val_loader is None:
             raise ValueError("trainer.workflow has a 'val' phase but the data config has no val set (data.val)")
-        self.max_iters = max_epochs * len(self.train_loader)  # type: ignore[arg-type]
+        self.max_iters = max_epochs * self.steps_per_epoch
 
     def _check_workflow(self, workflow: Sequence[Sequence[Any]]) -> List[tuple]:
         flows = []
@@ -370,12 +528,12 @@ class EpochTrainer(TrainerBase):
         return flows
 
     def run(self) -> None:
-        while self.epoch < self.max_epochs and not self.stop_reason:
-            for phase, epochs in self.workflow:
-                for _ in range(epochs):
-                    if self.stop_reason or (phase == "train" and self.epoch >= self.max_epochs):
-                        return
-                    if phase == "train":
-                        self.train_epoch()
-                    else:
-                        self.validate()
+        phases = [phase for phase, epochs in self.workflow for _ in range(epochs)]
+        while not self.stop_reason:
+            phase = phases[self.phase_index % len(phases)]
+            if phase == "train":
+                if self.epoch >= self.max_epochs or not self.train_epoch():
+                    return
+            else:
+                self.validate()
+            self.phase_index += 1
