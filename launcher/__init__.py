@@ -73,17 +73,29 @@ def seed_everything(seed: int) -> None:
 def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Optional[List[str]] = None) -> RunResult:
     """Build everything in ``cfg`` and train; ``run.json`` in ``run_dir`` records how it went.
 
-    Raises :class:`ConfigError` (before any training) when the config cannot be built.
+    Running again in the same ``run_dir`` resumes from its newest valid checkpoint
+    (``trainer.resume=auto``), and a run that already finished returns its recorded result
+    without training. Raises :class:`ConfigError` (before any training) when the config
+    cannot be built.
     """
     from hooks.base import HookBase
+    from launcher.rundir import RunRecord, finished_result
+    from launcher.signals import EXIT_INTERRUPTED, GracefulStop
 
     run_dir = Path(run_dir if run_dir is not None else os.getcwd())
     run_dir.mkdir(parents=True, exist_ok=True)
-    from launcher.rundir import RunRecord
+    if cfg.trainer.get("resume", "auto") not in (False, "false", None):
+        done = finished_result(run_dir)
+        if done is not None:
+            logger.info("This run already finished (%s): %s = %s; not training again", done["status"],
+                        cfg.objective, done["metrics"].get(cfg.objective))
+            value = done["metrics"].get(cfg.objective, float("nan"))
+            return RunResult(objective=float(value), metrics=done["metrics"], status=done["status"], run_dir=run_dir)
 
     record = RunRecord(run_dir, cfg.seed, overrides)
     record.start()
     trainer = None
+    stopper = None
     try:
         seed_everything(cfg.seed)
         logger.info("Instantiating model <%s>", cfg.model.get("_target_"))
@@ -106,17 +118,27 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
         logger.info("Hooks: %s", ", ".join(hooks) or "none")
         trainer = build("trainer", cfg.trainer, model=model, optimizer=optimizer, data=data, hooks=hooks, work_dir=run_dir)
         logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters, trainer.device, run_dir)
-        metrics = trainer.train()
+        with GracefulStop(trainer) as stopper:
+            metrics = trainer.train()
     except BaseException as err:
-        status = getattr(trainer, "status", "failed") if trainer is not None else "failed"
-        if status in ("created", "running", "completed"):
-            status = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
+        status = trainer.status if trainer is not None and trainer.status not in ("created", "running") else "failed"
+        if isinstance(err, KeyboardInterrupt):
+            status = "aborted"
         record.finish(status, 1, trainer.final_metrics() if trainer else {}, error=f"{type(err).__name__}: {err}")
         raise
     objective = metrics.get(cfg.objective)
     if objective is None:
         logger.warning("objective %r was not recorded; recorded metrics: %s", cfg.objective, sorted(metrics))
         objective = float("nan")
-    record.finish(trainer.status, 0, metrics, objective={"name": cfg.objective, "value": objective}, stop_reason=trainer.stop_reason)
-    logger.info("Finished (%s): %s = %.4f", trainer.status, cfg.objective, objective)
+    exit_code = EXIT_INTERRUPTED if trainer.status == "interrupted" else 0
+    record.finish(trainer.status, exit_code, metrics, objective={"name": cfg.objective, "value": objective},
+                  stop_reason=trainer.stop_reason, iter=trainer.iter,
+                  resumed_from=str(trainer.resumed_from) if trainer.resumed_from else None)
+    if trainer.status == "interrupted":
+        logger.warning("Interrupted at iteration %d (%s); exit code %d. Run the same command again to resume.",
+                       trainer.iter, stopper.name if stopper else trainer.stop_reason, EXIT_INTERRUPTED)
+        if stopper is not None:
+            stopper.chain()  # e.g. submitit's handler, which requeues the job: the checkpoint is on disk now
+    else:
+        logger.info("Finished (%s): %s = %.4f", trainer.status, cfg.objective, objective)
     return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=run_dir)

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 import launcher
 from launcher.build import ConfigError
+from launcher.signals import EXIT_INTERRUPTED
 
 logger = logging.getLogger("launcher")
 
@@ -25,6 +26,8 @@ def main(cfg: DictConfig) -> float:
             raise
         logger.error("Config error: %s", err)
         sys.exit(2)
+    if result.status == "interrupted":
+        sys.exit(EXIT_INTERRUPTED)
     return result.objective
 
 

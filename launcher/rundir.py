@@ -32,6 +32,17 @@ def _now() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
+def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:
+    """The recorded ``run.json`` of a run that already finished in ``run_dir``, else None."""
+    path = Path(run_dir) / "run.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    done = data.get("status") in ("completed", "stopped") and (Path(run_dir) / "checkpoints" / "final.pt").is_file()
+    return data if done else None
+
+
 class RunRecord:
     """``run.json`` in the run dir: written when the run starts and rewritten when it ends."""
 
@@ -40,6 +51,10 @@ class RunRecord:
         import torch
 
         self.path = Path(run_dir) / "run.json"
+        try:
+            previous = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            previous = {}
         self.data: Dict[str, Any] = {
             "status": "running",
             "seed": seed,
@@ -55,6 +70,8 @@ class RunRecord:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "start_time": _now(),
+            "first_start_time": previous.get("first_start_time") or previous.get("start_time"),
+            "attempt": int(previous.get("attempt", 0)) + 1,
             "end_time": None,
             "exit_code": None,
             "metrics": {},

@@ -1,0 +1,53 @@
+"""Graceful stop: SIGTERM, SIGINT and SIGUSR2 end a run at the next step boundary, with a checkpoint.
+
+The handler only sets the trainer's stop flag; the trainer stops at its next step boundary,
+hooks write their checkpoint in ``after_train``, and only then is a handler that was
+installed before ours (submitit's, which requeues the job on SIGUSR2) called. A second
+SIGINT (Ctrl-C twice) aborts at once.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Any, Dict, Optional
+
+EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped on a signal with a checkpoint; rerun the same command to resume
+
+SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None)) if s is not None)
+
+
+class GracefulStop:
+    """Context manager installing the handlers around ``trainer.train()``."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.received: Optional[int] = None
+        self._previous: Dict[int, Any] = {}
+
+    def __enter__(self) -> "GracefulStop":
+        if threading.current_thread() is threading.main_thread():
+            for sig in SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # second Ctrl-C: stop now, without a checkpoint
+        if self.received is None:
+            self.received = signum
+        self.trainer.request_stop(f"received {signal.Signals(signum).name}", interrupt=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    @property
+    def name(self) -> Optional[str]:
+        return signal.Signals(self.received).name if self.received is not None else None
+
+    def chain(self) -> None:
+        """Call the handler that was installed before ours for the signal received, if it was a function."""
+        previous = self._previous.get(self.received) if self.received is not None else None
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(self.received, None)

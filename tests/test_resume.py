@@ -1,0 +1,216 @@
+"""Kill a run at any moment, rerun the same command, and end bitwise where an uninterrupted run ends.
+
+Every run here is the real CLI in a subprocess with a fixed run dir (``hydra.run.dir``), so
+"the same command" resumes in place. A test hook (tests/pace.py) slows each step so the
+kills land where the test wants: mid-epoch, at an epoch boundary, inside a checkpoint write.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import pytest
+import torch
+
+from conftest import REPO, read_run
+
+TESTS = Path(__file__).resolve().parent
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+ENV.pop("HYDRA_FULL_ERROR", None)
+WRITE_DELAY = "LAUNCHER_TEST_CHECKPOINT_WRITE_DELAY"
+
+
+def command(run_dir: Path, trainer: str, workers: int) -> List[str]:
+    length = ["trainer.max_epochs=6"] if trainer == "epoch" else ["trainer.max_iters=100"]
+    return [
+        sys.executable, "-m", "launcher", f"hydra.run.dir={run_dir}", f"trainer={trainer}", *length,
+        "data=synthetic", "data.train.size=640", "data.batch_size=32", "data.shuffle=true", f"data.num_workers={workers}",
+        "model.dropout=0.1",  # draws from the torch RNG every step
+        "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=7", "hooks.checkpointer.keep_last=2",
+        "hooks.jsonl.period=1", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.01",
+    ]
+
+
+def run_to_end(cmd: List[str], cwd: Path, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=env or ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def rows(run_dir: Path) -> List[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def last_iter(run_dir: Path) -> int:
+    return max((r["iter"] for r in rows(run_dir)), default=-1)
+
+
+def run_until(cmd: List[str], cwd: Path, condition: Callable[[int], bool], env: Optional[dict] = None, sig=signal.SIGKILL) -> int:
+    """Start ``cmd``, send ``sig`` as soon as ``condition(pid)`` holds; return the exit code."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env or ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if condition(proc.pid):
+                proc.send_signal(sig)
+                break
+            time.sleep(0.002)
+        return proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def assert_same_final_state(run_dir: Path, reference: Path) -> None:
+    got = torch.load(run_dir / "checkpoints" / "final.pt", weights_only=False)
+    want = torch.load(reference / "checkpoints" / "final.pt", weights_only=False)
+    assert got["iter"] == want["iter"]
+    for key, tensor in want["model"].items():
+        assert torch.equal(got["model"][key], tensor), f"model.{key} differs"
+    assert got["optimizer"]["param_groups"] == want["optimizer"]["param_groups"]
+    for pid, state in want["optimizer"]["state"].items():
+        for name, tensor in state.items():
+            assert torch.equal(got["optimizer"]["state"][pid][name], tensor), f"optimizer state {pid}.{name} differs"
+
+
+def assert_same_metrics(run_dir: Path, reference: Path) -> None:
+    """Each scalar of each iteration logged once, with the value the uninterrupted run logged."""
+    def scalars(d: Path) -> Dict[tuple, float]:
+        logged: Dict[tuple, float] = {}
+        for r in rows(d):
+            for k, v in r.items():
+                if k.startswith(("train/", "val/")) or k == "lr":
+                    assert (r["iter"], k) not in logged, f"{k} at iter {r['iter']} logged twice in {d}"
+                    logged[(r["iter"], k)] = v
+        return logged
+
+    assert scalars(run_dir) == scalars(reference)
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory) -> Dict[tuple, Path]:
+    """Uninterrupted runs, one per (trainer, workers), made once for the module."""
+    return {}
+
+
+def reference_for(references, tmp_path_factory, trainer: str, workers: int) -> Path:
+    key = (trainer, workers)
+    if key not in references:
+        base = tmp_path_factory.mktemp(f"ref-{trainer}-{workers}")
+        run_to_end(command(base / "run", trainer, workers), base)
+        references[key] = base / "run"
+    return references[key]
+
+
+@pytest.mark.parametrize("trainer", ["epoch", "iter"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_killed_five_times_anywhere_then_resumed_ends_bitwise_equal(trainer, workers, tmp_path, references, tmp_path_factory):
+    reference = reference_for(references, tmp_path_factory, trainer, workers)
+    run_dir = tmp_path / "run"
+    cmd = command(run_dir, trainer, workers)
+    rng = random.Random(f"{trainer}-{workers}")
+    ckpts = run_dir / "checkpoints"
+    slow_writes = {**ENV, WRITE_DELAY: "0.4"}
+
+    def val_rows() -> int:
+        return sum("val/accuracy" in r for r in rows(run_dir))
+
+    # 1. mid-epoch, before any checkpoint exists
+    first = rng.randint(2, 5)
+    run_until(cmd, tmp_path, lambda pid: last_iter(run_dir) >= first)
+    # 2. inside a checkpoint write
+    run_until(cmd, tmp_path, lambda pid: any(ckpts.glob(f".*.tmp{pid}")), env=slow_writes)
+    # 3. at an epoch boundary: as soon as the epoch's validation is logged
+    seen = val_rows()
+    run_until(cmd, tmp_path, lambda pid: val_rows() > seen)
+    # 4. mid-epoch, at a random later step
+    target = last_iter(run_dir) + rng.randint(3, 12)
+    run_until(cmd, tmp_path, lambda pid: last_iter(run_dir) >= target)
+    # 5. inside a checkpoint write again
+    run_until(cmd, tmp_path, lambda pid: any(ckpts.glob(f".*.tmp{pid}")), env=slow_writes)
+
+    assert not (ckpts / "final.pt").exists(), "a kill should have landed before the end"
+    proc = run_to_end(cmd, tmp_path)
+    assert "Resumed from" in proc.stdout + proc.stderr
+    assert read_run(run_dir)["status"] == "completed" and read_run(run_dir)["attempt"] == 6
+    assert_same_final_state(run_dir, reference)
+    assert_same_metrics(run_dir, reference)
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def tb_steps(d: Path) -> List[int]:
+        acc = EventAccumulator(str(d))
+        acc.Reload()
+        return [e.step for e in acc.Scalars("train/loss")]
+
+    steps = tb_steps(run_dir)
+    assert steps == tb_steps(reference) and len(steps) == len(set(steps))
+
+
+def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_and_resumes_exactly(tmp_path, references, tmp_path_factory):
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir = tmp_path / "run"
+    cmd = command(run_dir, "iter", 0)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while last_iter(run_dir) < 30 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 75, out[-3000:]
+    record = read_run(run_dir)
+    assert record["status"] == "interrupted" and record["exit_code"] == 75
+    stopped_at = record["iter"]
+    assert f"Stopped at iteration {stopped_at}: received SIGTERM" in out
+    assert f"Interrupted at iteration {stopped_at} (SIGTERM); exit code 75" in out
+    assert (run_dir / "checkpoints" / f"iter_{stopped_at:07d}.pt").is_file()
+    assert (run_dir / "checkpoints" / "last").read_text().strip() == f"iter_{stopped_at:07d}.pt"
+    assert torch.load(run_dir / "checkpoints" / f"iter_{stopped_at:07d}.pt", weights_only=False)["iter"] == stopped_at
+
+    proc = run_to_end(cmd, tmp_path)
+    assert f"at iteration {stopped_at}" in proc.stdout + proc.stderr
+    assert_same_final_state(run_dir, reference)
+    assert_same_metrics(run_dir, reference)
+
+
+def test_truncated_newest_checkpoint_falls_back_to_the_previous_one_and_says_so(tmp_path, references, tmp_path_factory):
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir = tmp_path / "run"
+    cmd = command(run_dir, "iter", 0)
+    ckpts = run_dir / "checkpoints"
+    run_until(cmd, tmp_path, lambda pid: len(list(ckpts.glob("iter_*.pt"))) >= 2 and last_iter(run_dir) >= 16)
+    newest = ckpts / (ckpts / "last").read_text().strip()
+    older = [p for p in ckpts.glob("iter_*.pt") if p != newest]
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 2])
+
+    proc = run_to_end(cmd, tmp_path)
+    out = proc.stdout + proc.stderr
+    assert f"Checkpoint {newest} is unreadable" in out
+    assert f"resuming from {older[0]} instead" in out
+    assert_same_final_state(run_dir, reference)
+
+
+def test_rerunning_a_finished_run_does_not_train_again(tmp_path, references, tmp_path_factory):
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    final = reference / "checkpoints" / "final.pt"
+    before = (final.stat().st_mtime_ns, (reference / "metrics.jsonl").read_bytes())
+    proc = run_to_end(command(reference, "iter", 0), reference.parent)
+    assert "already finished" in proc.stdout + proc.stderr
+    assert (final.stat().st_mtime_ns, (reference / "metrics.jsonl").read_bytes()) == before
