@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from hooks.base import HookBase, Priority
-from launcher.checkpoint import save_checkpoint
+from launcher.checkpoint import BackgroundWriter
 
 logger = logging.getLogger(__name__)
 
@@ -14,9 +14,10 @@ logger = logging.getLogger(__name__)
 class PeriodicCheckpointer(HookBase):
     """Saves ``trainer.state_dict()`` (model, optimizer, counters, RNG, storage, every hook's state).
 
-    Periodic files are ``checkpoints/epoch_NNNN.pt`` or ``checkpoints/iter_NNNNNNN.pt``,
-    written at the step boundary after the period ends, so they hold a whole state; the
-    newest ``keep_last`` are kept (0 keeps all). A run that completes (or stops early) writes
+    Periodic files are ``checkpoints/epoch_NNNN.pt`` or ``checkpoints/iter_NNNNNNN.pt``. The
+    state is taken at the step boundary after the period ends, so it is whole, and written to
+    disk on a background thread while training goes on; the newest ``keep_last`` are kept
+    (0 keeps all), an old one removed only once the new one is safe. A run that completes (or stops early) writes
     ``checkpoints/final.pt``; a run interrupted by a signal writes ``iter_NNNNNNN.pt`` to
     resume from. ``checkpoints/last`` names the newest file.
     """
@@ -41,20 +42,21 @@ class PeriodicCheckpointer(HookBase):
         self.keep_last = keep_last
         self.save_final = save_final
         self._saved: List[str] = []  # periodic checkpoints on disk, oldest first
+        self._writer = BackgroundWriter()
 
-    def save(self, name: str) -> Path:
-        path = save_checkpoint(self.trainer.state_dict(), self.trainer.checkpoint_dir / name)
-        logger.log(logging.DEBUG if name.startswith(("epoch_", "iter_")) else logging.INFO, "Saved checkpoint %s", path)
+    def save(self, name: str, background: bool = False, then_remove: Sequence[str] = ()) -> Path:
+        directory = self.trainer.checkpoint_dir
+        path = self._writer.write(self.trainer.state_dict(), directory / name, [directory / n for n in then_remove], background)
+        logger.log(logging.DEBUG if background else logging.INFO, "Saved checkpoint %s", path)
         return path
 
-    def _save_periodic(self, name: str) -> Path:
+    def _save_periodic(self, name: str, background: bool = True) -> Path:
         if name in self._saved:
             self._saved.remove(name)
         self._saved.append(name)  # before saving, so the saved state knows of its own file
-        path = self.save(name)
-        while self.keep_last and len(self._saved) > self.keep_last:
-            (self.trainer.checkpoint_dir / self._saved.pop(0)).unlink(missing_ok=True)
-        return path
+        expired = self._saved[: -self.keep_last] if self.keep_last else []
+        del self._saved[: len(expired)]
+        return self.save(name, background, then_remove=expired)
 
     def after_step(self) -> None:
         if not self.by_epoch and (self.trainer.iter + 1) % self.period == 0:
@@ -71,8 +73,9 @@ class PeriodicCheckpointer(HookBase):
         if self.save_final and status in ("completed", "stopped"):
             self.save("final.pt")
         elif status == "interrupted":
-            path = self._save_periodic(f"iter_{self.trainer.iter:07d}.pt")
+            path = self._save_periodic(f"iter_{self.trainer.iter:07d}.pt", background=False)
             logger.warning("Saved %s; run the same command again to resume from it", path)
+        self._writer.wait()  # every checkpoint is on disk when training returns
 
     def state_dict(self) -> Dict[str, Any]:
         return {"saved": list(self._saved)}

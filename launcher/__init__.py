@@ -135,8 +135,11 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
                   stop_reason=trainer.stop_reason, iter=trainer.iter,
                   resumed_from=str(trainer.resumed_from) if trainer.resumed_from else None)
     if trainer.status == "interrupted":
-        logger.warning("Interrupted at iteration %d (%s); exit code %d. Run the same command again to resume.",
-                       trainer.iter, stopper.name if stopper else trainer.stop_reason, EXIT_INTERRUPTED)
+        last = trainer.checkpoint_dir / "last"
+        saved = last.is_file() and last.read_text().strip() == f"iter_{trainer.iter:07d}.pt"
+        advice = "Run the same command again to resume." if saved else "No checkpoint was written (no checkpointer hook): a rerun starts over."
+        logger.warning("Interrupted at iteration %d (%s); exit code %d. %s",
+                       trainer.iter, stopper.name if stopper else trainer.stop_reason, EXIT_INTERRUPTED, advice)
         if stopper is not None:
             stopper.chain()  # e.g. submitit's handler, which requeues the job: the checkpoint is on disk now
     else:

@@ -8,11 +8,13 @@ save removes.
 """
 from __future__ import annotations
 
+import io
 import logging
 import os
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -51,16 +53,66 @@ def atomic_write(path: PathLike, write: Callable[[Any], None], delay: float = 0.
     _fsync_dir(path.parent)
 
 
-def save_checkpoint(state: Dict[str, Any], path: PathLike) -> Path:
-    """Save ``state`` atomically to ``path``, then point ``<dir>/last`` at it."""
+def serialize(state: Dict[str, Any]) -> memoryview:
+    """The bytes ``torch.save`` would write: a snapshot that later training cannot change."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getbuffer()
+
+
+def write_checkpoint(data: Union[bytes, memoryview], path: PathLike) -> Path:
+    """Write serialized checkpoint bytes atomically to ``path``, then point ``<dir>/last`` at it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(".*.tmp*"):  # left by a process killed mid-write
         stale.unlink(missing_ok=True)
     delay = float(os.environ.get(_WRITE_DELAY_ENV, "0") or 0)
-    atomic_write(path, lambda f: torch.save(state, f), delay)
+    atomic_write(path, lambda f: f.write(data), delay)
     atomic_write(path.parent / "last", lambda f: f.write(path.name.encode() + b"\n"))
     return path
+
+
+def save_checkpoint(state: Dict[str, Any], path: PathLike) -> Path:
+    """Save ``state`` atomically to ``path``, then point ``<dir>/last`` at it."""
+    return write_checkpoint(serialize(state), path)
+
+
+class BackgroundWriter:
+    """Writes checkpoints on a thread: the state is serialized at once, the disk work overlaps training.
+
+    One write at a time, in order. A failed write (disk full...) is raised by the next
+    :meth:`write` or by :meth:`wait`, never lost.
+    """
+
+    def __init__(self) -> None:
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+
+    def write(self, state: Dict[str, Any], path: PathLike, then_remove: Sequence[Path] = (), background: bool = True) -> Path:
+        data = serialize(state)
+        self.wait()
+        if not background:
+            return self._write(data, Path(path), then_remove)
+        self._thread = threading.Thread(target=self._write, args=(data, Path(path), then_remove), name="checkpoint-writer")
+        self._thread.start()
+        return Path(path)
+
+    def _write(self, data: memoryview, path: Path, then_remove: Sequence[Path]) -> Path:
+        try:
+            write_checkpoint(data, path)
+            for old in then_remove:  # retention: only once the new file is safe
+                old.unlink(missing_ok=True)
+        except BaseException as err:
+            self._error = err
+        return path
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise RuntimeError(f"writing a checkpoint failed: {type(err).__name__}: {err}") from err
 
 
 def load_checkpoint(path: PathLike, map_location: Any = "cpu") -> Dict[str, Any]:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conftest import ToyData, make_trainer
+from hooks import HookBase
 from hooks.checkpoint import PeriodicCheckpointer
 from hooks.evaluator import Evaluator
 from hooks.lr_scheduler import LRScheduler
@@ -107,3 +108,74 @@ def test_writers_write_every_period_after_validation_and_at_the_end(tmp_path):
     acc.Reload()
     assert [e.step for e in acc.Scalars("val/accuracy")] == [3, 7]
     assert [e.step for e in acc.Scalars("train/loss")] == [2, 3, 5, 7]
+
+
+def test_resume_path_false_and_load_from(tmp_path):
+    first = make_trainer("iter", hooks={"ckpt": PeriodicCheckpointer(period=3, by_epoch=False, keep_last=0)}, max_iters=6, work_dir=tmp_path)
+    first.train()
+    ckpt = tmp_path / "checkpoints" / "iter_0000003.pt"
+
+    resumed = make_trainer("iter", hooks={"ckpt": PeriodicCheckpointer()}, max_iters=6, work_dir=tmp_path / "other", resume=str(ckpt))
+    resumed.train()
+    assert resumed.resumed_from == ckpt
+    for k, v in first.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[k], v)
+
+    fresh = make_trainer("iter", max_iters=2, work_dir=tmp_path, resume=False)
+    fresh.train()
+    assert fresh.resumed_from is None and fresh.iter == 2
+
+    tuned = make_trainer("iter", max_iters=1, work_dir=tmp_path / "tune", load_from=str(ckpt), resume=False)
+    tuned.resume_or_load()
+    assert torch.equal(tuned.model.lin.weight, torch.load(ckpt, weights_only=False)["model"]["lin.weight"])
+    assert tuned.iter == 0  # weights only: counters and optimizer start fresh
+
+
+def test_bad_resume_and_load_from_name_the_key_and_the_shapes(tmp_path):
+    from conftest import ToyModel
+
+    with pytest.raises(ValueError, match=r"trainer.resume: checkpoint '/nope.pt' does not exist; use auto, false or a checkpoint path"):
+        make_trainer(resume="/nope.pt")
+    with pytest.raises(ValueError, match=r"trainer.load_from: '/nope.pt' does not exist"):
+        make_trainer(load_from="/nope.pt")
+    torch.save({"model": ToyModel(features=5).state_dict()}, tmp_path / "w.pt")
+    trainer = make_trainer(load_from=str(tmp_path / "w.pt"), resume=False)
+    with pytest.raises(ValueError, match=r"parameter 'lin.weight' has shape \(2, 5\) in .*w.pt but \(2, 4\) in the model"):
+        trainer.train()
+
+
+def test_signal_stops_at_a_boundary_then_chains_the_previous_handler_after_the_checkpoint(tmp_path):
+    import os
+    import signal
+
+    import launcher
+
+    calls = []
+
+    def previous(signum, frame):  # stands in for submitit's requeueing handler
+        last = tmp_path / "checkpoints" / "last"
+        calls.append((signum, last.read_text().strip() if last.exists() else None))
+
+    old = signal.signal(signal.SIGUSR2, previous)
+    try:
+        cfg = launcher.compose(["data=synthetic", "data.train.size=320", "data.batch_size=32", "trainer=iter",
+                                "trainer.max_iters=50", "+hooks.kill._target_=test_hooks.SignalAt", "+hooks.kill.at=5"])
+        result = launcher.run(cfg, tmp_path)
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    assert result.status == "interrupted"
+    assert calls == [(signal.SIGUSR2, "iter_0000006.pt")]  # called once, with the checkpoint on disk
+    assert signal.getsignal(signal.SIGUSR2) is old  # our handler is gone after the run
+
+
+class SignalAt(HookBase):
+    def __init__(self, at: int):
+        super().__init__()
+        self.at = at
+
+    def after_step(self):
+        if self.trainer.iter == self.at:
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGUSR2)
