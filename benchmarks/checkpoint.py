@@ -84,16 +84,12 @@ def timed(fn):
     return run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--hidden", type=int, default=2048, help="MLP width; 2048 gives a ~50 MB state with momentum")
-    args = parser.parse_args()
+def measure(repeats: int, hidden: int):
     torch.set_num_threads(1)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        trainer = make_trainer(tmp / "t", args.hidden, resume=False)
+        trainer = make_trainer(tmp / "t", hidden, resume=False)
         for p in trainer.model.parameters():  # momentum buffers, as after a real step
             trainer.optimizer.state[p]["momentum_buffer"] = torch.randn_like(p)
         state = trainer.state_dict()
@@ -108,11 +104,11 @@ def main() -> None:
             writer.wait()
             return took
 
-        t_bare, t_ours = median_pair(timed(lambda: torch.save(state, bare)), held, args.repeats)
+        t_bare, t_ours = median_pair(timed(lambda: torch.save(state, bare)), held, repeats)
         rows.append((f"save, training held ({mb:.0f} MB state)", t_bare, t_ours))
-        t_bare, t_ours = median_pair(timed(lambda: torch.save(state, bare)), timed(lambda: save_checkpoint(state, ours)), args.repeats)
+        t_bare, t_ours = median_pair(timed(lambda: torch.save(state, bare)), timed(lambda: save_checkpoint(state, ours)), repeats)
         rows.append((f"save, durable on disk (fsync) ({mb:.0f} MB state)", t_bare, t_ours))
-        t_bare, t_ours = median_pair(timed(lambda: torch.load(bare, weights_only=False)), timed(lambda: load_newest_valid(ours.parent)), args.repeats)
+        t_bare, t_ours = median_pair(timed(lambda: torch.load(bare, weights_only=False)), timed(lambda: load_newest_valid(ours.parent)), repeats)
         rows.append((f"load ({mb:.0f} MB state)", t_bare, t_ours))
 
         # resume at 90% of the epoch: 281 of 313 batches done
@@ -122,15 +118,30 @@ def main() -> None:
         fresh = lambda: time_to_first_step(lambda: make_trainer(tmp / "f", 256, resume=False))  # noqa: E731
         resumed = lambda: time_to_first_step(lambda: make_trainer(tmp / "r", 256, resume=str(resume_ckpt)))  # noqa: E731
         reread = lambda: time_to_first_step(lambda: make_trainer(tmp / "r", 256, str(resume_ckpt), RereadingLoaders))  # noqa: E731
-        t_fresh, t_resume = median_pair(fresh, resumed, args.repeats)
+        t_fresh, t_resume = median_pair(fresh, resumed, repeats)
         name = f"first step, resume at 90% of a {small.steps_per_epoch}-batch epoch"
         rows.append((f"{name} (skips batches)", t_fresh, t_resume))
-        t_fresh, t_reread = median_pair(fresh, reread, args.repeats)
+        t_fresh, t_reread = median_pair(fresh, reread, repeats)
         rows.append((f"{name} (re-reads batches, for contrast)", t_fresh, t_reread))
 
-    print(f"| what | bare / fresh (ms) | launcher (ms) | ratio |\n|---|---|---|---|")
-    for name, base, ours in rows:
-        print(f"| {name} | {base * 1e3:.1f} | {ours * 1e3:.1f} | {ours / base:.2f}x |")
+    return rows
+
+
+def table(rows) -> str:
+    lines = ["| what | bare / fresh (ms) | launcher (ms) | ratio |", "|---|---|---|---|"]
+    lines += [f"| {name} | {base * 1e3:.1f} | {ours * 1e3:.1f} | {ours / base:.2f}x |" for name, base, ours in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--hidden", type=int, default=2048, help="MLP width; 2048 gives a ~33 MB state with momentum")
+    args = parser.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.ERROR)
+    print(table(measure(args.repeats, args.hidden)))
 
 
 if __name__ == "__main__":

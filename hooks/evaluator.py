@@ -1,9 +1,12 @@
 """Evaluator: periodic validation (``val/loss``, ``val/accuracy``, whatever the model reports)."""
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
 from hooks.base import HookBase, Priority
+
+logger = logging.getLogger(__name__)
 
 
 class Evaluator(HookBase):
@@ -23,12 +26,17 @@ class Evaluator(HookBase):
         self.by_epoch = by_epoch
         self.at_end = at_end
 
+    def before_train(self) -> None:
+        if self.trainer.val_loader is None:
+            logger.warning("hooks.evaluator: the data config has no val set (data.val is null); no validation will run")
+            self.period = 0
+
     def after_step(self) -> None:
-        if not self.by_epoch and (self.trainer.iter + 1) % self.period == 0:
+        if self.period and not self.by_epoch and (self.trainer.iter + 1) % self.period == 0:
             self.trainer.validate()
 
     def after_epoch(self) -> None:
-        if self.by_epoch and (self.trainer.epoch + 1) % self.period == 0:
+        if self.period and self.by_epoch and (self.trainer.epoch + 1) % self.period == 0:
             self.trainer.validate()
 
     def after_train(self) -> None:

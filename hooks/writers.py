@@ -93,7 +93,7 @@ class ConsoleWriter(PeriodicWriter):
             step = max(scalars[k][1] for k in train_keys) + 1
             parts.append(f"iter {step}/{t.max_iters}")
             if storage.has("time") and t.max_iters > step:
-                eta = storage.history("time").median(1000) * (t.max_iters - step)
+                eta = storage.history("time").median(200) * (t.max_iters - step)
                 parts.append(f"eta {datetime.timedelta(seconds=int(eta))}")
         for key in sorted(scalars):
             if key not in ("time", "data_time", "lr"):

@@ -19,7 +19,7 @@ from launcher.config import register_configs
 
 logger = logging.getLogger("launcher")
 
-__all__ = ["CONFIG_DIR", "ConfigError", "RunResult", "compose", "run"]
+__all__ = ["CONFIG_DIR", "ConfigError", "RunResult", "build_trainer", "compose", "run"]
 
 
 def _config_dir() -> str:
@@ -70,6 +70,35 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
+    """Seed, then build the model, optimizer, data, hooks and trainer of ``cfg`` (nothing runs).
+
+    Raises :class:`ConfigError`, naming the key, for anything that cannot be built.
+    """
+    from hooks.base import HookBase
+
+    seed_everything(cfg.seed)
+    logger.info("Instantiating model <%s>", cfg.model.get("_target_"))
+    model = build("model", cfg.model)
+    factory = build("optimizer", cfg.optimizer)
+    if not callable(factory):
+        raise ConfigError("optimizer: expected a factory of the model's parameters; set optimizer._partial_=true")
+    # Built on the model's parameters before the trainer moves the model: Module.to keeps them.
+    optimizer = call("optimizer", cfg.optimizer, factory, model.parameters())
+    data = build("data", cfg.data)
+    hooks: Dict[str, Any] = {}
+    for name, node in cfg.hooks.items():
+        hook = build(f"hooks.{name}", node)
+        if not isinstance(hook, HookBase):
+            raise ConfigError(
+                f"hooks.{name}._target_: {node.get('_target_')} built a {type(hook).__name__}, which is not "
+                f"a hooks.HookBase; a hook must subclass hooks.HookBase"
+            )
+        hooks[name] = hook
+    logger.info("Hooks: %s", ", ".join(hooks) or "none")
+    return build("trainer", cfg.trainer, model=model, optimizer=optimizer, data=data, hooks=hooks, work_dir=Path(run_dir))
+
+
 def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Optional[List[str]] = None) -> RunResult:
     """Build everything in ``cfg`` and train; ``run.json`` in ``run_dir`` records how it went.
 
@@ -78,7 +107,6 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     without training. Raises :class:`ConfigError` (before any training) when the config
     cannot be built.
     """
-    from hooks.base import HookBase
     from launcher.rundir import RunRecord, finished_result
     from launcher.signals import EXIT_INTERRUPTED, GracefulStop
 
@@ -97,26 +125,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     trainer = None
     stopper = None
     try:
-        seed_everything(cfg.seed)
-        logger.info("Instantiating model <%s>", cfg.model.get("_target_"))
-        model = build("model", cfg.model)
-        factory = build("optimizer", cfg.optimizer)
-        if not callable(factory):
-            raise ConfigError("optimizer: expected a factory of the model's parameters; set optimizer._partial_=true")
-        # Built on the model's parameters before the trainer moves the model: Module.to keeps them.
-        optimizer = call("optimizer", cfg.optimizer, factory, model.parameters())
-        data = build("data", cfg.data)
-        hooks: Dict[str, Any] = {}
-        for name, node in cfg.hooks.items():
-            hook = build(f"hooks.{name}", node)
-            if not isinstance(hook, HookBase):
-                raise ConfigError(
-                    f"hooks.{name}._target_: {node.get('_target_')} built a {type(hook).__name__}, which is not "
-                    f"a hooks.HookBase; a hook must subclass hooks.HookBase"
-                )
-            hooks[name] = hook
-        logger.info("Hooks: %s", ", ".join(hooks) or "none")
-        trainer = build("trainer", cfg.trainer, model=model, optimizer=optimizer, data=data, hooks=hooks, work_dir=run_dir)
+        trainer = build_trainer(cfg, run_dir)
         logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters, trainer.device, run_dir)
         with GracefulStop(trainer) as stopper:
             metrics = trainer.train()

@@ -23,17 +23,37 @@ def _split(n: int, split: str, val_fraction: float, split_seed: int) -> torch.Te
     return order[:n_val] if split == "val" else order[n_val:]
 
 
+def _bundled_digits() -> "np.ndarray":
+    """scikit-learn's ``datasets/data/digits.csv.gz`` (64 pixels then the label, per row).
+
+    Read straight from the installed package: importing ``sklearn.datasets`` takes about a
+    second, most of a run's start-up. ``load_digits`` remains the fallback.
+    """
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.find_spec("sklearn")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        path = Path(location) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            return np.loadtxt(path, delimiter=",")
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    return np.concatenate([bunch.data, bunch.target[:, None]], axis=1)
+
+
 def digits(split: str = "train", val_fraction: float = 0.2, split_seed: int = 0) -> TensorDataset:
     """scikit-learn's bundled 8x8 handwritten digits (1,797 images, 10 classes; no download).
 
     Items are ``(image, label)`` with images of shape ``(1, 8, 8)`` scaled to ``[0, 1]``.
     The train/val split depends on ``split_seed`` only, so runs with different seeds share it.
     """
-    from sklearn.datasets import load_digits  # imported here: scikit-learn is slow to import
-
-    bunch = load_digits()
-    images = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    labels = torch.tensor(bunch.target, dtype=torch.long)
+    table = _bundled_digits()
+    images = torch.tensor(table[:, :-1], dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
+    labels = torch.tensor(table[:, -1], dtype=torch.long)
     idx = _split(len(labels), split, val_fraction, split_seed)
     return TensorDataset(images[idx], labels[idx])
 

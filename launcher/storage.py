@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from itertools import islice
 from typing import Any, Deque, Dict, Iterable, List, Mapping, Tuple
 
 import torch
@@ -23,26 +24,34 @@ class HistoryBuffer:
     def __init__(self, max_length: int = 1000) -> None:
         self._values: Deque[Scalar] = deque(maxlen=max_length)
         self._iters: Deque[int] = deque(maxlen=max_length)
-        self._pending = False  # True while some value is still a tensor
+        self._pending = 0  # how many of the newest values may still be tensors
 
     def update(self, value: Scalar, iteration: int) -> None:
         if isinstance(value, torch.Tensor):
             value = value.detach()
-            self._pending = True
+            self._pending += 1
+        elif self._pending:
+            self._pending += 1
         self._values.append(value)
         self._iters.append(iteration)
 
     def _materialize(self) -> None:
-        """Turn stored tensors into floats with one host transfer."""
+        """Turn the newest values that are tensors into floats, with one host transfer."""
         if not self._pending:
             return
-        values = list(self._values)
-        slots = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
-        floats = torch.stack([values[i].float().reshape(()).cpu() for i in slots]).tolist()
-        for i, f in zip(slots, floats):
-            values[i] = f
-        self._values = deque(values, maxlen=self._values.maxlen)
-        self._pending = False
+        k = min(self._pending, len(self._values))
+        tail = [self._values.pop() for _ in range(k)][::-1]
+        slots = [i for i, v in enumerate(tail) if isinstance(v, torch.Tensor)]
+        if slots:
+            tensors = [tail[i] for i in slots]
+            try:  # one stack and one transfer; values of one key share a dtype and device
+                floats = torch.stack(tensors).reshape(-1).double().cpu().tolist()
+            except RuntimeError:
+                floats = [float(t.reshape(())) for t in tensors]
+            for i, f in zip(slots, floats):
+                tail[i] = f
+        self._values.extend(tail)
+        self._pending = 0
 
     def values(self) -> List[Tuple[float, int]]:
         """All kept ``(value, iteration)`` pairs, oldest first."""
@@ -58,8 +67,7 @@ class HistoryBuffer:
 
     def _window(self, window: int) -> List[float]:
         self._materialize()
-        n = len(self._values)
-        return [float(v) for v in (self._values[i] for i in range(max(0, n - window), n))]
+        return [float(v) for v in islice(reversed(self._values), window)]
 
     def median(self, window: int) -> float:
         return float(statistics.median(self._window(window)))
@@ -72,13 +80,17 @@ class HistoryBuffer:
         return len(self._values)
 
     def state_dict(self) -> Dict[str, Any]:
+        # Two tensors rather than lists of numbers: torch.save pickles a list item by item.
         self._materialize()
-        return {"values": list(self._values), "iters": list(self._iters)}
+        return {
+            "values": torch.tensor([float(v) for v in self._values], dtype=torch.float64),
+            "iters": torch.tensor(list(self._iters), dtype=torch.int64),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._values = deque(state["values"], maxlen=self._values.maxlen)
-        self._iters = deque(state["iters"], maxlen=self._iters.maxlen)
-        self._pending = False
+        self._values = deque(torch.as_tensor(state["values"], dtype=torch.float64).tolist(), maxlen=self._values.maxlen)
+        self._iters = deque(torch.as_tensor(state["iters"], dtype=torch.int64).tolist(), maxlen=self._iters.maxlen)
+        self._pending = 0
 
 
 class EventStorage:
@@ -94,6 +106,8 @@ class EventStorage:
         self._max_length = max_length
         self._history: Dict[str, HistoryBuffer] = {}
         self._smoothing_hints: Dict[str, bool] = {}
+        self._puts = 0  # bumps on every put: several writers reading at one step share one summary
+        self._summary: Tuple[int, int, Dict[str, Tuple[float, int]]] = (-1, 0, {})
 
     def put_scalar(self, name: str, value: Scalar, smoothing_hint: bool = True) -> None:
         """Record ``value`` for ``name`` at the current iteration.
@@ -106,6 +120,7 @@ class EventStorage:
             buf = self._history[name] = HistoryBuffer(self._max_length)
             self._smoothing_hints[name] = smoothing_hint
         buf.update(value, self.iter)
+        self._puts += 1
 
     def put_scalars(self, *, smoothing_hint: bool = True, **values: Scalar) -> None:
         for name, value in values.items():
@@ -129,10 +144,14 @@ class EventStorage:
 
     def latest_with_smoothing_hint(self, window: int = 20) -> Dict[str, Tuple[float, int]]:
         """Like :meth:`latest`, but keys put with ``smoothing_hint`` report their windowed median."""
-        return {
-            k: (b.median(window) if self._smoothing_hints[k] else b.latest(), b.latest_iter())
-            for k, b in self._history.items()
-        }
+        puts, cached_window, summary = self._summary
+        if puts != self._puts or cached_window != window:
+            summary = {
+                k: (b.median(window) if self._smoothing_hints[k] else b.latest(), b.latest_iter())
+                for k, b in self._history.items()
+            }
+            self._summary = (self._puts, window, summary)
+        return dict(summary)
 
     def state_dict(self) -> Dict[str, Any]:
         return {
@@ -146,6 +165,7 @@ class EventStorage:
         self.iter = state["iter"]
         self.epoch = state["epoch"]
         self._smoothing_hints = dict(state["smoothing_hints"])
+        self._summary = (-1, 0, {})
         self._history = {}
         for k, s in state["history"].items():
             buf = self._history[k] = HistoryBuffer(self._max_length)

@@ -112,6 +112,9 @@ class TrainerBase:
     run. ``epoch`` counts finished passes over the training data in the same way.
     """
 
+    FINITE_CHECK_PERIOD = 20  # steps between finiteness checks of losses on an accelerator
+    SYNC_FREE_DEVICES = ("cpu",)  # reading a scalar there costs no device sync: check every step
+
     def __init__(
         self,
         model: nn.Module,
@@ -154,6 +157,9 @@ class TrainerBase:
         self.val_loader = self.build_val_loader()
         self.steps_per_epoch = len(self.train_loader)  # type: ignore[arg-type]
         self._non_blocking = bool(getattr(self.train_loader, "pin_memory", False)) and self.device.type == "cuda"
+        self._move = self.device.type != "cpu"
+        self._train_keys: Dict[str, str] = {}  # loss name -> "train/<name>"
+        self._unchecked: List[tuple] = []  # losses not yet checked for finiteness (accelerators)
         self._hooks: List[HookBase] = []
         self._handlers: Dict[str, List[Callable[[], None]]] = {e: [] for e in EVENTS}
         self.register_hooks(hooks)
@@ -275,6 +281,7 @@ class TrainerBase:
     def train(self) -> Dict[str, float]:
         """Run :meth:`run` between ``before_train`` and ``after_train``; return the final metrics."""
         self.status = "running"
+        self.work_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.resume_or_load()
             self._call("before_train")
@@ -332,6 +339,7 @@ class TrainerBase:
                 if self.stop_reason:
                     break
         self._data_iter = iter(())
+        self._check_unchecked()
         if self.inner_iter < steps:
             return False
         storage.iter = self.iter - 1
@@ -360,28 +368,54 @@ class TrainerBase:
         """One iteration: fetch the batch, forward, losses, backward, optimizer step."""
         start = time.perf_counter()
         batch = next(self._data_iter)
-        if self.device.type != "cpu":
+        if self._move:
             batch = move_to_device(batch, self.device, self._non_blocking)
-        self.storage.put_scalar("data_time", time.perf_counter() - start)
+        storage = self.storage
+        storage.put_scalar("data_time", time.perf_counter() - start)
 
-        losses = _as_tensor_dict(self.model(batch), self.model, "train")
-        loss = losses["loss"] if len(losses) == 1 and "loss" in losses else sum(losses.values())
+        out = self.model(batch)
+        if isinstance(out, torch.Tensor) and out.numel() == 1:  # the common case, without building a dict
+            loss, losses = out, None
+            storage.put_scalar("train/loss", out.detach())
+        else:
+            losses = _as_tensor_dict(out, self.model, "train")
+            loss = sum(losses.values()) if len(losses) > 1 else next(iter(losses.values()))
+            for name, value in losses.items():
+                storage.put_scalar(self._train_keys.get(name) or self._train_keys.setdefault(name, f"train/{name}"), value.detach())
+            if len(losses) > 1:
+                storage.put_scalar("train/total_loss", loss.detach())
         self._check_finite(loss, losses)
-        for name, value in losses.items():
-            self.storage.put_scalar(f"train/{name}", value.detach())
-        if len(losses) > 1:
-            self.storage.put_scalar("train/total_loss", loss.detach())
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
 
-    def _check_finite(self, loss: torch.Tensor, losses: Mapping[str, torch.Tensor]) -> None:
-        if not math.isfinite(loss.item()):
-            values = ", ".join(f"{k}={v.item()}" for k, v in losses.items())
-            raise FloatingPointError(
-                f"Loss became infinite or NaN at iteration {self.iter} (epoch {self.epoch}): {values}"
-            )
+    def _check_finite(self, loss: torch.Tensor, losses: Optional[Mapping[str, torch.Tensor]]) -> None:
+        """Raise ``FloatingPointError`` for a non-finite loss, naming the iteration and every loss.
+
+        On the CPU every step is checked (reading a CPU scalar costs no device sync). On an
+        accelerator the losses are checked every ``FINITE_CHECK_PERIOD`` steps with one sync,
+        so the step never waits on the device just for this; the error still names the first
+        bad iteration.
+        """
+        if loss.device.type in self.SYNC_FREE_DEVICES:
+            if not math.isfinite(loss.item()):
+                self._raise_non_finite(self.iter, losses or {"loss": loss})
+            return
+        self._unchecked.append((self.iter, loss.detach(), {k: v.detach() for k, v in (losses or {"loss": loss}).items()}))
+        if len(self._unchecked) >= self.FINITE_CHECK_PERIOD:
+            self._check_unchecked()
+
+    def _check_unchecked(self) -> None:
+        pending, self._unchecked = self._unchecked, []
+        if pending and not bool(torch.isfinite(torch.stack([p[1].float().reshape(()) for p in pending])).all()):
+            for it, total, losses in pending:
+                if not math.isfinite(total.item()):
+                    self._raise_non_finite(it, losses)
+
+    def _raise_non_finite(self, iteration: int, losses: Mapping[str, torch.Tensor]) -> None:
+        values = ", ".join(f"{k}={v.item()}" for k, v in losses.items())
+        raise FloatingPointError(f"Loss became infinite or NaN at iteration {iteration} (epoch {self.epoch}): {values}")
 
     @torch.no_grad()
     def validate(self) -> Dict[str, float]:

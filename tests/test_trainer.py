@@ -156,6 +156,23 @@ def test_non_finite_loss_raises_naming_iteration_and_every_loss():
         trainer.train()
 
 
+def test_non_finite_loss_on_an_accelerator_is_found_in_batches_naming_the_first_bad_iteration():
+    class NaNFrom5(ToyModel):
+        calls = 0
+
+        def forward(self, batch):
+            self.calls += 1
+            loss = super().forward(batch)
+            return loss * float("nan") if self.calls >= 6 else loss
+
+    model = NaNFrom5()
+    trainer = make_trainer("iter", model=model, max_iters=100, data=ToyData(n=400, batch=4))
+    trainer.SYNC_FREE_DEVICES = ()  # take the accelerator path: no per-step sync
+    with pytest.raises(FloatingPointError, match=r"iteration 5 .*loss=nan"):
+        trainer.train()
+    assert model.calls == 20  # checked once, after FINITE_CHECK_PERIOD steps
+
+
 def test_model_returning_something_else_is_named_in_the_error():
     class Logits(ToyModel):
         def forward(self, batch):

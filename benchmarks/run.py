@@ -1,0 +1,67 @@
+"""The benchmark suite: every comparison side by side, tables printed and written into README.md.
+
+    python benchmarks/run.py            # full sizes; rewrites README.md's results section
+    python benchmarks/run.py --quick    # tiny sizes, a smoke run (what the tests do); README untouched
+
+Each benchmark interleaves its contenders and reports medians, so the ratios hold on a shared,
+noisy machine; single figures still move by a few percent between invocations.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import checkpoint  # noqa: E402
+import loop  # noqa: E402
+import startup  # noqa: E402
+
+START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
+
+
+def run(quick: bool) -> str:
+    import logging
+
+    logging.basicConfig(level=logging.ERROR)
+    sections = []
+    epochs, repeats = (1, 1) if quick else (10, 9)
+    sections.append("**Loop overhead** (`benchmarks/loop.py`: MLP 64-128-10, 8192 x 64 synthetic, batch 64, "
+                    "SGD + cosine schedule, 1 CPU thread)\n\n" + loop.table(loop.measure(epochs, repeats)))
+    sections.append("**Start-up** (`benchmarks/startup.py`)\n\n" + startup.table(startup.measure(1 if quick else 5)))
+    rows = checkpoint.measure(repeats=1 if quick else 9, hidden=64 if quick else 2048)
+    sections.append("**Checkpoints and resume** (`benchmarks/checkpoint.py`)\n\n" + checkpoint.table(rows))
+    stamp = (f"Measured {datetime.date.today()} with torch {torch.__version__}, Python {platform.python_version()}, "
+             f"on {platform.machine()} ({torch.get_num_threads()} threads available).")
+    return "\n\n".join(sections + [stamp])
+
+
+def write_readme(text: str, readme: Path) -> None:
+    content = readme.read_text()
+    if START not in content or END not in content:
+        raise SystemExit(f"{readme} has no {START} ... {END} section to rewrite")
+    head, rest = content.split(START, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{START}\n{text}\n{END}{tail}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat; does not touch README.md")
+    parser.add_argument("--readme", type=Path, default=HERE.parent / "README.md")
+    args = parser.parse_args()
+    text = run(args.quick)
+    print(text)
+    if not args.quick:
+        write_readme(text, args.readme)
+
+
+if __name__ == "__main__":
+    main()
