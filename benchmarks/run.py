@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ def run(quick: bool) -> str:
     rows = checkpoint.measure(repeats=1 if quick else 9, hidden=64 if quick else 2048)
     sections.append("**Checkpoints and resume** (`benchmarks/checkpoint.py`)\n\n" + checkpoint.table(rows))
     stamp = (f"Measured {datetime.date.today()} with torch {torch.__version__}, Python {platform.python_version()}, "
-             f"on {platform.machine()} ({torch.get_num_threads()} threads available).")
+             f"on {platform.machine()} with {os.cpu_count()} cores (the loop runs on 1 thread).")
     return "\n\n".join(sections + [stamp])
 
 

@@ -59,7 +59,8 @@ class HookBase:
     """
 
     priority: int = Priority.NORMAL
-    trainer: Any = None
+    trainer: Any = None  # weakref.proxy to the trainer, set by register_hooks
+    name: str = ""  # the key its state is checkpointed under (the config key, e.g. "checkpointer")
 
     def __init__(self, priority: Optional[int] = None) -> None:
         if priority is not None:

@@ -40,6 +40,7 @@ class LRScheduler(HookBase):
         self.by_epoch = by_epoch
         self.monitor = monitor
         self.scheduler: Any = None
+        self._plateau = False
 
     def _build(self) -> Any:
         if self.scheduler is None:
@@ -56,11 +57,8 @@ class LRScheduler(HookBase):
                     factory = functools.partial(factory, **{name: horizon})
                     break
             self.scheduler = factory(self.trainer.optimizer)
+            self._plateau = isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
         return self.scheduler
-
-    @property
-    def _plateau(self) -> bool:
-        return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
     def before_train(self) -> None:
         self._build()
