@@ -102,6 +102,8 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
 def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Optional[List[str]] = None) -> RunResult:
     """Build everything in ``cfg`` and train; ``run.json`` in ``run_dir`` records how it went.
 
+    ``run_dir`` defaults to ``outputs/<date>/<time>`` under the current directory, as on the CLI.
+
     Running again in the same ``run_dir`` resumes from its newest valid checkpoint
     (``trainer.resume=auto``), and a run that already finished returns its recorded result
     without training. Raises :class:`ConfigError` (before any training) when the config
@@ -110,7 +112,12 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     from launcher.rundir import RunRecord, finished_result
     from launcher.signals import EXIT_INTERRUPTED, GracefulStop
 
-    run_dir = Path(run_dir if run_dir is not None else os.getcwd())
+    if run_dir is None:  # as the CLI names a single run's directory
+        import datetime
+
+        now = datetime.datetime.now()
+        run_dir = Path("outputs") / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
+    run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.trainer.get("resume", "auto") not in (False, "false", None):
         done = finished_result(run_dir)

@@ -7,7 +7,7 @@ permutation fixed by ``seed`` and the epoch, so the order of every epoch is repr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler, TensorDataset
@@ -170,14 +170,14 @@ class DataLoaders:
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self.seed = seed
 
-    def train_loader(self, rank: int = 0, world_size: int = 1) -> EpochLoader:
+    def train_loader(self, rank: int = 0, world_size: int = 1, collate_fn: Optional[Callable] = None) -> EpochLoader:
         sampler = DistributedSampler(
             self.train, num_replicas=world_size, rank=rank, shuffle=self.shuffle, seed=self.seed, drop_last=self.drop_last
         )
         # Workers are not persistent: each epoch starts its workers from seeds fixed by (seed, epoch).
         loader = EpochLoader(
             self.train, self.batch_size, sampler, self.drop_last, self.seed,
-            num_workers=self.num_workers, pin_memory=self.pin_memory,
+            num_workers=self.num_workers, pin_memory=self.pin_memory, collate_fn=collate_fn,
         )
         if len(loader) == 0:
             raise ValueError(
@@ -186,10 +186,11 @@ class DataLoaders:
             )
         return loader
 
-    def val_loader(self, rank: int = 0, world_size: int = 1) -> Optional[DataLoader]:
+    def val_loader(self, rank: int = 0, world_size: int = 1, collate_fn: Optional[Callable] = None) -> Optional[DataLoader]:
         if self.val is None:
             return None
         sampler = DistributedSampler(self.val, num_replicas=world_size, rank=rank, shuffle=False)
         return DataLoader(
-            self.val, batch_size=self.val_batch_size, sampler=sampler, num_workers=self.num_workers, pin_memory=self.pin_memory
+            self.val, batch_size=self.val_batch_size, sampler=sampler, num_workers=self.num_workers,
+            pin_memory=self.pin_memory, collate_fn=collate_fn,
         )

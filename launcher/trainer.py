@@ -153,6 +153,7 @@ class TrainerBase:
         self._rng_to_restore: Optional[Dict[str, Any]] = None
         self.resumed_from: Optional[Path] = None
         self.last_val: Dict[str, float] = {}
+        self.batch: Any = None  # the batch of the current step, as the model received it
         self.train_loader = self.build_train_loader()
         self.val_loader = self.build_val_loader()
         self.steps_per_epoch = len(self.train_loader)  # type: ignore[arg-type]
@@ -339,6 +340,7 @@ class TrainerBase:
                 if self.stop_reason:
                     break
         self._data_iter = iter(())
+        self.batch = None
         self._check_unchecked()
         if self.inner_iter < steps:
             return False
@@ -370,6 +372,7 @@ class TrainerBase:
         batch = next(self._data_iter)
         if self._move:
             batch = move_to_device(batch, self.device, self._non_blocking)
+        self.batch = batch  # for hooks that look at the data of the step (throughput, samples)
         storage = self.storage
         storage.put_scalar("data_time", time.perf_counter() - start)
 

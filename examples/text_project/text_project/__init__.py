@@ -1,0 +1,1 @@
+"""An example user project: text classification on top of the launcher."""

@@ -1,0 +1,81 @@
+"""A user's own project (examples/text_project, copied outside the repo) runs on the launcher unedited."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import REPO, read_run, run_cli, run_dirs
+
+EXAMPLE = REPO / "examples" / "text_project"
+SHORT = ["trainer.max_epochs=2", "data.train.size=400", "data.val.size=100"]
+
+
+@pytest.fixture
+def project(tmp_path):
+    dest = tmp_path / "text_project"
+    shutil.copytree(EXAMPLE, dest, ignore=shutil.ignore_patterns("outputs", "__pycache__"))
+    return dest
+
+
+def test_user_configs_models_data_hooks_and_trainer_subclass_from_their_own_directory(project):
+    proc = run_cli(["--config-dir", "conf", "model=bag_of_tokens", "data=parity", "trainer=text", "hooks=[default,tokens]",
+                    "optimizer=adamw", *SHORT], project)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = run_dirs(project / "outputs")
+    cfg = (run_dir / ".hydra" / "config.yaml").read_text()
+    assert "text_project.trainer.TextTrainer" in cfg and "text_project.hooks.TokenThroughput" in cfg
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any("tokens_per_sec" in r for r in rows)  # their hook's metric, written by our writers
+    assert any("train/loss_cls" in r and "train/loss_l2" in r and "train/total_loss" in r for r in rows)  # loss dict
+    assert read_run(run_dir)["status"] == "completed"
+    import torch
+
+    final = torch.load(run_dir / "checkpoints" / "final.pt", weights_only=False)
+    assert final["hooks"]["tokens"]["total_tokens"] > 0  # their hook's state is checkpointed
+
+
+def test_experiment_bundle_and_searchpath_from_the_users_project(project):
+    proc = run_cli([f"hydra.searchpath=[file://{project / 'conf'}]", "+experiment=parity", *SHORT], project)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = run_dirs(project / "outputs")
+    assert read_run(run_dir)["metrics"]["val/accuracy"] > 0.5
+
+
+def test_built_in_experiment_bundle(tmp_path):
+    proc = run_cli(["+experiment=digits_cnn", "trainer.max_epochs=1", "hooks=minimal"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = run_dirs(tmp_path / "outputs")
+    cfg = (run_dir / ".hydra" / "config.yaml").read_text()
+    assert "launcher.models.CNN" in cfg and "torch.optim.AdamW" in cfg
+
+
+def test_python_api_compose_and_run_without_argv(project, monkeypatch):
+    import launcher
+
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(project))
+    cfg = launcher.compose(["+experiment=parity", *SHORT, "hooks=minimal"], config_dir=str(project / "conf"))
+    assert cfg.trainer._target_ == "text_project.trainer.TextTrainer"
+    result = launcher.run(cfg, project / "api_run")
+    assert result.status == "completed" and result.run_dir == project / "api_run"
+    assert result.metrics["train/loss_cls"] > 0 and isinstance(result.objective, float)
+
+
+def test_help_lists_groups_options_and_examples(tmp_path):
+    proc = run_cli(["--help"], tmp_path)
+    assert proc.returncode == 0
+    for text in ("model: cnn, mlp", "trainer: epoch, iter", "experiment: digits_cnn", "== Examples ==", "--config-dir"):
+        assert text in proc.stdout
+
+
+def test_user_errors_name_module_class_and_keys(project):
+    cases = [
+        (["model._target_=text_project.model.BagOfTokenz"], "did you mean 'text_project.model.BagOfTokens'"),
+        (["+model.widht=3"], "text_project.model.BagOfTokens rejected the config: BagOfTokens.__init__() got an unexpected keyword argument 'widht'; text_project.model.BagOfTokens accepts: vocab, hidden, pad_id"),
+        (["+hooks.bad._target_=text_project.data.ParitySentences"], "hooks.bad._target_: text_project.data.ParitySentences built a ParitySentences, which is not a hooks.HookBase"),
+    ]
+    for overrides, message in cases:
+        proc = run_cli(["--config-dir", "conf", "+experiment=parity", *SHORT, *overrides], project)
+        assert proc.returncode == 2 and message in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
