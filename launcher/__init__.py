@@ -119,7 +119,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
         run_dir = Path("outputs") / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.trainer.get("resume", "auto") not in (False, "false", None):
+    if cfg.trainer.get("resume", "auto") in ("auto", True):  # an explicit checkpoint path always trains on
         done = finished_result(run_dir)
         if done is not None:
             logger.info("This run already finished (%s): %s = %s; not training again", done["status"],

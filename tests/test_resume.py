@@ -7,6 +7,7 @@ kills land where the test wants: mid-epoch, at an epoch boundary, inside a check
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import random
 import signal
@@ -214,3 +215,14 @@ def test_rerunning_a_finished_run_does_not_train_again(tmp_path, references, tmp
     proc = run_to_end(command(reference, "iter", 0), reference.parent)
     assert "already finished" in proc.stdout + proc.stderr
     assert (final.stat().st_mtime_ns, (reference / "metrics.jsonl").read_bytes()) == before
+
+
+def test_explicit_resume_path_trains_on_even_when_the_run_finished(tmp_path, references, tmp_path_factory):
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    final = run_dir / "checkpoints" / "final.pt"
+    cmd = [*command(run_dir, "iter", 0), "trainer.max_iters=110", f"trainer.resume={final}"]
+    proc = run_to_end(cmd, tmp_path)
+    assert "already finished" not in proc.stdout + proc.stderr
+    assert torch.load(final, weights_only=False)["iter"] == 110
