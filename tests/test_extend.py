@@ -79,3 +79,12 @@ def test_user_errors_name_module_class_and_keys(project):
     for overrides, message in cases:
         proc = run_cli(["--config-dir", "conf", "+experiment=parity", *SHORT, *overrides], project)
         assert proc.returncode == 2 and message in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_trainer_subclass_selected_with_one_override(project):
+    proc = run_cli(["--config-dir", "conf", "model=bag_of_tokens", "data=parity", "hooks=minimal",
+                    "trainer._target_=text_project.trainer.TextTrainer", *SHORT], project)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = run_dirs(project / "outputs")
+    assert read_run(run_dir)["status"] == "completed"
+    assert "Training TextTrainer" in (run_dir / "train.log").read_text()
