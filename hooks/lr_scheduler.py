@@ -31,9 +31,19 @@ class LRScheduler(HookBase):
         scheduler: Callable[[torch.optim.Optimizer], Any],
         by_epoch: bool = False,
         monitor: str = "val/loss",
+        warmup_iters: int = 0,
+        warmup: str = "linear",
+        warmup_factor: float = 0.001,
+        log_all_groups: bool = False,
         priority: Optional[int] = None,
     ) -> None:
         super().__init__(priority)
+        if warmup not in ("linear", "constant"):
+            raise ValueError(f"LRScheduler: warmup should be linear or constant, got {warmup!r}")
+        if warmup_iters and by_epoch:
+            raise ValueError("LRScheduler: warmup_iters counts iterations; it needs by_epoch=false")
+        self.warmup_iters, self.warmup, self.warmup_factor = warmup_iters, warmup, warmup_factor
+        self.log_all_groups = log_all_groups
         if not callable(scheduler):
             raise TypeError(f"LRScheduler: scheduler must be a factory taking the optimizer (a _partial_ config), got {scheduler!r}")
         self._factory = scheduler
@@ -51,12 +61,20 @@ class LRScheduler(HookBase):
                 params = inspect.signature(target).parameters
             except (TypeError, ValueError):
                 params = {}
-            horizon = self.trainer.max_epochs if self.by_epoch else self.trainer.max_iters
+            horizon = self.trainer.max_epochs if self.by_epoch else self.trainer.max_iters - self.warmup_iters
             for name in _HORIZON_PARAMS:
                 if name in params and name not in given:
-                    factory = functools.partial(factory, **{name: horizon})
+                    factory = functools.partial(factory, **{name: max(horizon, 1)})
                     break
-            self.scheduler = factory(self.trainer.optimizer)
+            optimizer = self.trainer.optimizer
+            main = factory(optimizer)
+            if self.warmup_iters and not isinstance(main, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                sched = torch.optim.lr_scheduler
+                kind = sched.LinearLR if self.warmup == "linear" else sched.ConstantLR
+                kwargs = {"start_factor": self.warmup_factor} if self.warmup == "linear" else {"factor": self.warmup_factor}
+                first = kind(optimizer, total_iters=self.warmup_iters, **kwargs)
+                main = sched.SequentialLR(optimizer, [first, main], milestones=[self.warmup_iters])
+            self.scheduler = main
             self._plateau = isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
         return self.scheduler
 
@@ -64,7 +82,11 @@ class LRScheduler(HookBase):
         self._build()
 
     def after_step(self) -> None:
-        self.trainer.storage.put_scalar("lr", self.trainer.optimizer.param_groups[0]["lr"], smoothing_hint=False)
+        groups = self.trainer.optimizer.param_groups
+        self.trainer.storage.put_scalar("lr", groups[0]["lr"], smoothing_hint=False)
+        if self.log_all_groups:
+            for i, group in enumerate(groups):
+                self.trainer.storage.put_scalar(f"lr/group{i}", group["lr"], smoothing_hint=False)
         if not self.by_epoch and not self._plateau:
             self.scheduler.step()
 
@@ -83,4 +105,11 @@ class LRScheduler(HookBase):
         return {"scheduler": self._build().state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._build().load_state_dict(state["scheduler"])
+        # Building a scheduler may rewrite the lr (LinearLR, SequentialLR...) that the optimizer
+        # state just restored: keep every group's hyperparameters across the build.
+        groups = self.trainer.optimizer.param_groups
+        restored = [{k: v for k, v in g.items() if k != "params"} for g in groups]
+        self._build()
+        for group, values in zip(groups, restored):
+            group.update(values)
+        self.scheduler.load_state_dict(state["scheduler"])

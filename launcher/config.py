@@ -64,6 +64,10 @@ class LRSchedulerConf(HookConf):
     scheduler: Any = MISSING  # a _partial_ torch.optim.lr_scheduler config; its horizon is filled in when left out
     by_epoch: bool = False  # step once per epoch instead of once per iteration
     monitor: str = "val/loss"  # metric for ReduceLROnPlateau
+    warmup_iters: int = 0  # iterations of warmup before the schedule
+    warmup: str = "linear"  # linear | constant
+    warmup_factor: float = 0.001  # the lr at the start of warmup, as a fraction of the base lr
+    log_all_groups: bool = False  # also record lr/groupN for every parameter group
 
 
 @dataclass
@@ -106,6 +110,60 @@ class TensorBoardWriterConf(WriterConf):
     log_dir: str = "."  # relative to the run dir
 
 
+@dataclass
+class OptimizerStepConf(HookConf):
+    _target_: str = "hooks.optim.OptimizerStep"
+    accumulate: int = 1  # micro-batches per optimizer step
+    clip_grad_norm: Optional[float] = None  # clip the total gradient norm to this
+    norm_type: float = 2.0
+    clip_grad_value: Optional[float] = None  # or clip each gradient value to +-this
+    log_grad_norm: bool = False  # record grad_norm even without clipping
+    amp: Optional[str] = None  # null | fp16 (with GradScaler) | bf16
+    nonfinite: str = "raise"  # raise | skip: what a non-finite loss does
+
+
+@dataclass
+class EMAConf(HookConf):
+    _target_: str = "hooks.ema.EMA"
+    decay: float = 0.99
+    eval_with_ema: bool = True  # validate with the EMA weights
+    final_weights_ema: bool = True  # end the run (final.pt) with the EMA weights
+    use_buffers: bool = True  # average buffers (BatchNorm statistics) too
+
+
+@dataclass
+class EarlyStoppingConf(HookConf):
+    _target_: str = "hooks.early_stopping.EarlyStopping"
+    monitor: str = "val/loss"
+    mode: str = "min"  # min | max
+    patience: int = 5  # validations without improvement before stopping
+    min_delta: float = 0.0  # an improvement must beat the best by more than this
+
+
+@dataclass
+class ProgressBarConf(HookConf):
+    _target_: str = "hooks.progress.ProgressBar"
+    refresh_per_second: float = 4.0
+    force: bool = False  # also when stdout is not a terminal
+
+
+@dataclass
+class ProfilerConf(HookConf):
+    _target_: str = "hooks.profiler.Profiler"
+    wait: int = 5  # steps skipped first
+    warmup: int = 2  # steps profiled but discarded
+    active: int = 5  # steps recorded
+    record_shapes: bool = False
+    profile_memory: bool = False
+    dirname: str = "profiler"  # inside the run dir
+
+
+@dataclass
+class PreciseBNConf(HookConf):
+    _target_: str = "hooks.precise_bn.PreciseBN"
+    num_batches: int = 20  # training batches to average BatchNorm statistics over
+
+
 SCHEMAS = {
     "trainer": {"epoch": EpochTrainerConf, "iter": IterTrainerConf},
     "hooks": {
@@ -116,6 +174,12 @@ SCHEMAS = {
         "console": ConsoleWriterConf,
         "jsonl": JSONWriterConf,
         "tensorboard": TensorBoardWriterConf,
+        "optimizer_step": OptimizerStepConf,
+        "ema": EMAConf,
+        "early_stopping": EarlyStoppingConf,
+        "progress": ProgressBarConf,
+        "profiler": ProfilerConf,
+        "precise_bn": PreciseBNConf,
     },
 }
 

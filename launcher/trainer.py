@@ -34,6 +34,7 @@ and recorded as ``val/<name>``.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -163,6 +164,8 @@ class TrainerBase:
         self._unchecked: List[tuple] = []  # losses not yet checked for finiteness (accelerators)
         self._hooks: List[HookBase] = []
         self._handlers: Dict[str, List[Callable[[], None]]] = {e: [] for e in EVENTS}
+        self._step_hook: Any = None  # the hook that takes over backward and the optimizer step, if any
+        self._forward_context: Callable[[], Any] = contextlib.nullcontext
         self.register_hooks(hooks)
 
     # -- construction points a subclass may override --------------------------------------------
@@ -198,6 +201,12 @@ class TrainerBase:
             self._handlers[event] = [
                 getattr(h, event) for h in self._hooks if getattr(type(h), event) is not getattr(HookBase, event)
             ]
+        owners = [h for h in self._hooks if callable(getattr(h, "optimizer_step", None))]
+        if len(owners) > 1:
+            raise TypeError(f"hooks {[h.name for h in owners]} each take over the optimizer step; keep one of them")
+        self._step_hook = owners[0] if owners else None
+        context = getattr(self._step_hook, "forward_context", None)
+        self._forward_context = context if callable(context) else contextlib.nullcontext
 
     @property
     def hooks(self) -> List[HookBase]:
@@ -376,7 +385,8 @@ class TrainerBase:
         storage = self.storage
         storage.put_scalar("data_time", time.perf_counter() - start)
 
-        out = self.model(batch)
+        with self._forward_context():
+            out = self.model(batch)
         if isinstance(out, torch.Tensor) and out.numel() == 1:  # the common case, without building a dict
             loss, losses = out, None
             storage.put_scalar("train/loss", out.detach())
@@ -387,8 +397,10 @@ class TrainerBase:
                 storage.put_scalar(self._train_keys.get(name) or self._train_keys.setdefault(name, f"train/{name}"), value.detach())
             if len(losses) > 1:
                 storage.put_scalar("train/total_loss", loss.detach())
+        if self._step_hook is not None:  # accumulation, clipping, AMP, a NaN policy: see hooks/optim.py
+            self._step_hook.optimizer_step(loss, losses)
+            return
         self._check_finite(loss, losses)
-
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
@@ -436,7 +448,9 @@ class TrainerBase:
                 if self.device.type != "cpu":
                     batch = move_to_device(batch, self.device, self._non_blocking)
                 n = batch_size_of(batch)
-                for name, value in _as_tensor_dict(self.model(batch), self.model, "eval").items():
+                with self._forward_context():
+                    out = self.model(batch)
+                for name, value in _as_tensor_dict(out, self.model, "eval").items():
                     sums[name] = sums.get(name, 0) + value.detach().float().reshape(()) * n
                 count += n
         finally:

@@ -226,3 +226,36 @@ def test_explicit_resume_path_trains_on_even_when_the_run_finished(tmp_path, ref
     proc = run_to_end(cmd, tmp_path)
     assert "already finished" not in proc.stdout + proc.stderr
     assert torch.load(final, weights_only=False)["iter"] == 110
+
+
+FULL = ["hooks=full", "model=cnn", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.01",
+        "hooks.optimizer_step.accumulate=2", "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=7",
+        "hooks.jsonl.period=1", "hooks.early_stopping.patience=2"]
+
+
+def full_command(run_dir: Path) -> List[str]:
+    base = [a for a in command(run_dir, "iter", 0) if not a.startswith(("hooks.", "+hooks.", "model."))]
+    return [*base, *FULL]
+
+
+def test_every_hook_state_survives_kills_with_hooks_full(tmp_path):
+    ref = tmp_path / "ref"
+    run_to_end(full_command(ref), tmp_path)
+    run_dir = tmp_path / "run"
+    cmd = full_command(run_dir)
+    ckpts = run_dir / "checkpoints"
+    slow_writes = {**ENV, WRITE_DELAY: "0.4"}
+    run_until(cmd, tmp_path, lambda pid: last_iter(run_dir) >= 10)
+    run_until(cmd, tmp_path, lambda pid: any(ckpts.glob(f".*.tmp{pid}")), env=slow_writes)
+    seen = sum("val/accuracy" in r for r in rows(run_dir))
+    run_until(cmd, tmp_path, lambda pid: sum("val/accuracy" in r for r in rows(run_dir)) > seen)
+    assert not (ckpts / "final.pt").exists()
+    run_to_end(cmd, tmp_path)
+    assert_same_final_state(run_dir, ref)
+    assert_same_metrics(run_dir, ref)
+    got = torch.load(ckpts / "final.pt", weights_only=False)["hooks"]
+    want = torch.load(ref / "checkpoints" / "final.pt", weights_only=False)["hooks"]
+    for key, tensor in want["ema"]["ema"].items():
+        assert torch.equal(got["ema"]["ema"][key], tensor), f"ema {key} differs"
+    assert got["early_stopping"] == want["early_stopping"]
+    assert got["lr_scheduler"] == want["lr_scheduler"]

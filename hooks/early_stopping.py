@@ -1,0 +1,52 @@
+"""EarlyStopping: stop when a validation metric stops improving."""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Mapping, Optional
+
+from hooks.base import HookBase, Priority
+
+
+class EarlyStopping(HookBase):
+    """After each validation, compare ``monitor`` with the best so far (``mode`` min or max).
+
+    An improvement must beat the best by more than ``min_delta``. After ``patience``
+    validations without one, training stops at the next step boundary: the run ends
+    ``stopped``, writes ``checkpoints/final.pt``, and ``run.json`` says why.
+    """
+
+    priority = Priority.BELOW_NORMAL  # after the Evaluator (50) has recorded val/*
+
+    def __init__(self, monitor: str = "val/loss", mode: str = "min", patience: int = 5, min_delta: float = 0.0,
+                 priority: Optional[int] = None) -> None:
+        super().__init__(priority)
+        if mode not in ("min", "max"):
+            raise ValueError(f"EarlyStopping: mode should be min or max, got {mode!r}")
+        if not isinstance(patience, int) or patience < 1:
+            raise ValueError(f"EarlyStopping: patience should be an integer >= 1, got {patience!r}")
+        self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, abs(min_delta)
+        self.best = math.inf if mode == "min" else -math.inf
+        self.best_iter = -1
+        self.bad = 0
+
+    def after_val(self) -> None:
+        metrics = self.trainer.last_val
+        if self.monitor not in metrics:
+            raise KeyError(f"hooks.early_stopping.monitor: {self.monitor!r} is not a validation metric; got {sorted(metrics)}")
+        value = metrics[self.monitor]
+        better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
+        if better:
+            self.best, self.best_iter, self.bad = value, self.trainer.iter, 0
+            return
+        self.bad += 1
+        if self.bad >= self.patience:
+            self.trainer.request_stop(
+                f"early stopping: {self.monitor} did not improve on {self.best:.6g} (iteration {self.best_iter}) "
+                f"by more than {self.min_delta} for {self.patience} validations"
+            )
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"best": self.best, "best_iter": self.best_iter, "bad": self.bad}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.best, self.best_iter, self.bad = state["best"], state["best_iter"], state["bad"]

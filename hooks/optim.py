@@ -1,0 +1,146 @@
+"""OptimizerStep: gradient accumulation, clipping, mixed precision and the non-finite-loss policy.
+
+It takes over the trainer's optimizer step (the trainer calls ``optimizer_step`` instead of its
+plain ``zero_grad, backward, step``) and wraps the forward in ``forward_context`` (autocast).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Dict, Mapping, Optional
+
+import torch
+
+from hooks.base import HookBase, Priority
+
+logger = logging.getLogger(__name__)
+
+
+class OptimizerStep(HookBase):
+    """How a loss becomes an optimizer step.
+
+    - ``accumulate``: micro-batches per optimizer step. Each loss is divided by it and the
+      gradients summed, so 4 micro-batches of 16 step like one batch of 64 (for a mean loss).
+      Under DDP the backward of all but the last micro-batch runs in ``no_sync``. Iterations
+      (and so schedules and periods) count micro-batches.
+    - ``clip_grad_norm`` (with ``norm_type``) or ``clip_grad_value``: clip before the step; the
+      total norm before clipping is recorded as ``grad_norm`` (also with ``log_grad_norm``).
+    - ``amp``: ``fp16`` (autocast with a ``GradScaler``; a step whose gradients are not finite
+      is skipped with a warning, counted in ``skipped_steps``) or ``bf16`` (autocast, no scaler;
+      works on the CPU too).
+    - ``nonfinite``: ``raise`` (``FloatingPointError`` naming the iteration and every loss) or
+      ``skip`` (that batch does not step; a warning, and ``skipped_batches`` counts it).
+    """
+
+    priority = Priority.HIGH
+
+    def __init__(
+        self,
+        accumulate: int = 1,
+        clip_grad_norm: Optional[float] = None,
+        norm_type: float = 2.0,
+        clip_grad_value: Optional[float] = None,
+        log_grad_norm: bool = False,
+        amp: Optional[str] = None,
+        nonfinite: str = "raise",
+        priority: Optional[int] = None,
+    ) -> None:
+        super().__init__(priority)
+        if not isinstance(accumulate, int) or accumulate < 1:
+            raise ValueError(f"OptimizerStep: accumulate should be an integer >= 1, got {accumulate!r}")
+        if amp not in (None, "fp16", "bf16"):
+            raise ValueError(f"OptimizerStep: amp should be null, fp16 or bf16, got {amp!r}")
+        if nonfinite not in ("raise", "skip"):
+            raise ValueError(f"OptimizerStep: nonfinite should be raise or skip, got {nonfinite!r}")
+        if clip_grad_norm is not None and clip_grad_value is not None:
+            raise ValueError("OptimizerStep: set clip_grad_norm or clip_grad_value, not both")
+        self.accumulate = accumulate
+        self.clip_grad_norm = clip_grad_norm
+        self.norm_type = norm_type
+        self.clip_grad_value = clip_grad_value
+        self.log_grad_norm = log_grad_norm
+        self.amp = amp
+        self.nonfinite = nonfinite
+        self.scaler: Any = None
+        self.skipped_batches = 0
+        self.skipped_steps = 0
+        self._pending_grads: Optional[list] = None
+
+    def before_train(self) -> None:
+        device = self.trainer.device.type
+        if self.amp == "fp16":
+            self.scaler = torch.amp.GradScaler(device)
+            if self._scaler_state is not None:
+                self.scaler.load_state_dict(self._scaler_state)
+        if self._pending_grads is not None:  # resumed in the middle of an accumulation
+            for p, g in zip(self._params(), self._pending_grads):
+                p.grad = None if g is None else g.to(p.device)
+            self._pending_grads = None
+
+    _scaler_state: Optional[Dict[str, Any]] = None
+
+    def _params(self) -> list:
+        return [p for group in self.trainer.optimizer.param_groups for p in group["params"]]
+
+    def forward_context(self) -> Any:
+        if self.amp is None:
+            return contextlib.nullcontext()
+        dtype = torch.float16 if self.amp == "fp16" else torch.bfloat16
+        return torch.autocast(self.trainer.device.type, dtype=dtype)
+
+    def optimizer_step(self, loss: torch.Tensor, losses: Optional[Mapping[str, torch.Tensor]]) -> None:
+        t = self.trainer
+        if self.nonfinite == "raise":
+            t._check_finite(loss, losses)
+        elif not torch.isfinite(loss.detach()).all():
+            self.skipped_batches += 1
+            logger.warning("Skipped batch of iteration %d: non-finite loss (%d skipped so far)", t.iter, self.skipped_batches)
+            t.storage.put_scalar("skipped_batches", self.skipped_batches, smoothing_hint=False)
+            return
+        boundary = (t.iter + 1) % self.accumulate == 0
+        scaled = loss / self.accumulate if self.accumulate > 1 else loss
+        if self.scaler is not None:
+            scaled = self.scaler.scale(scaled)
+        sync = contextlib.nullcontext() if boundary or not hasattr(t.model, "no_sync") else t.model.no_sync()
+        with sync:
+            scaled.backward()
+        if not boundary:
+            return
+        optimizer = t.optimizer
+        if self.scaler is not None and (self.clip_grad_norm or self.clip_grad_value or self.log_grad_norm):
+            self.scaler.unscale_(optimizer)
+        params = self._params()
+        if self.clip_grad_norm is not None:
+            t.storage.put_scalar("grad_norm", torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm, self.norm_type).detach())
+        elif self.log_grad_norm:
+            grads = [p.grad for p in params if p.grad is not None]
+            t.storage.put_scalar("grad_norm", torch.nn.utils.get_total_norm(grads, self.norm_type).detach())
+        if self.clip_grad_value is not None:
+            torch.nn.utils.clip_grad_value_(params, self.clip_grad_value)
+        if self.scaler is not None:
+            scale = self.scaler.get_scale()
+            self.scaler.step(optimizer)
+            self.scaler.update()
+            if self.scaler.get_scale() < scale:  # the scaler found inf/nan gradients and skipped the step
+                self.skipped_steps += 1
+                logger.warning("Skipped the optimizer step of iteration %d: non-finite gradients under fp16", t.iter)
+                t.storage.put_scalar("skipped_steps", self.skipped_steps, smoothing_hint=False)
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def state_dict(self) -> Dict[str, Any]:
+        t = self.trainer
+        mid_accumulation = t.iter % self.accumulate != 0  # at a step boundary, t.iter steps are done
+        return {
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "skipped_batches": self.skipped_batches,
+            "skipped_steps": self.skipped_steps,
+            "grads": [None if p.grad is None else p.grad.detach().clone() for p in self._params()] if mid_accumulation else None,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._scaler_state = state["scaler"]
+        self.skipped_batches = state["skipped_batches"]
+        self.skipped_steps = state["skipped_steps"]
+        self._pending_grads = state["grads"]

@@ -1,0 +1,59 @@
+"""PreciseBN (detectron2): recompute BatchNorm statistics on training batches before validating."""
+from __future__ import annotations
+
+from itertools import islice
+from typing import Optional
+
+import torch
+from torch import nn
+
+from hooks.base import HookBase, Priority
+
+_BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+
+
+class PreciseBN(HookBase):
+    """Before each validation, set every BatchNorm's running mean and variance to their plain
+    average over ``num_batches`` training batches with the current weights, instead of the
+    momentum-smoothed values gathered while the weights moved.
+
+    The batches come from a separate pass over the training set (epoch order of epoch
+    ``-1 - epoch``), so the training data order and RNG are untouched.
+    """
+
+    priority = Priority.ABOVE_NORMAL
+
+    def __init__(self, num_batches: int = 20, priority: Optional[int] = None) -> None:
+        super().__init__(priority)
+        if not isinstance(num_batches, int) or num_batches < 1:
+            raise ValueError(f"PreciseBN: num_batches should be an integer >= 1, got {num_batches!r}")
+        self.num_batches = num_batches
+
+    @torch.no_grad()
+    def before_val(self) -> None:
+        t = self.trainer
+        layers = [m for m in t.model.modules() if isinstance(m, _BN) and m.track_running_stats]
+        if not layers:
+            return
+        momenta = [m.momentum for m in layers]
+        for m in layers:
+            m.reset_running_stats()
+            m.momentum = None  # cumulative average over the batches below
+        was_training = t.model.training
+        t.model.train()
+        rng = torch.get_rng_state()
+        try:
+            loader = t.build_train_loader()
+            if hasattr(loader, "set_epoch"):
+                loader.set_epoch(-1 - t.epoch)
+            for batch in islice(loader, self.num_batches):
+                if t.device.type != "cpu":
+                    from launcher.trainer import move_to_device
+
+                    batch = move_to_device(batch, t.device)
+                t.model(batch)
+        finally:
+            torch.set_rng_state(rng)  # dropout in these forwards must not shift training's randomness
+            for m, momentum in zip(layers, momenta):
+                m.momentum = momentum
+            t.model.train(was_training)

@@ -1,0 +1,200 @@
+"""The hook library: each hook's behaviour, asserted against what it promises."""
+from __future__ import annotations
+
+import copy
+import functools
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import ToyData, ToyModel, make_trainer
+from hooks import HookBase
+from hooks.early_stopping import EarlyStopping
+from hooks.ema import EMA
+from hooks.evaluator import Evaluator
+from hooks.lr_scheduler import LRScheduler
+from hooks.optim import OptimizerStep
+from hooks.precise_bn import PreciseBN
+
+
+def test_accumulating_4_micro_batches_of_16_equals_one_batch_of_64():
+    torch.manual_seed(0)
+    model = ToyModel()
+    twin = copy.deepcopy(model)
+    small = make_trainer("iter", model=model, data=ToyData(n=64, batch=16, val=False), max_iters=4,
+                         hooks=[OptimizerStep(accumulate=4)])
+    small.train()
+    big = make_trainer("iter", model=twin, data=ToyData(n=64, batch=64, val=False), max_iters=1)
+    big.train()
+    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+        assert torch.allclose(a, b, atol=1e-6), name
+    assert not torch.equal(model.lin.weight, ToyModel().lin.weight)
+
+
+def test_clipping_bounds_the_gradient_norm_and_records_it_unclipped():
+    seen = []
+
+    hook = OptimizerStep(clip_grad_norm=0.01)
+    trainer = make_trainer("iter", hooks=[hook], max_iters=3)
+    orig = trainer.optimizer.step
+
+    def step(*a, **k):
+        seen.append(torch.nn.utils.get_total_norm([p.grad for p in trainer.model.parameters()]).item())
+        return orig(*a, **k)
+
+    trainer.optimizer.step = step
+    trainer.train()
+    assert seen and all(n <= 0.01 * (1 + 1e-4) for n in seen)
+    recorded = [v for v, _ in trainer.storage.history("grad_norm").values()]
+    assert all(r > 0.01 for r in recorded)  # the norm before clipping
+
+
+def test_linear_warmup_gives_the_expected_lr_then_the_schedule():
+    hook = LRScheduler(functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR), warmup_iters=4, warmup_factor=0.1)
+    trainer = make_trainer("iter", hooks=[hook], max_iters=12)
+    trainer.train()
+    lrs = [v for v, _ in trainer.storage.history("lr").values()]
+    assert lrs[0] == pytest.approx(0.01)  # 0.1 * base lr 0.1
+    assert lrs[2] == pytest.approx(0.1 * (0.1 + 0.9 * 2 / 4))
+    assert lrs[4] == pytest.approx(0.1)  # warmup over: the cosine starts at the base lr
+    assert lrs[8] == pytest.approx(0.1 * (1 + math.cos(math.pi * 4 / 8)) / 2)  # T_max = 12 - 4
+
+
+def test_early_stopping_stops_at_the_right_epoch_on_a_scripted_metric(tmp_path):
+    scripted = iter([1.0, 0.8, 0.79, 0.81, 0.80, 0.9, 0.5])  # best 0.8 (epoch 2); 0.79 is within min_delta
+
+    class Scripted(HookBase):
+        priority = 55  # after validation recorded val/*, before EarlyStopping (60)
+
+        def after_val(self):
+            self.trainer.last_val["val/loss"] = next(scripted)
+
+    stopper = EarlyStopping(monitor="val/loss", mode="min", patience=3, min_delta=0.05)
+    trainer = make_trainer("epoch", hooks=[Evaluator(), Scripted(), stopper], max_epochs=20, work_dir=tmp_path)
+    trainer.train()
+    assert trainer.epoch == 5  # validations 3, 4, 5 did not beat 0.8 by more than 0.05
+    assert trainer.status == "stopped" and "early stopping: val/loss did not improve on 0.8" in trainer.stop_reason
+
+
+def test_ema_equals_its_formula():
+    decay = 0.9
+    hook = EMA(decay=decay, final_weights_ema=False)
+    trainer = make_trainer("iter", hooks=[hook], max_iters=5)
+    snapshots = []
+
+    class Snap(HookBase):
+        priority = 0
+
+        def after_step(self):
+            snapshots.append(self.trainer.model.lin.weight.detach().clone())
+
+    trainer.register_hooks([Snap()])
+    trainer.train()
+    expected = snapshots[0]  # AveragedModel starts from the weights after the first step
+    for w in snapshots[1:]:
+        expected = decay * expected + (1 - decay) * w
+    assert torch.allclose(hook.ema.module.lin.weight, expected, atol=1e-6)
+
+
+def test_ema_weights_are_used_for_validation_and_the_end_and_the_model_keeps_its_own_in_between():
+    hook = EMA(decay=0.5, eval_with_ema=True, final_weights_ema=True)
+    seen = {}
+
+    class Watch(HookBase):
+        priority = 50
+
+        def before_val(self):
+            seen["val"] = self.trainer.model.lin.weight.detach().clone()
+
+    trainer = make_trainer("epoch", hooks=[hook, Watch(), Evaluator()], max_epochs=1)
+    trainer.train()
+    assert torch.equal(seen["val"], hook.ema.module.lin.weight)
+    assert torch.equal(trainer.model.lin.weight, hook.ema.module.lin.weight)  # final_weights_ema
+
+
+def test_precise_bn_sets_running_stats_to_the_average_over_training_batches():
+    class BNModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(4, momentum=0.5)
+            self.lin = nn.Linear(4, 2)
+
+        def forward(self, batch):
+            x, y = batch
+            loss = nn.functional.cross_entropy(self.lin(self.bn(x)), y)
+            return loss if self.training else {"loss": loss}
+
+    data = ToyData(n=32, batch=8)
+    model = BNModel()
+    trainer = make_trainer("epoch", model=model, data=data, hooks=[PreciseBN(num_batches=4)], max_epochs=1)
+    trainer.train()
+    trainer.validate()
+    # the 4 batches are the whole training set here: their mean of per-batch means is the data mean
+    assert torch.allclose(model.bn.running_mean, data.x.mean(0), atol=1e-5)
+    batch_vars = torch.stack([data.x[i:i + 8].var(0, unbiased=True) for i in range(0, 32, 8)])
+    assert torch.allclose(model.bn.running_var, batch_vars.mean(0), atol=1e-5)
+
+
+def test_nonfinite_skip_policy_skips_exactly_the_poisoned_batch():
+    class Poisoned(ToyModel):
+        calls = 0
+
+        def forward(self, batch):
+            self.calls += 1
+            loss = super().forward(batch)
+            return loss * float("nan") if self.calls == 3 else loss
+
+    torch.manual_seed(0)
+    model = Poisoned()
+    twin = copy.deepcopy(model)
+    trainer = make_trainer("iter", model=model, hooks=[OptimizerStep(nonfinite="skip")], max_iters=4)
+    trainer.train()
+    assert trainer.storage.history("skipped_batches").latest() == 1
+    # the same run without batch 3 (index 2): steps on batches 0, 1 and 3
+    opt = torch.optim.SGD(twin.parameters(), lr=0.1)
+    batches = list(ToyData().train_loader())
+    for i in (0, 1, 3):
+        loss = ToyModel.forward(twin, batches[i])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_nonfinite_raise_policy_names_the_iteration():
+    class NaN(ToyModel):
+        def forward(self, batch):
+            return super().forward(batch) * float("nan")
+
+    with pytest.raises(FloatingPointError, match="iteration 0"):
+        make_trainer("iter", model=NaN(), hooks=[OptimizerStep()]).train()
+
+
+def test_bf16_autocast_on_the_cpu():
+    dtypes = []
+
+    class Probe(ToyModel):
+        def forward(self, batch):
+            dtypes.append(self.lin(batch[0]).dtype)
+            return super().forward(batch)
+
+    trainer = make_trainer("iter", model=Probe(), hooks=[OptimizerStep(amp="bf16")], max_iters=2)
+    trainer.train()
+    assert dtypes[0] == torch.bfloat16 and trainer.model.lin.weight.dtype == torch.float32
+
+
+def test_only_one_hook_may_take_over_the_optimizer_step():
+    with pytest.raises(TypeError, match="each take over the optimizer step"):
+        make_trainer(hooks={"a": OptimizerStep(), "b": OptimizerStep()})
+
+
+def test_bad_hook_settings_name_the_setting():
+    with pytest.raises(ValueError, match="accumulate should be an integer >= 1, got 0"):
+        OptimizerStep(accumulate=0)
+    with pytest.raises(ValueError, match="amp should be null, fp16 or bf16, got 'fp8'"):
+        OptimizerStep(amp="fp8")
+    with pytest.raises(ValueError, match="warmup_iters counts iterations; it needs by_epoch=false"):
+        LRScheduler(torch.optim.lr_scheduler.StepLR, by_epoch=True, warmup_iters=5)
