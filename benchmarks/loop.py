@@ -188,6 +188,7 @@ def measure(epochs: int, repeats: int) -> Dict[str, float]:
             "tiny step: trainer, hooks=none": tiny_trainer("none", epochs, Path(tmp)),
             "tiny step: trainer, hooks=minimal": tiny_trainer("minimal", epochs, Path(tmp)),
             "tiny step: trainer, hooks=default": tiny_trainer("default", epochs, Path(tmp)),
+            "tiny step: trainer, hooks=full": tiny_trainer("full", epochs, Path(tmp)),
         }
         times: Dict[str, List[float]] = {name: [] for name in contenders}
         for name, fn in contenders.items():  # warm-up: imports, allocator, first-call paths

@@ -164,6 +164,15 @@ class PreciseBNConf(HookConf):
     num_batches: int = 20  # training batches to average BatchNorm statistics over
 
 
+@dataclass
+class ParamScheduleConf(HookConf):
+    _target_: str = "hooks.param_schedule.ParamSchedule"
+    key: str = "momentum"  # momentum | weight_decay | betas.0 | betas.1
+    start: float = 0.85
+    end: float = 0.95
+    schedule: str = "cosine"  # linear | cosine, over the run's iterations
+
+
 SCHEMAS = {
     "trainer": {"epoch": EpochTrainerConf, "iter": IterTrainerConf},
     "hooks": {
@@ -180,6 +189,7 @@ SCHEMAS = {
         "progress": ProgressBarConf,
         "profiler": ProfilerConf,
         "precise_bn": PreciseBNConf,
+        "momentum_schedule": ParamScheduleConf,
     },
 }
 

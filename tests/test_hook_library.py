@@ -198,3 +198,58 @@ def test_bad_hook_settings_name_the_setting():
         OptimizerStep(amp="fp8")
     with pytest.raises(ValueError, match="warmup_iters counts iterations; it needs by_epoch=false"):
         LRScheduler(torch.optim.lr_scheduler.StepLR, by_epoch=True, warmup_iters=5)
+
+
+def test_momentum_schedule_sets_every_group_each_step():
+    from hooks.param_schedule import ParamSchedule
+
+    hook = ParamSchedule(key="momentum", start=0.5, end=0.9, schedule="linear")
+    model = ToyModel()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.0)
+    from launcher.trainer import IterTrainer
+
+    trainer = IterTrainer(model, opt, ToyData(), hooks=[hook], device="cpu", max_iters=5)
+    trainer.train()
+    values = [v for v, _ in trainer.storage.history("momentum").values()]
+    assert values == pytest.approx([0.5, 0.6, 0.7, 0.8, 0.9])
+    assert opt.param_groups[0]["momentum"] == pytest.approx(0.9)
+    with pytest.raises(KeyError, match="the optimizer has no 'betas'"):
+        IterTrainer(ToyModel(), torch.optim.SGD(ToyModel().parameters(), lr=0.1), ToyData(),
+                    hooks=[ParamSchedule(key="betas.0")], device="cpu", max_iters=1).train()
+
+
+def test_fp16_step_with_non_finite_gradients_is_skipped_and_counted():
+    class InfGrad(ToyModel):
+        calls = 0
+
+        def forward(self, batch):
+            self.calls += 1
+            loss = super().forward(batch)
+            return loss * 1e30 if self.calls == 2 else loss  # finite in fp32, overflows the fp16 gradients
+
+    hook = OptimizerStep(amp="fp16")
+    trainer = make_trainer("iter", model=InfGrad(), hooks=[hook], max_iters=3)
+    trainer.train()
+    assert hook.skipped_steps >= 1
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_progress_bar_is_off_without_a_terminal_and_draws_when_forced(capsys):
+    from hooks.progress import ProgressBar
+
+    quiet = ProgressBar()
+    make_trainer("iter", hooks=[quiet], max_iters=3).train()
+    assert quiet.bar is None and "it/s" not in capsys.readouterr().out
+
+    loud = ProgressBar(force=True)
+    make_trainer("iter", hooks=[loud], max_iters=3).train()
+    out = capsys.readouterr().out
+    assert "3/3" in out and "loss=" in out
+
+
+def test_profiler_writes_a_trace_for_tensorboard(tmp_path):
+    from hooks.profiler import Profiler
+
+    make_trainer("iter", hooks=[Profiler(wait=1, warmup=1, active=2)], max_iters=6, work_dir=tmp_path).train()
+    traces = list((tmp_path / "profiler").glob("*.pt.trace.json"))
+    assert len(traces) == 1 and traces[0].stat().st_size > 0
