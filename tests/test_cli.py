@@ -177,3 +177,14 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = run_dirs(work / "outputs")
     assert read_run(run_dir)["status"] == "completed"
+
+
+def test_runs_started_together_get_their_own_run_dirs(tmp_path):
+    """Two runs launched in the same second must not share (and resume from) one run dir."""
+    args = [sys.executable, "-m", "launcher", "trainer.max_epochs=1", *FAST]
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    procs = [subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(2)]
+    for p in procs:
+        assert p.wait(timeout=300) == 0
+    dirs = run_dirs(tmp_path / "outputs")
+    assert len(dirs) == 2 and all(read_run(d)["attempt"] == 1 for d in dirs)
