@@ -7,6 +7,7 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import launcher
@@ -22,8 +23,8 @@ def main(cfg: DictConfig) -> float:
     try:
         result = launcher.run(cfg, hc.runtime.output_dir, list(hc.overrides.task))
     except ConfigError as err:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
+            raise  # in a sweep, Hydra records this job as failed and the other jobs keep their results
         logger.error("Config error: %s", err)
         sys.exit(2)
     if result.status == "interrupted":

@@ -18,6 +18,7 @@ from omegaconf import MISSING
 class RootConf:
     seed: int = 0  # seeds python, numpy and torch; the data order follows it
     objective: str = "val/accuracy"  # the metric the run returns (what a sweeper optimises)
+    objective_mode: str = "max"  # max | min: which way is better (the sweep summary's best job)
     model: Any = MISSING
     optimizer: Any = MISSING
     data: Any = MISSING

@@ -29,7 +29,7 @@ def git_state(cwd: Path) -> Dict[str, Any]:
 
 
 def _now() -> str:
-    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
 def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:

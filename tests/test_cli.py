@@ -188,3 +188,27 @@ def test_runs_started_together_get_their_own_run_dirs(tmp_path):
         assert p.wait(timeout=300) == 0
     dirs = run_dirs(tmp_path / "outputs")
     assert len(dirs) == 2 and all(read_run(d)["attempt"] == 1 for d in dirs)
+
+
+def test_sweep_summary_marks_the_best_job_and_keeps_going_past_a_failed_one(tmp_path):
+    proc = run_cli(["-m", "optimizer.lr=0.05,0.2,-1", "trainer.max_epochs=2", *FAST], tmp_path)
+    assert proc.returncode != 0  # a job failed: the sweep says so
+    (sweep,) = {d.parent for d in run_dirs(tmp_path / "outputs" / "multirun")}
+    import csv
+
+    rows = list(csv.DictReader((sweep / "summary.csv").open()))
+    assert [(r["job"], r["status"]) for r in rows] == [("0", "done"), ("1", "done"), ("2", "failed")]
+    done = [r for r in rows if r["status"] == "done"]
+    best = max(done, key=lambda r: float(r["val/accuracy"]))
+    assert [r["best"] for r in rows] == ["*" if r is best else "" for r in rows]
+    assert all(float(r["seconds"]) > 0 for r in done)
+    md = (sweep / "summary.md").read_text()
+    assert "**best**" in md and "optimizer.lr=-1" in md and "Invalid learning rate: -1" in md and "2/train.log" in md
+    for d in run_dirs(sweep)[:2]:  # the failure lost nothing of the other jobs
+        assert read_run(d)["status"] == "completed" and (d / "checkpoints" / "final.pt").is_file()
+
+    (sweep / "summary.csv").unlink()
+    again = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], capture_output=True, text=True)
+    assert again.returncode == 0 and "**best**" in again.stdout and (sweep / "summary.csv").is_file()
+    bad = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert bad.returncode != 0 and "is not a directory" in bad.stderr

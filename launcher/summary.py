@@ -1,0 +1,128 @@
+"""Sweep summary: ``summary.csv`` and ``summary.md`` in a sweep dir, one row per job, the best marked.
+
+    python -m launcher.summary outputs/multirun/<date>/<time> [--objective val/accuracy] [--mode max]
+
+Also written by a Hydra callback (``hydra.callbacks.sweep_summary`` in ``conf/config.yaml``) after
+every job of a multirun, so it is current while the sweep runs and after a job fails.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import io
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from launcher.checkpoint import atomic_write
+
+STATUS = {"completed": "done", "stopped": "done", "failed": "failed", "aborted": "failed",
+          "running": "running", "interrupted": "pending"}
+
+
+def _seconds(record: Dict[str, Any]) -> Optional[float]:
+    try:
+        start = datetime.datetime.fromisoformat(record.get("first_start_time") or record["start_time"])
+        end = datetime.datetime.fromisoformat(record["end_time"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (end - start).total_seconds()
+
+
+def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
+    """One entry per job dir (a numbered dir holding ``.hydra`` or ``run.json``), in job order."""
+    rows = []
+    for d in sorted((p for p in Path(sweep_dir).iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
+        record: Dict[str, Any] = {}
+        try:
+            record = json.loads((d / "run.json").read_text())
+        except (OSError, ValueError):
+            pass
+        overrides = record.get("overrides")
+        if overrides is None:
+            try:
+                overrides = [line[2:] for line in (d / ".hydra" / "overrides.yaml").read_text().splitlines() if line.startswith("- ")]
+            except OSError:
+                overrides = []
+        rows.append({
+            "job": int(d.name), "dir": str(d), "overrides": " ".join(overrides),
+            "status": STATUS.get(record.get("status", ""), "pending"), "seconds": _seconds(record),
+            "metrics": record.get("metrics", {}), "error": record.get("error", ""),
+        })
+    return rows
+
+
+def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = "max") -> List[Dict[str, Any]]:
+    """Write ``summary.csv`` and ``summary.md`` into ``sweep_dir``; returns the rows."""
+    if mode not in ("min", "max"):
+        raise ValueError(f"mode should be min or max, got {mode!r}")
+    sweep_dir = Path(sweep_dir)
+    rows = jobs(sweep_dir)
+    scored = [r for r in rows if r["status"] == "done" and isinstance(r["metrics"].get(objective), (int, float))]
+    best = (max if mode == "max" else min)(scored, key=lambda r: r["metrics"][objective]) if scored else None
+    keys = sorted({k for r in rows for k in r["metrics"] if k.startswith(("val/", "train/"))})
+    header = ["job", "overrides", "status", "seconds", *keys, "best"]
+
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(header)
+    for r in rows:
+        writer.writerow([r["job"], r["overrides"], r["status"], "" if r["seconds"] is None else f"{r['seconds']:.1f}",
+                         *[r["metrics"].get(k, "") for k in keys], "*" if r is best else ""])
+    atomic_write(sweep_dir / "summary.csv", lambda f: f.write(buf.getvalue().encode()))
+
+    def cell(v: Any) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    lines = [f"# Sweep {sweep_dir}", "", f"Objective: `{objective}` ({mode}); best: "
+             + (f"job {best['job']} (`{best['overrides']}`), {objective} = {cell(best['metrics'][objective])}" if best else "none yet"),
+             "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        values = [r["job"], f"`{r['overrides']}`", r["status"], "" if r["seconds"] is None else f"{r['seconds']:.1f}",
+                  *[cell(r["metrics"].get(k, "")) for k in keys], "**best**" if r is best else ""]
+        lines.append("| " + " | ".join(str(v) for v in values) + " |")
+    failed = [r for r in rows if r["status"] == "failed"]
+    if failed:
+        lines += ["", "Failed jobs:"] + [f"- job {r['job']} (`{r['overrides']}`): {r['error']} (log: {r['dir']}/train.log)" for r in failed]
+    atomic_write(sweep_dir / "summary.md", lambda f: f.write(("\n".join(lines) + "\n").encode()))
+    return rows
+
+
+try:
+    from hydra.experimental.callback import Callback
+except ImportError:  # pragma: no cover
+    Callback = object  # type: ignore[misc,assignment]
+
+
+class SweepSummary(Callback):  # type: ignore[misc]
+    """Hydra callback: refresh the sweep summary after each job of a multirun and at its end."""
+
+    def _write(self, config: Any) -> None:
+        from hydra.types import RunMode
+
+        if config.hydra.mode != RunMode.MULTIRUN:
+            return
+        write_summary(Path(config.hydra.sweep.dir), config.get("objective", "val/accuracy"), config.get("objective_mode", "max"))
+
+    def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
+        self._write(config)
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        self._write(config)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Write summary.csv and summary.md for a sweep dir.")
+    parser.add_argument("sweep_dir", type=Path)
+    parser.add_argument("--objective", default="val/accuracy")
+    parser.add_argument("--mode", choices=("min", "max"), default="max")
+    args = parser.parse_args()
+    if not args.sweep_dir.is_dir():
+        raise SystemExit(f"launcher.summary: {args.sweep_dir} is not a directory (expected outputs/multirun/<date>/<time>)")
+    write_summary(args.sweep_dir, args.objective, args.mode)
+    print((args.sweep_dir / "summary.md").read_text(), end="")
+
+
+if __name__ == "__main__":
+    main()
