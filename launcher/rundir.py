@@ -75,7 +75,21 @@ class RunRecord:
             "end_time": None,
             "exit_code": None,
             "metrics": {},
+            "submitit": self.submitit_job(),
         }
+
+    @staticmethod
+    def submitit_job() -> Optional[Dict[str, Any]]:
+        """Job id and log files when this process is a submitit job (local or SLURM), else None."""
+        if "SUBMITIT_EXECUTOR" not in os.environ:
+            return None
+        import submitit
+
+        try:
+            env = submitit.JobEnvironment()
+        except RuntimeError:
+            return None
+        return {"job_id": env.job_id, "stdout": str(env.paths.stdout), "stderr": str(env.paths.stderr)}
 
     def _write(self) -> None:
         text = json.dumps(self.data, indent=2, default=str) + "\n"

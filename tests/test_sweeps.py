@@ -1,0 +1,35 @@
+"""Sweeps through hydra-submitit-launcher: the local parallel launcher, and the SLURM options' defaults."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import FAST, read_run, run_cli, run_dirs
+
+
+def test_local_launcher_runs_each_job_in_its_own_process_and_dir_with_its_logs_findable(tmp_path):
+    proc = run_cli(["-m", "hydra/launcher=local", "optimizer.lr=0.05,0.2", "trainer.max_epochs=2", *FAST], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dirs = run_dirs(tmp_path / "outputs" / "multirun")
+    assert [d.name for d in dirs] == ["0", "1"]
+    pids = set()
+    for d in dirs:
+        record = read_run(d)
+        assert record["status"] == "completed"
+        job = record["submitit"]
+        assert Path(job["stdout"]).is_file() and Path(job["stderr"]).is_file()  # submitit's logs, from the run dir
+        pids.add(record["pid"])
+    assert len(pids) == 2  # one process per job
+    assert (dirs[0].parent / "summary.csv").is_file()
+
+
+def test_slurm_launcher_defaults_requeue_on_timeout_and_are_overridable(tmp_path):
+    proc = run_cli(["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.max_num_timeout=5", "--cfg", "hydra"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = proc.stdout
+    assert "SlurmLauncher" in text and "partition: gpu" in text and "max_num_timeout: 5" in text
+    defaults = run_cli(["hydra/launcher=slurm", "--cfg", "hydra"], tmp_path).stdout
+    for line in ("signal_delay_s: 120", "max_num_timeout: 3", "array_parallelism: 64", "timeout_min: 240", "account: null", "qos: null"):
+        assert line in defaults
