@@ -33,3 +33,28 @@ def test_slurm_launcher_defaults_requeue_on_timeout_and_are_overridable(tmp_path
     defaults = run_cli(["hydra/launcher=slurm", "--cfg", "hydra"], tmp_path).stdout
     for line in ("signal_delay_s: 120", "max_num_timeout: 3", "array_parallelism: 64", "timeout_min: 240", "account: null", "qos: null"):
         assert line in defaults
+
+
+def test_rerunning_a_sweep_skips_finished_jobs_and_resumes_unfinished_ones(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["-m", "optimizer.lr=0.05,0.2", "trainer.max_epochs=4", f"hydra.sweep.dir={sweep}", *FAST]
+    assert run_cli(args, tmp_path).returncode == 0
+    done, unfinished = sweep / "0", sweep / "1"
+    done_final = (done / "checkpoints" / "final.pt").stat().st_mtime_ns
+    want = read_run(unfinished)["metrics"]["val/accuracy"]
+    # make job 1 look like it was preempted after epoch 3: no final checkpoint, status interrupted
+    (unfinished / "checkpoints" / "final.pt").unlink()
+    (unfinished / "checkpoints" / "epoch_0004.pt").unlink()
+    (unfinished / "checkpoints" / "last").write_text("epoch_0003.pt\n")
+    record = read_run(unfinished)
+    record["status"] = "interrupted"
+    (unfinished / "run.json").write_text(json.dumps(record))
+
+    proc = run_cli(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (done / "checkpoints" / "final.pt").stat().st_mtime_ns == done_final  # not trained again
+    assert "already finished" in (done / "train.log").read_text()
+    log = (unfinished / "train.log").read_text()
+    assert "Resumed from" in log and "epoch_0003.pt" in log
+    assert read_run(unfinished)["status"] == "completed"
+    assert read_run(unfinished)["metrics"]["val/accuracy"] == want  # as if never interrupted
