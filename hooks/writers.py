@@ -172,6 +172,23 @@ class TensorBoardWriter(PeriodicWriter):
         if self._writer is not None:
             self._writer.flush()
 
+    def after_train(self) -> None:
+        t = self.trainer
+        if self._writer is not None and t.status in ("completed", "stopped"):
+            self._write_hparams()
+        super().after_train()
+
+    def _write_hparams(self) -> None:
+        """The run's overrides and final metrics for TensorBoard's HParams tab (sweeps side by side)."""
+        hparams: Dict[str, Any] = {"seed": self.trainer.meta.get("seed", 0)}
+        for override in self.trainer.meta.get("overrides", []):
+            key, sep, value = override.lstrip("+~").partition("=")
+            if sep and not key.startswith("hydra."):
+                hparams[key] = value
+        metrics = {f"hparam/{k}": v for k, v in self.trainer.final_metrics().items() if k.startswith(("val/", "train/"))}
+        if metrics:
+            self._writer.add_hparams(hparams, metrics, run_name="hparams")
+
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()

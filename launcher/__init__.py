@@ -133,6 +133,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     stopper = None
     try:
         trainer = build_trainer(cfg, run_dir)
+        trainer.meta = {"overrides": list(overrides or []), "seed": cfg.seed, "objective": cfg.objective}
         logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters, trainer.device, run_dir)
         with GracefulStop(trainer) as stopper:
             metrics = trainer.train()

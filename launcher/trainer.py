@@ -155,6 +155,7 @@ class TrainerBase:
         self.resumed_from: Optional[Path] = None
         self.last_val: Dict[str, float] = {}
         self.batch: Any = None  # the batch of the current step, as the model received it
+        self.meta: Dict[str, Any] = {}  # about the run, for hooks: e.g. {"overrides": [...], "seed": 0}
         self.train_loader = self.build_train_loader()
         self.val_loader = self.build_val_loader()
         self.steps_per_epoch = len(self.train_loader)  # type: ignore[arg-type]

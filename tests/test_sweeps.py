@@ -58,3 +58,20 @@ def test_rerunning_a_sweep_skips_finished_jobs_and_resumes_unfinished_ones(tmp_p
     assert "Resumed from" in log and "epoch_0003.pt" in log
     assert read_run(unfinished)["status"] == "completed"
     assert read_run(unfinished)["metrics"]["val/accuracy"] == want  # as if never interrupted
+
+
+def test_each_run_logs_its_hyperparameters_and_final_metrics_to_tensorboard_hparams(tmp_path):
+    sweep = tmp_path / "sweep"
+    assert run_cli(["-m", "optimizer.lr=0.05,0.2", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST], tmp_path).returncode == 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    for job, lr in (("0", "0.05"), ("1", "0.2")):
+        acc = EventAccumulator(str(sweep / job / "hparams"))
+        acc.Reload()
+        content = acc.PluginTagToContent("hparams")
+        data = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+        hp = {k: (v.string_value or v.number_value) for k, v in data.session_start_info.hparams.items()}
+        assert hp["optimizer.lr"] == lr and hp["trainer.max_epochs"] == "2"
+        accuracy = acc.Scalars("hparam/val/accuracy")[-1].value
+        assert abs(accuracy - read_run(sweep / job)["metrics"]["val/accuracy"]) < 1e-6
