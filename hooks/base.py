@@ -5,16 +5,20 @@ calls a hook only for the events it overrides.
 
 Order: lower ``priority`` runs first; hooks of equal priority keep registration order.
 
-==========================  ========  =====================================
+==========================  ========  =========================================
 hook                        priority  why there
-==========================  ========  =====================================
+==========================  ========  =========================================
+Profiler                    0         marks step ends before other hooks add work
 IterationTimer              10        time the step before others add to it
-LRScheduler                 30        record the lr the step used, then step
+OptimizerStep               30        (owns the optimizer step; see hooks/optim.py)
+LRScheduler, ParamSchedule  30        record the values the step used, then step
+EMA, PreciseBN              40        weights and BN statistics ready for validation
 Evaluator                   50        validate before anything reads val/*
+EarlyStopping               60        judge the validation the Evaluator recorded
 ConsoleWriter, JSONWriter,  80        write what the hooks above recorded
-TensorBoardWriter
+TensorBoardWriter, Progress
 PeriodicCheckpointer        90        save after every other hook's update
-==========================  ========  =====================================
+==========================  ========  =========================================
 """
 from __future__ import annotations
 
