@@ -1,0 +1,95 @@
+"""Sweeps on a real SLURM cluster on this machine (launcher.localslurm), through submitit.
+
+CI installs slurm-wlm and munge and starts the cluster; on a machine without them these tests are
+skipped (never under CI=true, where they must run).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import FAST, read_run, run_dirs
+from launcher import localslurm
+
+TESTS = Path(__file__).resolve().parent
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=10"]
+
+
+@pytest.fixture(scope="module")
+def cluster_env():
+    if localslurm.missing_binaries() and os.environ.get("CI") != "true":
+        pytest.skip("slurm-wlm and munge are not installed (apt-get install slurm-wlm munge)")
+    localslurm.start()
+    env = localslurm.env()
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
+    env.pop("HYDRA_FULL_ERROR", None)
+    return env
+
+
+def launch(args, cwd, env, **kw):
+    return subprocess.run([sys.executable, "-m", "launcher", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, **kw)
+
+
+def test_sweep_runs_as_a_slurm_job_array(tmp_path, cluster_env):
+    proc = launch(["-m", *SLURM, "optimizer.lr=0.05,0.2", "trainer.max_epochs=2", *FAST], tmp_path, cluster_env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    dirs = run_dirs(tmp_path / "outputs" / "multirun")
+    assert [d.name for d in dirs] == ["0", "1"]
+    for d in dirs:
+        record = read_run(d)
+        assert record["status"] == "completed" and "_" in record["submitit"]["job_id"]  # an array task
+        assert Path(record["submitit"]["stdout"]).is_file()
+    assert (dirs[0].parent / "summary.md").is_file()
+
+
+def _squeue(job: str, env) -> str:
+    out = subprocess.run(["squeue", "-h", "-j", job.split("_")[0], "-o", "%T %r"], capture_output=True, text=True, env=env)
+    return out.stdout.strip()
+
+
+def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_path, cluster_env):
+    common = ["trainer=iter", "trainer.max_iters=120", "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=50",
+              "hooks.jsonl.period=1", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.02", *FAST]
+    ref = launch(["hydra.run.dir=ref", *common], tmp_path, cluster_env)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", "-m", *SLURM, f"hydra.sweep.dir={sweep}", *common],
+                            cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    job_dir = sweep / "0"
+    deadline = time.monotonic() + 240
+
+    def progress() -> int:
+        try:
+            return max(json.loads(line)["iter"] for line in (job_dir / "metrics.jsonl").read_text().splitlines() if line.strip())
+        except (OSError, ValueError):
+            return -1
+
+    while progress() < 30 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    job = read_run(job_dir)["submitit"]["job_id"]
+    subprocess.run(["scancel", "--signal=USR2", job], env=cluster_env, check=True)
+    while "PENDING" not in _squeue(job, cluster_env) and time.monotonic() < deadline:  # requeued, held ~2 min
+        time.sleep(0.2)
+    subprocess.run(["scontrol", "update", f"JobId={job.split('_')[0]}", "StartTime=now"], env=cluster_env, check=True)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-4000:]
+
+    log = (job_dir / "train.log").read_text()
+    assert "received SIGUSR2" in log and "Resumed from" in log
+    record = read_run(job_dir)
+    assert record["status"] == "completed" and record["attempt"] == 2
+    got = torch.load(job_dir / "checkpoints" / "final.pt", weights_only=False)
+    want = torch.load(tmp_path / "ref" / "checkpoints" / "final.pt", weights_only=False)
+    for key, tensor in want["model"].items():
+        assert torch.equal(got["model"][key], tensor), key
+    for pid, state in want["optimizer"]["state"].items():
+        for name, tensor in state.items():
+            assert torch.equal(got["optimizer"]["state"][pid][name], tensor)
