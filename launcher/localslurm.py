@@ -61,12 +61,18 @@ def _node_state() -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def _daemon_alive(name: str) -> bool:
+def _daemon_pid(name: str) -> int:
+    """The pid in ``<dir>/<name>.pid`` if that process is still ``name`` (a recycled pid is not), else 0."""
     try:
-        os.kill(int((directory() / f"{name}.pid").read_text().strip()), 0)
+        pid = int((directory() / f"{name}.pid").read_text().strip())
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
     except (OSError, ValueError):
-        return False
-    return True
+        return 0
+    return pid if comm == name else 0
+
+
+def _daemon_alive(name: str) -> bool:
+    return _daemon_pid(name) != 0
 
 
 def status() -> str:
@@ -78,7 +84,8 @@ def status() -> str:
 
 def _write_conf() -> None:
     d, host = directory(), socket.gethostname().split(".")[0]
-    for sub in ("state", "spool"):
+    for sub in ("state", "spool"):  # a fresh cluster: no jobs recovered from an earlier one
+        shutil.rmtree(d / sub, ignore_errors=True)
         (d / sub).mkdir(parents=True, exist_ok=True)
     mem_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
     conf_path().write_text("\n".join([
@@ -126,11 +133,13 @@ def start(timeout: float = 60.0) -> None:
 def stop() -> None:
     """Stop slurmd and slurmctld (munged keeps running; it is harmless)."""
     for name in ("slurmd", "slurmctld"):
-        pid_file = directory() / f"{name}.pid"
-        try:
-            os.kill(int(pid_file.read_text().strip()), 15)
-        except (OSError, ValueError):
-            pass
+        pid = _daemon_pid(name)
+        if pid:
+            os.kill(pid, 15)
+            for _ in range(50):
+                if not _daemon_alive(name):
+                    break
+                time.sleep(0.1)
 
 
 def main() -> None:
