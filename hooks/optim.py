@@ -91,7 +91,7 @@ class OptimizerStep(HookBase):
     def optimizer_step(self, loss: torch.Tensor, losses: Optional[Mapping[str, torch.Tensor]]) -> None:
         t = self.trainer
         if self.nonfinite == "raise":
-            t._check_finite(loss, losses)
+            t.check_finite(loss, losses)
         elif not torch.isfinite(loss.detach()).all():
             self.skipped_batches += 1
             logger.warning("Skipped batch of iteration %d: non-finite loss (%d skipped so far)", t.iter, self.skipped_batches)

@@ -12,6 +12,7 @@ import csv
 import datetime
 import io
 import json
+import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -89,24 +90,30 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
     return rows
 
 
-try:
-    from hydra.experimental.callback import Callback
-except ImportError:  # pragma: no cover
-    Callback = object  # type: ignore[misc,assignment]
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+
+logger = logging.getLogger("launcher")
 
 
 class SweepSummary(Callback):  # type: ignore[misc]
     """Hydra callback: refresh the sweep summary after each job of a multirun and at its end."""
 
     def _write(self, config: Any) -> None:
-        from hydra.types import RunMode
-
         if config.hydra.mode != RunMode.MULTIRUN:
             return
         write_summary(Path(config.hydra.sweep.dir), config.get("objective", "val/accuracy"), config.get("objective_mode", "max"))
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
         self._write(config)
+        from hydra.core.utils import JobStatus
+
+        if config.hydra.mode == RunMode.MULTIRUN and job_return.status == JobStatus.FAILED:
+            err = job_return._return_value
+            last = str(err).strip().splitlines()[-1] if str(err).strip() else ""
+            logger.error("Sweep job %s failed (%s): %s: %s; log: %s", config.hydra.job.num,
+                         " ".join(config.hydra.overrides.task), type(err).__name__, last,
+                         Path(config.hydra.runtime.output_dir) / f"{config.hydra.job.name}.log")
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         self._write(config)

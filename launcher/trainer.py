@@ -401,12 +401,12 @@ class TrainerBase:
         if self._step_hook is not None:  # accumulation, clipping, AMP, a NaN policy: see hooks/optim.py
             self._step_hook.optimizer_step(loss, losses)
             return
-        self._check_finite(loss, losses)
+        self.check_finite(loss, losses)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
 
-    def _check_finite(self, loss: torch.Tensor, losses: Optional[Mapping[str, torch.Tensor]]) -> None:
+    def check_finite(self, loss: torch.Tensor, losses: Optional[Mapping[str, torch.Tensor]]) -> None:
         """Raise ``FloatingPointError`` for a non-finite loss, naming the iteration and every loss.
 
         On the CPU every step is checked (reading a CPU scalar costs no device sync). On an

@@ -193,6 +193,8 @@ def test_runs_started_together_get_their_own_run_dirs(tmp_path):
 def test_sweep_summary_marks_the_best_job_and_keeps_going_past_a_failed_one(tmp_path):
     proc = run_cli(["-m", "optimizer.lr=0.05,0.2,-1", "trainer.max_epochs=2", *FAST], tmp_path)
     assert proc.returncode != 0  # a job failed: the sweep says so
+    out = proc.stdout + proc.stderr
+    assert "Sweep job 2 failed (optimizer.lr=-1" in out and "Invalid learning rate: -1" in out and "2/train.log" in out
     (sweep,) = {d.parent for d in run_dirs(tmp_path / "outputs" / "multirun")}
     import csv
 
