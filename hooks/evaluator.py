@@ -25,18 +25,19 @@ class Evaluator(HookBase):
         self.period = period
         self.by_epoch = by_epoch
         self.at_end = at_end
+        self._enabled = True  # false when the data has no val set
 
     def before_train(self) -> None:
         if self.trainer.val_loader is None:
             logger.warning("hooks.evaluator: the data config has no val set (data.val is null); no validation will run")
-            self.period = 0
+            self._enabled = False
 
     def after_step(self) -> None:
-        if self.period and not self.by_epoch and (self.trainer.iter + 1) % self.period == 0:
+        if self._enabled and not self.by_epoch and (self.trainer.iter + 1) % self.period == 0:
             self.trainer.validate()
 
     def after_epoch(self) -> None:
-        if self.period and self.by_epoch and (self.trainer.epoch + 1) % self.period == 0:
+        if self._enabled and self.by_epoch and (self.trainer.epoch + 1) % self.period == 0:
             self.trainer.validate()
 
     def after_train(self) -> None:

@@ -62,6 +62,7 @@ class OptimizerStep(HookBase):
         self.amp = amp
         self.nonfinite = nonfinite
         self.scaler: Any = None
+        self._scaler_state: Optional[Dict[str, Any]] = None  # from a checkpoint, until the scaler exists
         self.skipped_batches = 0
         self.skipped_steps = 0
         self._pending_grads: Optional[list] = None
@@ -76,8 +77,6 @@ class OptimizerStep(HookBase):
             for p, g in zip(self._params(), self._pending_grads):
                 p.grad = None if g is None else g.to(p.device)
             self._pending_grads = None
-
-    _scaler_state: Optional[Dict[str, Any]] = None
 
     def _params(self) -> list:
         return [p for group in self.trainer.optimizer.param_groups for p in group["params"]]

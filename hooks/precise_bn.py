@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from hooks.base import HookBase, Priority
+from launcher.trainer import move_to_device
 
 _BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
@@ -48,8 +49,6 @@ class PreciseBN(HookBase):
                 loader.set_epoch(-1 - t.epoch)
             for batch in islice(loader, self.num_batches):
                 if t.device.type != "cpu":
-                    from launcher.trainer import move_to_device
-
                     batch = move_to_device(batch, t.device)
                 t.model(batch)
         finally:
