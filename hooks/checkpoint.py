@@ -46,7 +46,10 @@ class PeriodicCheckpointer(HookBase):
 
     def save(self, name: str, background: bool = False, then_remove: Sequence[str] = ()) -> Path:
         directory = self.trainer.checkpoint_dir
-        path = self._writer.write(self.trainer.state_dict(), directory / name, [directory / n for n in then_remove], background)
+        state = self.trainer.state_dict()  # on every rank: under DDP it gathers the ranks' random states
+        if not self.trainer.is_main:
+            return directory / name
+        path = self._writer.write(state, directory / name, [directory / n for n in then_remove], background)
         logger.log(logging.DEBUG if background else logging.INFO, "Saved checkpoint %s", path)
         return path
 
@@ -74,7 +77,8 @@ class PeriodicCheckpointer(HookBase):
             self.save("final.pt")
         elif status == "interrupted":
             path = self._save_periodic(f"iter_{self.trainer.iter:07d}.pt", background=False)
-            logger.warning("Saved %s; run the same command again to resume from it", path)
+            if self.trainer.is_main:
+                logger.warning("Saved %s; run the same command again to resume from it", path)
         self._writer.wait()  # every checkpoint is on disk when training returns
 
     def state_dict(self) -> Dict[str, Any]:

@@ -100,7 +100,8 @@ class OptimizerStep(HookBase):
         scaled = loss / self.accumulate if self.accumulate > 1 else loss
         if self.scaler is not None:
             scaled = self.scaler.scale(scaled)
-        sync = contextlib.nullcontext() if boundary or not hasattr(t.model, "no_sync") else t.model.no_sync()
+        model = t.train_model  # the DistributedDataParallel wrapper under DDP
+        sync = contextlib.nullcontext() if boundary or not hasattr(model, "no_sync") else model.no_sync()
         with sync:
             scaled.backward()
         if not boundary:

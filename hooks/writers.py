@@ -1,7 +1,8 @@
 """Writers: the console, ``metrics.jsonl`` and TensorBoard, each a hook that writes every N steps.
 
 A writer writes what the storage recorded since its last write: every ``period`` steps,
-after each validation, and at the end. Reading the storage is the only place where
+after each validation, and at the end. Under DDP every rank reads (the values are averaged
+over the ranks then) and only rank 0 writes. Reading the storage is the only place where
 recorded tensors are turned into numbers, so steps between writes never wait on the device.
 """
 from __future__ import annotations
@@ -46,7 +47,7 @@ class PeriodicWriter(HookBase):
 
     def _flush(self) -> None:
         fresh = self._fresh()
-        if fresh:
+        if fresh and self.trainer.is_main:
             self.write(fresh)
 
     def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
@@ -118,6 +119,8 @@ class JSONWriter(PeriodicWriter):
         self._file: Any = None
 
     def before_train(self) -> None:
+        if not self.trainer.is_main:
+            return
         path = self.trainer.work_dir / self.filename
         if path.exists():
             self._drop_rows_after(path, self.trainer.iter)
@@ -158,6 +161,8 @@ class TensorBoardWriter(PeriodicWriter):
         self._writer: Any = None
 
     def before_train(self) -> None:
+        if not self.trainer.is_main:
+            return
         from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
 
         # purge_step hides events a previous attempt logged after the checkpoint this run resumed from
@@ -174,6 +179,7 @@ class TensorBoardWriter(PeriodicWriter):
 
     def after_train(self) -> None:
         t = self.trainer
+        self._flush()  # on every rank: under DDP the last values are averaged over the ranks here
         if self._writer is not None and t.status in ("completed", "stopped"):
             self._write_hparams()
         super().after_train()
@@ -185,7 +191,7 @@ class TensorBoardWriter(PeriodicWriter):
             key, sep, value = override.lstrip("+~").partition("=")
             if sep and not key.startswith("hydra."):
                 hparams[key] = value
-        metrics = {f"hparam/{k}": v for k, v in self.trainer.final_metrics().items() if k.startswith(("val/", "train/"))}
+        metrics = {f"hparam/{k}": v for k, v in self.trainer.final_metrics(sync=False).items() if k.startswith(("val/", "train/"))}
         if metrics:
             self._writer.add_hparams(hparams, metrics, run_name="hparams")
 

@@ -109,8 +109,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     without training. Raises :class:`ConfigError` (before any training) when the config
     cannot be built.
     """
-    from launcher.rundir import RunRecord, finished_result
-    from launcher.signals import EXIT_INTERRUPTED, GracefulStop
+    from launcher.rundir import finished_result
 
     if run_dir is None:  # as the CLI names a single run's directory
         import datetime
@@ -127,7 +126,30 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
             value = done["metrics"].get(cfg.objective, float("nan"))
             return RunResult(objective=float(value), metrics=done["metrics"], status=done["status"], run_dir=run_dir)
 
-    record = RunRecord(run_dir, cfg.seed, overrides)
+    from launcher import distributed
+
+    env = distributed.from_environment()
+    devices = cfg.trainer.get("devices", 1)
+    if env is None and isinstance(devices, int) and devices > 1:
+        return _run_spawned(cfg, run_dir, overrides, devices)
+    if env is not None and isinstance(devices, int) and devices > 1 and devices != env.world_size:
+        logger.warning("trainer.devices=%d is ignored: this process is rank %d of %d started by %s",
+                       devices, env.rank, env.world_size, env.source)
+    if env is None:
+        return _train(cfg, run_dir, overrides, main=True)
+    distributed.init(env, str(cfg.trainer.get("device", "auto")))
+    try:
+        return _train(cfg, run_dir, overrides, main=env.is_main)
+    finally:
+        distributed.shutdown()
+
+
+def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool) -> RunResult:
+    """Build and train in this process; ``main``: this process records ``run.json`` (rank 0 under DDP)."""
+    from launcher.rundir import RunRecord
+    from launcher.signals import EXIT_INTERRUPTED, GracefulStop
+
+    record = RunRecord(run_dir, cfg.seed, overrides, write=main)
     record.start()
     trainer = None
     stopper = None
@@ -141,7 +163,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
         status = trainer.status if trainer is not None and trainer.status not in ("created", "running") else "failed"
         if isinstance(err, KeyboardInterrupt):
             status = "aborted"
-        record.finish(status, 1, trainer.final_metrics() if trainer else {}, error=f"{type(err).__name__}: {err}")
+        record.finish(status, 1, trainer.final_metrics(sync=False) if trainer else {}, error=f"{type(err).__name__}: {err}")
         raise
     objective = metrics.get(cfg.objective)
     if objective is None:
@@ -162,3 +184,45 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     else:
         logger.info("Finished (%s): %s = %.4f", trainer.status, cfg.objective, objective)
     return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=run_dir)
+
+
+def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], devices: int) -> RunResult:
+    """``trainer.devices=N``: train in N worker processes on this machine (DDP), rank 0 recording the run."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from launcher import distributed
+    from launcher.rundir import mark_failed
+
+    logger.info("Starting %d worker processes (trainer.devices=%d); their logs: %s/train.log (rank 0), "
+                "train_rank<N>.log (others)", devices, devices, run_dir)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    try:
+        received, previous = distributed.spawn(_spawned_worker, (config, str(run_dir), list(overrides or [])), devices)
+    except Exception as err:  # torch.multiprocessing's ProcessRaisedException / ProcessExitedException
+        message = distributed.describe_worker_failure(err)
+        mark_failed(run_dir, message)
+        raise RuntimeError(message) from None
+    try:
+        data = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError) as err:
+        raise RuntimeError(f"the workers ended but {run_dir / 'run.json'} cannot be read: {err}") from err
+    status = data.get("status", "failed")
+    metrics = data.get("metrics", {})
+    value = metrics.get(cfg.objective, float("nan"))
+    if status == "interrupted" and callable(previous):
+        previous(received, None)  # e.g. submitit's handler, which requeues the job: rank 0's checkpoint is on disk
+    return RunResult(objective=float(value), metrics=metrics, status=status, run_dir=run_dir)
+
+
+def _spawned_worker(rank: int, world_size: int, port: int, config: dict, run_dir: str, overrides: List[str]) -> None:
+    """One worker of ``trainer.devices=N``: joins the process group and trains its share."""
+    from omegaconf import OmegaConf
+
+    from launcher import distributed
+
+    distributed.worker_environment(rank, world_size, port)
+    distributed.worker_logging(rank, Path(run_dir))
+    register_configs()
+    run(OmegaConf.create(config), run_dir, overrides)

@@ -32,6 +32,7 @@ class TrainerConf:
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N
     resume: Any = "auto"  # auto: newest valid checkpoint of this run dir; false: ignore them; or a checkpoint path
     load_from: Optional[str] = None  # model weights to start from (fine-tuning); ignored when resuming
+    devices: int = 1  # > 1: DDP over that many worker processes on this machine (GPUs, or CPU processes)
 
 
 @dataclass

@@ -142,6 +142,23 @@ class EpochLoader(DataLoader):
         self.generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
 
 
+class ShardSampler(Sampler[int]):
+    """Every ``world_size``-th index from ``rank``, without the padding ``DistributedSampler`` adds.
+
+    For validation: each sample is seen once over all ranks, so metrics summed over the
+    ranks equal a single process's.
+    """
+
+    def __init__(self, size: int, rank: int = 0, world_size: int = 1) -> None:
+        self.indices = range(rank, size, world_size)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
 class DataLoaders:
     """Builds the train and val loaders of a run from two datasets."""
 
@@ -189,7 +206,7 @@ class DataLoaders:
     def val_loader(self, rank: int = 0, world_size: int = 1, collate_fn: Optional[Callable] = None) -> Optional[DataLoader]:
         if self.val is None:
             return None
-        sampler = DistributedSampler(self.val, num_replicas=world_size, rank=rank, shuffle=False)
+        sampler = ShardSampler(len(self.val), rank, world_size)
         return DataLoader(
             self.val, batch_size=self.val_batch_size, sampler=sampler, num_workers=self.num_workers,
             pin_memory=self.pin_memory, collate_fn=collate_fn,

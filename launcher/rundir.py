@@ -46,11 +46,12 @@ def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:
 class RunRecord:
     """``run.json`` in the run dir: written when the run starts and rewritten when it ends."""
 
-    def __init__(self, run_dir: Path, seed: int, overrides: Optional[list] = None) -> None:
+    def __init__(self, run_dir: Path, seed: int, overrides: Optional[list] = None, write: bool = True) -> None:
         import hydra
         import torch
 
         self.path = Path(run_dir) / "run.json"
+        self.write = write  # false on DDP ranks other than 0
         try:
             previous = json.loads(self.path.read_text())
         except (OSError, ValueError):
@@ -92,6 +93,8 @@ class RunRecord:
         return {"job_id": env.job_id, "stdout": str(env.paths.stdout), "stderr": str(env.paths.stderr)}
 
     def _write(self) -> None:
+        if not self.write:
+            return
         text = json.dumps(self.data, indent=2, default=str) + "\n"
         atomic_write(self.path, lambda f: f.write(text.encode()))
 
@@ -103,3 +106,16 @@ class RunRecord:
         if error:
             self.data["error"] = error
         self._write()
+
+
+def mark_failed(run_dir: Path, error: str) -> None:
+    """Record in ``run.json`` that the run failed with ``error`` (when its workers could not say so)."""
+    path = Path(run_dir) / "run.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    if data.get("status") in (None, "running", "interrupted", "failed"):
+        data.update(status="failed", exit_code=1, end_time=_now(), error=error)
+        text = json.dumps(data, indent=2, default=str) + "\n"
+        atomic_write(path, lambda f: f.write(text.encode()))

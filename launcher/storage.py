@@ -6,27 +6,32 @@ device just to record a number.
 """
 from __future__ import annotations
 
+import logging
 import statistics
 from collections import deque
 from itertools import islice
-from typing import Any, Deque, Dict, Iterable, List, Mapping, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import torch
 
 Scalar = Any  # float, int or a 0-d tensor
+Reducer = Callable[[torch.Tensor, int], Optional[torch.Tensor]]  # (values, layout id) -> mean over ranks, or None
+logger = logging.getLogger(__name__)
 
 
 class HistoryBuffer:
     """The last ``max_length`` values of one scalar, each with the iteration it was put at."""
 
-    __slots__ = ("_values", "_iters", "_pending")
+    __slots__ = ("_values", "_iters", "_pending", "_unsynced")
 
     def __init__(self, max_length: int = 1000) -> None:
         self._values: Deque[Scalar] = deque(maxlen=max_length)
         self._iters: Deque[int] = deque(maxlen=max_length)
         self._pending = 0  # how many of the newest values may still be tensors
+        self._unsynced = 0  # how many of the newest values are not yet averaged over the ranks (DDP)
 
     def update(self, value: Scalar, iteration: int) -> None:
+        self._unsynced += 1
         if isinstance(value, torch.Tensor):
             value = value.detach()
             self._pending += 1
@@ -52,6 +57,19 @@ class HistoryBuffer:
                 tail[i] = f
         self._values.extend(tail)
         self._pending = 0
+
+    def take_unsynced(self) -> List[float]:
+        """The newest values not yet averaged over the ranks, as floats."""
+        self._materialize()
+        k = min(self._unsynced, len(self._values))
+        return [float(v) for v in islice(self._values, len(self._values) - k, None)]
+
+    def put_synced(self, values: List[float]) -> None:
+        """Replace the newest ``len(values)`` values with their average over the ranks."""
+        for _ in values:
+            self._values.pop()
+        self._values.extend(values)
+        self._unsynced = 0
 
     def values(self) -> List[Tuple[float, int]]:
         """All kept ``(value, iteration)`` pairs, oldest first."""
@@ -91,6 +109,7 @@ class HistoryBuffer:
         self._values = deque(torch.as_tensor(state["values"], dtype=torch.float64).tolist(), maxlen=self._values.maxlen)
         self._iters = deque(torch.as_tensor(state["iters"], dtype=torch.int64).tolist(), maxlen=self._iters.maxlen)
         self._pending = 0
+        self._unsynced = 0
 
 
 class EventStorage:
@@ -100,8 +119,12 @@ class EventStorage:
     writes the storage during a step sees the trainer's iteration.
     """
 
-    def __init__(self, start_iter: int = 0, max_length: int = 1000) -> None:
+    def __init__(self, start_iter: int = 0, max_length: int = 1000, reduce: Optional[Reducer] = None) -> None:
         self.iter = start_iter
+        # Under DDP: averages the values put since the last read over the ranks (launcher.distributed).
+        # Every rank reads at the same points (writers at their period, the end), so the ranks meet there.
+        self._reduce = reduce
+        self._warned = False
         self.epoch = 0
         self._max_length = max_length
         self._history: Dict[str, HistoryBuffer] = {}
@@ -138,12 +161,45 @@ class EventStorage:
     def keys(self) -> Iterable[str]:
         return self._history.keys()
 
-    def latest(self) -> Dict[str, Tuple[float, int]]:
-        """``{name: (latest value, iteration it was put at)}`` for every key."""
+    def stop_syncing(self) -> None:
+        """From now on every read returns this rank's own values (after a failure, peers may be gone)."""
+        self._reduce = None
+
+    def synchronize(self) -> None:
+        """Average every value put since the last call over the ranks: one all-reduce (DDP only)."""
+        if self._reduce is None:
+            return
+        keys = [k for k in sorted(self._history) if self._history[k]._unsynced]
+        if not keys:
+            return
+        chunks = [self._history[k].take_unsynced() for k in keys]
+        flat = torch.tensor([v for chunk in chunks for v in chunk], dtype=torch.float64)
+        from launcher.distributed import layout_id
+
+        averaged = self._reduce(flat, layout_id([(k, len(c)) for k, c in zip(keys, chunks)]))
+        if averaged is None:  # the ranks recorded different scalars: keep each rank's own
+            if not self._warned:
+                logger.warning("The ranks recorded different scalars since the last write; logging rank-local values")
+                self._warned = True
+            for k in keys:
+                self._history[k]._unsynced = 0
+            return
+        values = averaged.tolist()
+        start = 0
+        for k, chunk in zip(keys, chunks):
+            self._history[k].put_synced(values[start:start + len(chunk)])
+            start += len(chunk)
+        self._summary = (-1, 0, {})
+
+    def latest(self, sync: bool = True) -> Dict[str, Tuple[float, int]]:
+        """``{name: (latest value, iteration it was put at)}`` for every key (averaged over ranks unless not ``sync``)."""
+        if sync:
+            self.synchronize()
         return {k: (b.latest(), b.latest_iter()) for k, b in self._history.items()}
 
     def latest_with_smoothing_hint(self, window: int = 20) -> Dict[str, Tuple[float, int]]:
         """Like :meth:`latest`, but keys put with ``smoothing_hint`` report their windowed median."""
+        self.synchronize()
         puts, cached_window, summary = self._summary
         if puts != self._puts or cached_window != window:
             summary = {

@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from hooks.base import EVENTS, HookBase
+from launcher import distributed
 from launcher.checkpoint import load_checkpoint, load_newest_valid
 from launcher.storage import EventStorage
 
@@ -55,10 +56,10 @@ logger = logging.getLogger(__name__)
 HookList = Union[Mapping[str, Optional[HookBase]], Sequence[Optional[HookBase]], None]
 
 
-def resolve_device(device: str) -> torch.device:
-    """``auto`` picks CUDA when present, else the CPU; anything else goes to ``torch.device``."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def resolve_device(device: str, local_rank: int = 0) -> torch.device:
+    """``auto`` picks CUDA when present (the local rank's GPU), else the CPU; anything else goes to ``torch.device``."""
+    if device == "auto" or (device == "cuda" and local_rank):
+        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
     try:
         dev = torch.device(device)
     except RuntimeError as e:
@@ -126,12 +127,28 @@ class TrainerBase:
         work_dir: Union[str, Path] = ".",
         resume: Union[str, bool] = "auto",
         load_from: Optional[str] = None,
+        devices: int = 1,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        self.device = resolve_device(device)
+        if not isinstance(devices, int) or devices < 1:
+            raise ValueError(f"trainer.devices should be an integer of at least 1 (processes to train with), got {devices!r}")
+        self.devices = devices  # launcher.run spawns that many workers; each builds a trainer in the process group
+        self.dist = distributed.current()  # None in a single process
+        self.rank = self.dist.rank if self.dist else 0
+        self.world_size = self.dist.world_size if self.dist else 1
+        self.is_main = self.rank == 0  # only the main process writes files: logs, checkpoints, run.json
+        self.device = resolve_device(device, self.dist.local_rank if self.dist else 0)
         self.model = model.to(self.device)
         self.optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else optimizer(self.model.parameters())
+        # What the step calls: the model itself, or its DistributedDataParallel wrapper. Hooks and
+        # checkpoints use ``model``, so a checkpoint loads the same with or without DDP.
+        self.train_model: nn.Module = self.model
+        if self.dist is not None:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index or 0] if self.device.type == "cuda" else None
+            self.train_model = DistributedDataParallel(self.model, device_ids=ids)
         self.data = data
         self.work_dir = Path(work_dir)
         self.checkpoint_dir = self.work_dir / "checkpoints"
@@ -139,7 +156,9 @@ class TrainerBase:
         self.load_from = load_from
         if load_from is not None and not Path(load_from).is_file():
             raise ValueError(f"trainer.load_from: {load_from!r} does not exist (expected a checkpoint or state_dict file)")
-        self.storage = EventStorage()
+        self.storage = EventStorage(reduce=distributed.mean_across_ranks if self.dist else None)
+        self._stop_wanted = 0  # under DDP: 1 stop, 2 interrupt, asked for on this rank and not yet agreed
+        self._stop_asked_reason: Optional[str] = None
         self.iter = 0
         self.epoch = 0
         self.inner_iter = 0  # steps done in the current epoch
@@ -171,10 +190,14 @@ class TrainerBase:
 
     # -- construction points a subclass may override --------------------------------------------
     def build_train_loader(self) -> Iterable:
-        return self.data.train_loader()
+        return self.data.train_loader(**self.data_shard())
 
     def build_val_loader(self) -> Optional[Iterable]:
-        return self.data.val_loader()
+        return self.data.val_loader(**self.data_shard())
+
+    def data_shard(self) -> Dict[str, int]:
+        """``{rank, world_size}`` for the data's loaders under DDP (each process reads its share); else ``{}``."""
+        return {"rank": self.rank, "world_size": self.world_size} if self.dist else {}
 
     # -- hooks -------------------------------------------------------------------------------
     def register_hooks(self, hooks: HookList) -> None:
@@ -229,7 +252,14 @@ class TrainerBase:
         run ends ``stopped`` and finishes like a completed one. A signal sets ``interrupt``: the
         run ends ``interrupted``, with a checkpoint to resume from. Safe to call from a signal
         handler: it only sets attributes.
+
+        Under DDP the ranks first agree (every ``STOP_SYNC_PERIOD`` steps and at each epoch's
+        start), so all of them stop at the same step boundary.
         """
+        if self.dist is not None:
+            self._stop_wanted = max(self._stop_wanted, 2 if interrupt else 1)
+            self._stop_asked_reason = self._stop_asked_reason or reason
+            return
         self._interrupt = self._interrupt or interrupt
         self.stop_reason = self.stop_reason or reason
 
@@ -237,10 +267,17 @@ class TrainerBase:
         """Run ``fn`` at the next step boundary, when every hook is done with the steps so far."""
         self._at_boundary.append(fn)
 
+    STOP_SYNC_PERIOD = 10  # steps between the ranks' agreement on a stop, under DDP
+
     def at_boundary(self) -> None:
         pending, self._at_boundary = self._at_boundary, []
         for fn in pending:
             fn()
+        if self.dist is not None and not self.stop_reason and (self.inner_iter == 0 or self.iter % self.STOP_SYNC_PERIOD == 0):
+            agreed = distributed.max_int(self._stop_wanted)  # one small all-reduce
+            if agreed:
+                self._interrupt = agreed == 2
+                self.stop_reason = self._stop_asked_reason or "asked for on another rank"
 
     # -- resume -----------------------------------------------------------------------------------
     @staticmethod
@@ -306,9 +343,11 @@ class TrainerBase:
                 logger.warning("Stopped at iteration %d: %s", self.iter, self.stop_reason)
         except KeyboardInterrupt:
             self.status = "aborted"
+            self.storage.stop_syncing()
             raise
         except BaseException:
             self.status = "failed"
+            self.storage.stop_syncing()  # the other ranks may be gone: hooks in after_train read this rank's values
             raise
         finally:
             self._in_step = False
@@ -319,8 +358,9 @@ class TrainerBase:
     def run(self) -> None:
         raise NotImplementedError
 
-    def final_metrics(self) -> Dict[str, float]:
-        return {k: v for k, (v, _) in self.storage.latest().items()}
+    def final_metrics(self, sync: bool = True) -> Dict[str, float]:
+        """The latest value of every scalar (averaged over the ranks under DDP unless not ``sync``)."""
+        return {k: v for k, (v, _) in self.storage.latest(sync=sync).items()}
 
     def train_epoch(self, until_iter: Optional[int] = None) -> bool:
         """Train over the rest of the current epoch, or until ``iter`` reaches ``until_iter``.
@@ -387,7 +427,7 @@ class TrainerBase:
         storage.put_scalar("data_time", time.perf_counter() - start)
 
         with self._forward_context():
-            out = self.model(batch)
+            out = self.train_model(batch)
         if isinstance(out, torch.Tensor) and out.numel() == 1:  # the common case, without building a dict
             loss, losses = out, None
             storage.put_scalar("train/loss", out.detach())
@@ -457,7 +497,13 @@ class TrainerBase:
         finally:
             self.model.train(was_training)
         names = list(sums)
-        totals = torch.stack([sums[k] for k in names]).cpu().tolist() if names else []
+        totals = torch.stack([sums[k] for k in names]).cpu().double().tolist() if names else []
+        if self.dist is not None:  # every rank read its own share of the val set: add them up
+            reduced = distributed.sum_across_ranks(torch.tensor([*totals, count], dtype=torch.float64),
+                                                   distributed.layout_id(names))
+            if reduced is None:
+                raise RuntimeError(f"validation: rank {self.rank} returned metrics {names}, other ranks returned others")
+            *totals, count = reduced.tolist()
         self.last_val = {f"val/{k}": t / max(count, 1) for k, t in zip(names, totals)}
         self.storage.put_scalars(smoothing_hint=False, **self.last_val)
         self._call("after_val")
@@ -465,7 +511,11 @@ class TrainerBase:
 
     # -- checkpoint state ----------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
-        """Everything needed to continue exactly from the current step boundary."""
+        """Everything needed to continue exactly from the current step boundary.
+
+        Under DDP every rank calls this at the same boundary (it gathers the ranks' RNG states).
+        """
+        rng = get_rng_state()
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -476,7 +526,9 @@ class TrainerBase:
             "data": {"epoch": self.epoch, "batches_done": self.inner_iter, "seed": getattr(self.train_loader, "seed", None)},
             "storage": self.storage.state_dict(),
             "hooks": {h.name: h.state_dict() for h in self._hooks},
-            "rng": get_rng_state(),
+            "rng": rng,
+            # under DDP each rank's generators, so every rank resumes its own random stream
+            "rng_ranks": distributed.all_gather_object(rng) if self.dist is not None else [rng],
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -488,7 +540,11 @@ class TrainerBase:
         for h in self._hooks:
             if h.name in state["hooks"]:
                 h.load_state_dict(state["hooks"][h.name])
-        self._rng_to_restore = state.get("rng")
+        ranks = state.get("rng_ranks") or [state.get("rng")]
+        if len(ranks) != self.world_size:
+            logger.warning("The checkpoint was written by %d process(es), this run has %d: every rank takes rank 0's "
+                           "random state, so random draws differ from an uninterrupted run", len(ranks), self.world_size)
+        self._rng_to_restore = ranks[self.rank] if len(ranks) == self.world_size else ranks[0]
 
 
 def get_rng_state() -> Dict[str, Any]:

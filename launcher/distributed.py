@@ -1,0 +1,353 @@
+"""torch.distributed for the launcher: one code path for torchrun, ``trainer.devices=N`` and SLURM tasks.
+
+Where a run's processes come from decides only how each learns its rank:
+
+* ``torchrun --nproc_per_node=N -m launcher ...`` sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+  ``MASTER_ADDR`` and ``MASTER_PORT``;
+* ``trainer.devices=N`` makes :func:`spawn` start N workers that get the same variables;
+* a SLURM job with several tasks (``hydra.launcher.tasks_per_node``, ``nodes``) gives them through
+  submitit's ``JobEnvironment``; the master is the job's first node, the port follows the job id.
+
+Then :func:`init` sets up the process group (gloo on the CPU, NCCL for CUDA tensors) with a
+timeout, and the trainer wraps the model in ``DistributedDataParallel``.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from hydra.experimental.callback import Callback
+
+logger = logging.getLogger("launcher")
+
+DEFAULT_TIMEOUT_S = 300  # process-group set-up and any one collective; LAUNCHER_DIST_TIMEOUT_S changes it
+
+
+class DistributedError(RuntimeError):
+    """The process group could not be set up (names the master address and port)."""
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    local_rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    source: str  # torchrun (or any env:// launcher), slurm, spawn
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def from_environment() -> Optional[DistEnv]:
+    """The distributed set-up this process was started in, or None for a single process."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env and int(env["WORLD_SIZE"]) > 1:
+        source = env.get("LAUNCHER_DIST_SOURCE", "torchrun")
+        return DistEnv(
+            rank=int(env["RANK"]),
+            local_rank=int(env.get("LOCAL_RANK", 0)),
+            world_size=int(env["WORLD_SIZE"]),
+            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=int(env.get("MASTER_PORT", 29500)),
+            source=source,
+        )
+    if int(env.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_PROCID" in env and "SLURM_JOB_ID" in env:
+        return _slurm_env()
+    return None
+
+
+def _slurm_env() -> DistEnv:
+    """Rank and master of a SLURM task, from submitit's JobEnvironment (the SLURM variables underneath)."""
+    import submitit
+
+    job = submitit.JobEnvironment()
+    hostnames = job.hostnames  # the job's nodes, expanded from SLURM_JOB_NODELIST
+    # One port per job (array tasks have their own job ids); a requeued job keeps its id and port.
+    job_id = os.environ["SLURM_JOB_ID"]
+    port = int(os.environ.get("MASTER_PORT") or 20000 + int(job_id) % 20000)
+    return DistEnv(
+        rank=job.global_rank,
+        local_rank=job.local_rank,
+        world_size=job.num_tasks,
+        master_addr=os.environ.get("MASTER_ADDR") or hostnames[0],
+        master_port=port,
+        source="slurm",
+    )
+
+
+def timeout_s() -> float:
+    value = os.environ.get("LAUNCHER_DIST_TIMEOUT_S", str(DEFAULT_TIMEOUT_S))
+    try:
+        return float(value)
+    except ValueError:
+        raise DistributedError(f"LAUNCHER_DIST_TIMEOUT_S={value!r} is not a number of seconds") from None
+
+
+def backend_for(device: str) -> str:
+    """gloo for CPU tensors; where CUDA is used, NCCL for CUDA tensors and gloo for the CPU ones."""
+    import torch
+
+    wants_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    return "cpu:gloo,cuda:nccl" if wants_cuda and torch.distributed.is_nccl_available() else "gloo"
+
+
+def init(env: DistEnv, device: str = "auto") -> bool:
+    """Join the process group of ``env``; returns whether this call created it."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        if dist.get_world_size() != env.world_size or dist.get_rank() != env.rank:
+            raise DistributedError(
+                f"a process group of world size {dist.get_world_size()} (rank {dist.get_rank()}) exists already, "
+                f"but the environment says world size {env.world_size} (rank {env.rank})"
+            )
+        return False
+    if env.source != "torchrun":  # torchrun sets these itself; the others learned them from us
+        os.environ.update(MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port),
+                          RANK=str(env.rank), WORLD_SIZE=str(env.world_size), LOCAL_RANK=str(env.local_rank))
+    backend = backend_for(device)
+    if "nccl" in backend:
+        torch.cuda.set_device(env.local_rank)
+    seconds = timeout_s()
+    logger.info("Joining the process group: rank %d of %d, master %s:%d, backend %s (%s)",
+                env.rank, env.world_size, env.master_addr, env.master_port, backend, env.source)
+    try:
+        dist.init_process_group(backend=backend, init_method="env://", rank=env.rank, world_size=env.world_size,
+                                timeout=datetime.timedelta(seconds=seconds))
+    except Exception as err:  # DistStoreError, RuntimeError, TimeoutError, depending on where it stalled
+        raise DistributedError(
+            f"rank {env.rank} of {env.world_size} could not join the process group at master "
+            f"{env.master_addr}:{env.master_port} within {seconds:.0f} s ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}). Check that every rank was started, that the master "
+            f"address is reachable from this host and that the port is free (LAUNCHER_DIST_TIMEOUT_S sets the wait)"
+        ) from err
+    return True
+
+
+def current() -> Optional[DistEnv]:
+    """The DistEnv of the initialised process group, or None when training in one process."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return None
+    env = from_environment()
+    local = env.local_rank if env else int(os.environ.get("LOCAL_RANK", 0))
+    return DistEnv(dist.get_rank(), local, dist.get_world_size(), os.environ.get("MASTER_ADDR", ""),
+                   int(os.environ.get("MASTER_PORT", 0) or 0), env.source if env else "torchrun")
+
+
+def shutdown() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# -- collectives the trainer and storage use ----------------------------------------------------------
+def broadcast_object(value: Any, src: int = 0) -> Any:
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def all_gather_object(value: Any) -> List[Any]:
+    import torch.distributed as dist
+
+    out: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def max_int(value: int) -> int:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def sum_tensor(t: "torch.Tensor") -> "torch.Tensor":
+    import torch.distributed as dist
+
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def layout_id(keys_and_counts: Sequence[tuple]) -> int:
+    """A checksum of what each rank is about to reduce, so ranks that disagree are caught, not mixed."""
+    return zlib.crc32(repr(list(keys_and_counts)).encode())
+
+
+def sum_across_ranks(values: "torch.Tensor", layout: int) -> Optional["torch.Tensor"]:
+    """The element-wise sum of ``values`` over all ranks; None where the ranks' layouts differ."""
+    import torch
+    import torch.distributed as dist
+
+    head = torch.tensor([layout, -layout], dtype=torch.int64)
+    dist.all_reduce(head, op=dist.ReduceOp.MAX)
+    if int(head[0]) != layout or int(-head[1]) != layout:
+        return None
+    dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def mean_across_ranks(values: "torch.Tensor", layout: int) -> Optional["torch.Tensor"]:
+    """The element-wise mean of ``values`` over all ranks; None where the ranks' layouts differ."""
+    import torch.distributed as dist
+
+    total = sum_across_ranks(values, layout)
+    return None if total is None else total / dist.get_world_size()
+
+
+# -- torchrun: one run dir for every rank ----------------------------------------------------------------
+def share_run_dir(config: Any) -> None:
+    """Under torchrun, make every rank use rank 0's run dir (Hydra would time-stamp one per rank).
+
+    Called from the Hydra callback before the run dir is made: joins the process group (so a
+    rank that cannot reach the master fails here, with the address in the message), takes rank
+    0's resolved ``hydra.run.dir``, and sends other ranks' log files to ``train_rank<N>.log``.
+    """
+    from omegaconf import open_dict
+
+    env = from_environment()
+    if env is None or env.source == "slurm":  # SLURM jobs get their dir from the sweep launcher
+        return
+    init(env, str(config.trainer.get("device", "auto")) if "trainer" in config else "auto")
+    run_dir = broadcast_object(str(config.hydra.run.dir) if env.is_main else None)
+    with open_dict(config):
+        config.hydra.run.dir = run_dir
+        if not env.is_main:
+            config.hydra.job.name = f"{config.hydra.job.name}_rank{env.rank}"
+            config.hydra.output_subdir = None  # rank 0 writes .hydra/
+
+
+# -- trainer.devices=N: spawn the workers ---------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Optional[int], Any]:
+    """Start ``worker(rank, nprocs, port, *args)`` in ``nprocs`` processes here and wait for all of them.
+
+    SIGTERM and SIGUSR2 sent to this process are passed on to the workers (each checkpoints and
+    stops at the same step boundary); Ctrl-C reaches them from the terminal, so this process only
+    waits for them. When one worker fails the others are stopped (SIGTERM, then SIGKILL) and
+    torch's ``ProcessRaisedException``/``ProcessExitedException`` is raised, naming its rank.
+    Returns the signal forwarded (or None) and the handler it replaced, for the caller to chain.
+    """
+    import signal
+
+    import torch.multiprocessing as mp
+
+    port = free_port()
+    context = mp.start_processes(worker, args=(nprocs, port, *args), nprocs=nprocs, join=False, start_method="spawn")
+    received: List[int] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        received.append(signum)
+        for process in context.processes:
+            if process.is_alive() and process.pid:
+                os.kill(process.pid, signum)
+
+    def wait_for_workers(signum: int, frame: Any) -> None:
+        if signal.SIGINT in received:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop waiting (the workers are killed below)
+        received.append(signum)
+
+    previous: Dict[int, Any] = {}
+    handlers = {signal.SIGTERM: forward, signal.SIGINT: wait_for_workers}
+    if hasattr(signal, "SIGUSR2"):
+        handlers[signal.SIGUSR2] = forward
+    try:
+        for sig, handler in handlers.items():
+            previous[sig] = signal.signal(sig, handler)
+    except ValueError:  # not the main thread: nothing to forward
+        pass
+    try:
+        while not context.join(timeout=1.0, grace_period=10.0):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+    first = received[0] if received else None
+    return first, previous.get(first) if first is not None else None
+
+
+def describe_worker_failure(err: BaseException) -> str:
+    """One line naming the failed rank and its error, from torch.multiprocessing's exception."""
+    rank = getattr(err, "error_index", None)
+    text = str(err).strip()
+    last = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), type(err).__name__)
+    if "terminated with signal" in text or "terminated with exit code" in text:
+        last = text.splitlines()[0].strip() if text else last
+    where = f"rank {rank}" if rank is not None else "a worker"
+    return f"{where} failed: {last}"
+
+
+def worker_logging(rank: int, run_dir: "Path") -> None:
+    """A spawned worker's log: the console, tagged with its rank, and its file in the run dir."""
+    fmt = logging.Formatter(f"[%(asctime)s][%(levelname)s][rank {rank}] %(message)s", "%H:%M:%S")
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    name = "train.log" if rank == 0 else f"train_rank{rank}.log"
+    console, file = logging.StreamHandler(), logging.FileHandler(run_dir / name)
+    console.setLevel(logging.INFO if rank == 0 else logging.WARNING)  # one console voice; every rank's file in full
+    for handler in (console, file):
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+
+
+def worker_environment(rank: int, world_size: int, port: int) -> DistEnv:
+    """In a spawned worker: the variables torchrun would have set, and this worker's share of the cores."""
+    import torch
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), LAUNCHER_DIST_SOURCE="spawn")
+    if "OMP_NUM_THREADS" not in os.environ:  # as torchrun does: the workers share the machine's cores
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    return DistEnv(rank, rank, world_size, "127.0.0.1", port, "spawn")
+
+
+class TorchrunCallback(Callback):  # type: ignore[misc]
+    """Hydra callback (conf/config.yaml): under torchrun, one run dir for all ranks; no ``-m`` sweeps.
+
+    Hydra turns a callback's exceptions into warnings, so failures here end the process themselves.
+    """
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        try:
+            share_run_dir(config)
+        except DistributedError as err:
+            _fail(str(err))
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        env = from_environment()
+        if env is not None and env.source == "torchrun":
+            _fail("-m (a sweep) cannot run under torchrun: every rank would run the whole sweep. Sweep DDP jobs "
+                  "with trainer.devices=N, or with hydra/launcher=slurm hydra.launcher.tasks_per_node=N")
+
+
+def _fail(message: str) -> None:
+    import sys
+
+    logging.basicConfig()
+    logger.error("%s", message)
+    sys.exit(2)

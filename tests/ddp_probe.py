@@ -1,0 +1,27 @@
+"""Test hooks for DDP runs: every rank's final weights on disk, and a rank that dies mid-training."""
+import os
+import signal
+
+import torch
+
+from hooks import HookBase
+
+
+class DumpWeights(HookBase):
+    """Writes ``weights_rank<N>.pt`` (this rank's model state) into the run dir when training ends."""
+
+    def after_train(self):
+        t = self.trainer
+        torch.save({k: v.detach().cpu() for k, v in t.model.state_dict().items()}, t.work_dir / f"weights_rank{t.rank}.pt")
+
+
+class KillRank(HookBase):
+    """SIGKILLs rank ``rank`` itself after step ``at`` (no Python cleanup runs, as when the OOM killer strikes)."""
+
+    def __init__(self, rank: int = 1, at: int = 5, priority=None):
+        super().__init__(priority)
+        self.rank, self.at = rank, at
+
+    def after_step(self):
+        if self.trainer.rank == self.rank and self.trainer.iter == self.at:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,207 @@
+"""DistributedDataParallel on the CPU (gloo): torchrun, trainer.devices=N, failures and exact resume.
+
+Every run is the real CLI in subprocesses. Test hooks (tests/ddp_probe.py) write each rank's final
+weights, or kill one rank mid-training.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import read_run, run_dirs
+
+TESTS = Path(__file__).resolve().parent
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+ENV.pop("HYDRA_FULL_ERROR", None)
+# 640 train samples: 10 global batches of 64 per epoch, i.e. 32 per rank on 2 ranks; 160 val samples.
+DATA = ["data=synthetic", "data.train.size=800", "+hooks.dump._target_=ddp_probe.DumpWeights"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "launcher"]
+
+
+def launch(cmd, cwd, timeout=300, **kw):
+    return subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def cli(*args):
+    return [sys.executable, "-m", "launcher", *args]
+
+
+def weights(path: Path) -> dict:
+    return torch.load(path, map_location="cpu")
+
+
+def assert_bitwise(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs by {(a[k] - b[k]).abs().max().item()}"
+
+
+def rows(run_dir: Path, keys=("train/loss", "val/loss", "val/accuracy")) -> list:
+    out = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        out.append({k: row[k] for k in ("iter", *keys) if k in row})
+    return out
+
+
+@pytest.fixture(scope="module")
+def ddp_runs(tmp_path_factory):
+    """The same training three ways: one process at batch 64; torchrun and trainer.devices=2 at 32 per rank."""
+    root = tmp_path_factory.mktemp("ddp")
+    common = [*DATA, "trainer.max_epochs=3", "hooks.jsonl.period=5"]
+    single = launch(cli(*common, "data.batch_size=64", "hydra.run.dir=single"), root)
+    spawn = launch(cli(*common, "data.batch_size=32", "trainer.devices=2", "hydra.run.dir=spawn"), root)
+    (root / "tr").mkdir()
+    torchrun = launch([*TORCHRUN, *common, "data.batch_size=32"], root / "tr")
+    for name, proc in (("single", single), ("spawn", spawn), ("torchrun", torchrun)):
+        assert proc.returncode == 0, f"{name}: " + proc.stdout[-2000:] + proc.stderr[-4000:]
+    return root, torchrun
+
+
+def test_torchrun_ranks_share_one_run_dir_with_rank0_files(ddp_runs):
+    root, proc = ddp_runs
+    dirs = run_dirs(root / "tr")
+    assert len(dirs) == 1, dirs  # not one time-stamped dir per rank
+    run = dirs[0]
+    assert read_run(run)["status"] == "completed"
+    assert (run / "train.log").is_file() and (run / "train_rank1.log").is_file()
+    assert (run / ".hydra" / "config.yaml").is_file()
+    assert len(list(run.glob("events.out.tfevents.*"))) == 1  # rank 0 alone writes TensorBoard
+    assert (run / "checkpoints" / "final.pt").is_file()
+
+
+def test_every_rank_ends_with_identical_weights_equal_to_one_process(ddp_runs):
+    root, _ = ddp_runs
+    run = run_dirs(root / "tr")[0]
+    spawn0, spawn1 = weights(root / "spawn" / "weights_rank0.pt"), weights(root / "spawn" / "weights_rank1.pt")
+    assert_bitwise(spawn0, spawn1)
+    assert_bitwise(weights(run / "weights_rank0.pt"), weights(run / "weights_rank1.pt"))
+    assert_bitwise(spawn0, weights(run / "weights_rank0.pt"))  # two ways to start, one code path, one result
+    final = torch.load(root / "spawn" / "checkpoints" / "final.pt", map_location="cpu", weights_only=False)
+    assert_bitwise(final["model"], spawn0)  # checkpoints hold the plain model, loadable without DDP
+    assert len(final["rng_ranks"]) == 2
+    # The same global batches; only the order of float additions differs (README: DDP).
+    single = weights(root / "single" / "weights_rank0.pt")
+    for k in single:
+        torch.testing.assert_close(spawn0[k], single[k], rtol=0, atol=1e-6)
+
+
+def test_logged_metrics_are_averaged_over_the_ranks(ddp_runs):
+    root, _ = ddp_runs
+    ddp, single = rows(root / "spawn"), rows(root / "single")
+    assert [r["iter"] for r in ddp] == [r["iter"] for r in single]
+    for a, b in zip(ddp, single):
+        assert a.keys() == b.keys()
+        for k in a:  # a rank's own loss is off by far more than this: each sees half the batch
+            assert a[k] == pytest.approx(b[k], abs=1e-5), (a, b)
+    assert read_run(root / "spawn")["metrics"]["val/accuracy"] == pytest.approx(
+        read_run(root / "single")["metrics"]["val/accuracy"], abs=1e-9)
+
+
+@pytest.mark.parametrize("how", ["spawn", "torchrun"])
+def test_a_killed_rank_ends_the_job_fast_and_is_named(tmp_path, how):
+    args = [*DATA, "data.batch_size=32", "trainer=iter", "trainer.max_iters=100000", "+hooks.kill._target_=ddp_probe.KillRank",
+            "+hooks.kill.rank=1", "+hooks.kill.at=5"]
+    start = time.monotonic()
+    if how == "spawn":
+        proc = launch(cli(*args, "trainer.devices=2", "hydra.run.dir=run"), tmp_path, timeout=120)
+    else:
+        proc = launch([*TORCHRUN, *args, "hydra.run.dir=run"], tmp_path, timeout=120)
+    took = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert took < 60, f"took {took:.0f} s"
+    if how == "spawn":
+        assert "rank 1 failed" in out and "SIGKILL" in out, out[-3000:]
+        record = read_run(tmp_path / "run")
+        assert record["status"] == "failed" and "rank 1" in record["error"]
+    else:  # torchrun's own failure report
+        assert "rank      : 1" in out or "rank: 1" in out, out[-3000:]
+
+
+RESUMABLE = [*DATA, "data.batch_size=32", "trainer=iter", "trainer.max_iters=60", "trainer.devices=2",
+             "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=20", "hooks.jsonl.period=1",
+             "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.03"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp_ref")
+    proc = launch(cli(*RESUMABLE, "hydra.run.dir=ref"), root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "ref"
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def _assert_same_run(resumed: Path, ref: Path) -> None:
+    a = torch.load(resumed / "checkpoints" / "final.pt", map_location="cpu", weights_only=False)
+    b = torch.load(ref / "checkpoints" / "final.pt", map_location="cpu", weights_only=False)
+    assert_bitwise(a["model"], b["model"])
+    for sa, sb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+        assert_bitwise(sa, sb)
+    assert_bitwise(weights(resumed / "weights_rank1.pt"), weights(ref / "weights_rank1.pt"))
+    assert rows(resumed) == rows(ref)  # the logged, rank-averaged metrics too: no gap, no duplicate
+
+
+def test_sigterm_under_ddp_checkpoints_on_rank0_and_resumes_bitwise(tmp_path, uninterrupted):
+    proc = subprocess.Popen(cli(*RESUMABLE, "hydra.run.dir=run"), cwd=tmp_path, env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for(tmp_path / "run" / "checkpoints" / "iter_0000020.pt", proc)
+    proc.send_signal(signal.SIGTERM)  # to the launcher process only: it passes the signal on to its workers
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-3000:]
+    record = read_run(tmp_path / "run")
+    assert record["status"] == "interrupted" and 20 < record["iter"] < 60
+    assert record["iter"] % 10 == 0  # the ranks agree on the stop every 10 steps
+    again = launch(cli(*RESUMABLE, "hydra.run.dir=run"), tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert read_run(tmp_path / "run")["resumed_from"].endswith(f"iter_{record['iter']:07d}.pt")
+    _assert_same_run(tmp_path / "run", uninterrupted)
+
+
+def test_killed_ddp_job_resumes_from_its_last_checkpoint_bitwise(tmp_path, uninterrupted):
+    proc = subprocess.Popen(cli(*RESUMABLE, "hydra.run.dir=run"), cwd=tmp_path, env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    _wait_for(tmp_path / "run" / "checkpoints" / "iter_0000040.pt", proc)
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both workers, without warning
+    proc.communicate(timeout=60)
+    again = launch(cli(*RESUMABLE, "hydra.run.dir=run"), tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "iter_00000" in read_run(tmp_path / "run")["resumed_from"]
+    _assert_same_run(tmp_path / "run", uninterrupted)
+
+
+def test_unreachable_master_fails_with_a_clear_message(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**ENV, "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port), "LAUNCHER_DIST_TIMEOUT_S": "3"}
+    start = time.monotonic()
+    proc = subprocess.run(cli("data=synthetic"), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert time.monotonic() - start < 60
+    out = proc.stdout + proc.stderr
+    assert f"rank 1 of 2 could not join the process group at master 127.0.0.1:{port}" in out, out[-2000:]
+
+
+def test_torchrun_refuses_a_sweep_with_advice(tmp_path):
+    proc = launch([*TORCHRUN, "-m", "data=synthetic", "seed=0,1"], tmp_path, timeout=120)
+    assert proc.returncode != 0
+    assert "trainer.devices=N" in proc.stdout + proc.stderr
