@@ -137,6 +137,8 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
                        devices, env.rank, env.world_size, env.source)
     if env is None:
         return _train(cfg, run_dir, overrides, main=True)
+    if env.source == "slurm" and not env.is_main:  # Hydra pointed every task's log at the one train.log
+        distributed.rank_log_files(env.rank, run_dir)
     distributed.init(env, str(cfg.trainer.get("device", "auto")))
     try:
         return _train(cfg, run_dir, overrides, main=env.is_main)

@@ -84,6 +84,21 @@ def _slurm_env() -> DistEnv:
     )
 
 
+def share_cores(env: DistEnv) -> None:
+    """Unless OMP_NUM_THREADS says otherwise, each rank takes its share of the cores (SLURM: its CPUs).
+
+    The same thread count wherever a run starts keeps the math, and so the results, the same.
+    """
+    import torch
+
+    if "OMP_NUM_THREADS" in os.environ:
+        return
+    per_task = os.environ.get("SLURM_CPUS_PER_TASK") if env.source == "slurm" else None
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 0) or 0) or env.world_size
+    threads = int(per_task) if per_task and per_task.isdigit() else (os.cpu_count() or 1) // max(local_ranks, 1)
+    torch.set_num_threads(max(1, threads))
+
+
 def timeout_s() -> float:
     value = os.environ.get("LAUNCHER_DIST_TIMEOUT_S", str(DEFAULT_TIMEOUT_S))
     try:
@@ -115,6 +130,7 @@ def init(env: DistEnv, device: str = "auto") -> bool:
     if env.source != "torchrun":  # torchrun sets these itself; the others learned them from us
         os.environ.update(MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port),
                           RANK=str(env.rank), WORLD_SIZE=str(env.world_size), LOCAL_RANK=str(env.local_rank))
+    share_cores(env)
     backend = backend_for(device)
     if "nccl" in backend:
         torch.cuda.set_device(env.local_rank)
@@ -220,7 +236,7 @@ def share_run_dir(config: Any) -> None:
     rank that cannot reach the master fails here, with the address in the message), takes rank
     0's resolved ``hydra.run.dir``, and sends other ranks' log files to ``train_rank<N>.log``.
     """
-    from omegaconf import open_dict
+    from omegaconf import OmegaConf, open_dict
 
     env = from_environment()
     if env is None or env.source == "slurm":  # SLURM jobs get their dir from the sweep launcher
@@ -232,6 +248,9 @@ def share_run_dir(config: Any) -> None:
         if not env.is_main:
             config.hydra.job.name = f"{config.hydra.job.name}_rank{env.rank}"
             config.hydra.output_subdir = None  # rank 0 writes .hydra/
+            console = OmegaConf.select(config, "hydra.job_logging.handlers.console")
+            if console is not None:
+                console.level = "WARNING"  # one console voice; each rank's file keeps everything
 
 
 # -- trainer.devices=N: spawn the workers ---------------------------------------------------------------
@@ -302,6 +321,20 @@ def describe_worker_failure(err: BaseException) -> str:
     return f"{where} failed: {last}"
 
 
+def rank_log_files(rank: int, run_dir: Path) -> None:
+    """Send this rank's log records to ``<name>_rank<N>.log`` instead of the run dir's shared log file."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        path = Path(getattr(handler, "baseFilename", "") or "")
+        if isinstance(handler, logging.FileHandler) and path.parent == Path(run_dir).resolve():
+            moved = logging.FileHandler(path.with_name(f"{path.stem}_rank{rank}{path.suffix}"))
+            moved.setFormatter(handler.formatter)
+            moved.setLevel(handler.level)
+            root.removeHandler(handler)
+            handler.close()
+            root.addHandler(moved)
+
+
 def worker_logging(rank: int, run_dir: "Path") -> None:
     """A spawned worker's log: the console, tagged with its rank, and its file in the run dir."""
     fmt = logging.Formatter(f"[%(asctime)s][%(levelname)s][rank {rank}] %(message)s", "%H:%M:%S")
@@ -316,13 +349,9 @@ def worker_logging(rank: int, run_dir: "Path") -> None:
 
 
 def worker_environment(rank: int, world_size: int, port: int) -> DistEnv:
-    """In a spawned worker: the variables torchrun would have set, and this worker's share of the cores."""
-    import torch
-
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), LAUNCHER_DIST_SOURCE="spawn")
-    if "OMP_NUM_THREADS" not in os.environ:  # as torchrun does: the workers share the machine's cores
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    """In a spawned worker: the variables torchrun would have set."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LAUNCHER_DIST_SOURCE="spawn")
     return DistEnv(rank, rank, world_size, "127.0.0.1", port, "spawn")
 
 

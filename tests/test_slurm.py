@@ -30,6 +30,7 @@ def cluster_env():
     env = localslurm.env()
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
     env.pop("HYDRA_FULL_ERROR", None)
+    env["OMP_NUM_THREADS"] = "1"  # DDP references run here and on the cluster with the same thread count
     return env
 
 
@@ -54,14 +55,17 @@ def _squeue(job: str, env) -> str:
     return out.stdout.strip()
 
 
-def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_path, cluster_env):
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_path, cluster_env, tasks):
     common = ["trainer=iter", "trainer.max_iters=120", "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=50",
               "hooks.jsonl.period=1", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.02", *FAST]
-    ref = launch(["hydra.run.dir=ref", *common], tmp_path, cluster_env)
+    # With 2 tasks the job trains DDP over them; its reference is the same 2-rank training started here.
+    ref = launch(["hydra.run.dir=ref", f"trainer.devices={tasks}", *common], tmp_path, cluster_env)
     assert ref.returncode == 0, ref.stderr[-3000:]
 
     sweep = tmp_path / "sweep"
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", "-m", *SLURM, f"hydra.sweep.dir={sweep}", *common],
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", "-m", *SLURM, f"hydra.launcher.tasks_per_node={tasks}",
+                             f"hydra.sweep.dir={sweep}", *common],
                             cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     job_dir = sweep / "0"
     deadline = time.monotonic() + 240
@@ -93,3 +97,24 @@ def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_pat
     for pid, state in want["optimizer"]["state"].items():
         for name, tensor in state.items():
             assert torch.equal(got["optimizer"]["state"][pid][name], tensor)
+
+
+def test_sweep_of_two_task_ddp_jobs(tmp_path, cluster_env):
+    """Each job of the array is a 1-node x 2-task DDP job: one run dir, identical weights on both ranks,
+    equal to the same 2-rank training started with trainer.devices=2."""
+    common = [*FAST, "trainer.max_epochs=2", "+hooks.dump._target_=ddp_probe.DumpWeights"]
+    ref = launch(["hydra.run.dir=ref", "trainer.devices=2", "seed=1", *common], tmp_path, cluster_env)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    proc = launch(["-m", *SLURM, "hydra.launcher.tasks_per_node=2", "seed=0,1", *common], tmp_path, cluster_env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    dirs = run_dirs(tmp_path / "outputs" / "multirun")
+    assert [d.name for d in dirs] == ["0", "1"]
+    for d in dirs:
+        assert read_run(d)["status"] == "completed"
+        assert "Joining the process group: rank 0 of 2" in (d / "train.log").read_text()
+        assert "rank 1 of 2" in (d / "train_rank1.log").read_text()
+        r0, r1 = torch.load(d / "weights_rank0.pt"), torch.load(d / "weights_rank1.pt")
+        assert all(torch.equal(r0[k], r1[k]) for k in r0)
+    want = torch.load(tmp_path / "ref" / "weights_rank0.pt")
+    got = torch.load(dirs[1] / "weights_rank0.pt")  # seed=1
+    assert all(torch.equal(got[k], want[k]) for k in want)
