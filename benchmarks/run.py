@@ -22,6 +22,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import checkpoint  # noqa: E402
+import ddp  # noqa: E402
 import loop  # noqa: E402
 import startup  # noqa: E402
 
@@ -39,6 +40,9 @@ def run(quick: bool) -> str:
     sections.append("**Start-up** (`benchmarks/startup.py`)\n\n" + startup.table(startup.measure(1 if quick else 5)))
     rows = checkpoint.measure(repeats=1 if quick else 9, hidden=64 if quick else 2048)
     sections.append("**Checkpoints and resume** (`benchmarks/checkpoint.py`)\n\n" + checkpoint.table(rows))
+    ddp_rows = ddp.measure(steps=10 if quick else 200, repeats=1 if quick else 3, warmup=2 if quick else 20)
+    sections.append("**DDP throughput** (`benchmarks/ddp.py`: MLP 256-1024-1024-10, global batch 256, gloo on the CPU)"
+                    "\n\n" + ddp.table(ddp_rows))
     stamp = (f"Measured {datetime.date.today()} with torch {torch.__version__}, Python {platform.python_version()}, "
              f"on {platform.machine()} with {os.cpu_count()} cores (the loop runs on 1 thread).")
     return "\n\n".join(sections + [stamp])

@@ -87,11 +87,20 @@ class OptimizerStep(HookBase):
         dtype = torch.float16 if self.amp == "fp16" else torch.bfloat16
         return torch.autocast(self.trainer.device.type, dtype=dtype)
 
+    def _all_finite(self, loss: torch.Tensor) -> bool:
+        """Whether the loss is finite; under DDP on every rank (they must skip a batch together)."""
+        finite = bool(torch.isfinite(loss.detach()).all())
+        if self.trainer.dist is not None:
+            from launcher import distributed
+
+            finite = distributed.max_int(0 if finite else 1) == 0  # one small all-reduce per step, in this mode only
+        return finite
+
     def optimizer_step(self, loss: torch.Tensor, losses: Optional[Mapping[str, torch.Tensor]]) -> None:
         t = self.trainer
         if self.nonfinite == "raise":
             t.check_finite(loss, losses)
-        elif not torch.isfinite(loss.detach()).all():
+        elif not self._all_finite(loss):
             self.skipped_batches += 1
             logger.warning("Skipped batch of iteration %d: non-finite loss (%d skipped so far)", t.iter, self.skipped_batches)
             t.storage.put_scalar("skipped_batches", self.skipped_batches, smoothing_hint=False)
