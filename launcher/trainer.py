@@ -148,7 +148,7 @@ class TrainerBase:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [self.device.index or 0] if self.device.type == "cuda" else None
-            self.train_model = DistributedDataParallel(self.model, device_ids=ids)
+            self.train_model = DistributedDataParallel(self.model, device_ids=ids, gradient_as_bucket_view=True)
         self.data = data
         self.work_dir = Path(work_dir)
         self.checkpoint_dir = self.work_dir / "checkpoints"
