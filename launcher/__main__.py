@@ -33,4 +33,8 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    if any("slurm_detached" in arg for arg in sys.argv[1:]):
+        from launcher.slurm import register
+
+        register()
     main()

@@ -41,13 +41,19 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
         except (OSError, ValueError):
             pass
         overrides = record.get("overrides")
+        if overrides is None:  # not started yet: what the detached launcher recorded at submission
+            try:
+                overrides = json.loads((d / "submitted.json").read_text())["overrides"]
+            except (OSError, ValueError, KeyError):
+                pass
         if overrides is None:
             try:
                 overrides = [line[2:] for line in (d / ".hydra" / "overrides.yaml").read_text().splitlines() if line.startswith("- ")]
             except OSError:
                 overrides = []
+        submitit = record.get("submitit") or {}
         rows.append({
-            "job": int(d.name), "dir": str(d), "overrides": " ".join(overrides),
+            "job": int(d.name), "dir": str(d), "overrides": " ".join(overrides), "stderr": submitit.get("stderr"),
             "status": STATUS.get(record.get("status", ""), "pending"), "seconds": _seconds(record),
             "metrics": record.get("metrics", {}), "error": record.get("error", ""),
         })
@@ -90,6 +96,37 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
     return rows
 
 
+def _error_lines(path: str, job: int, n: int) -> List[str]:
+    """The last ``n`` lines of the traceback logged with "Sweep job <job> failed", else of the log file."""
+    try:
+        lines = [line.rstrip() for line in Path(path).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return []
+    marks = [i for i, line in enumerate(lines) if f"Sweep job {job} failed" in line]
+    if marks:
+        block = []
+        for line in lines[marks[-1] + 1:]:
+            if line.startswith("[") and "][" in line[:30]:  # the next log record: the traceback is over
+                break
+            block.append(line)
+        lines = block or lines
+    return lines[-n:]
+
+
+def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) -> str:
+    """One screen at the end of a sweep: each failed job, its overrides, its log and its error's last lines."""
+    failed = [r for r in rows if r["status"] == "failed"]
+    if not failed:
+        return ""
+    out = [f"{len(failed)} of {len(rows)} sweep job(s) failed (summary: {Path(sweep_dir) / 'summary.md'}):"]
+    for r in failed:
+        log = f"{r['dir']}/train.log"
+        out.append(f"  job {r['job']} [{r['overrides']}]: {r['error'] or 'no error recorded'}")
+        out.append(f"    log: {log}" + (f"  (submitit: {r['stderr']})" if r.get("stderr") else ""))
+        out += [f"    | {line}" for line in _error_lines(log, r["job"], lines)]
+    return "\n".join(out)
+
+
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 
@@ -111,12 +148,35 @@ class SweepSummary(Callback):  # type: ignore[misc]
         if config.hydra.mode == RunMode.MULTIRUN and job_return.status == JobStatus.FAILED:
             err = job_return._return_value
             last = str(err).strip().splitlines()[-1] if str(err).strip() else ""
-            logger.error("Sweep job %s failed (%s): %s: %s; log: %s", config.hydra.job.num,
+            import traceback
+
+            trace = "".join(traceback.format_exception(type(err), err, err.__traceback__)[-6:]).rstrip()
+            logger.error("Sweep job %s failed (%s): %s: %s; log: %s\n%s", config.hydra.job.num,
                          " ".join(config.hydra.overrides.task), type(err).__name__, last,
-                         Path(config.hydra.runtime.output_dir) / f"{config.hydra.job.name}.log")
+                         Path(config.hydra.runtime.output_dir) / f"{config.hydra.job.name}.log", trace)
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        # Hydra's sweeper raises at the first failed job, so on_multirun_end never runs then: the
+        # end-of-sweep report runs at exit, after the sweep in every case.
+        import atexit
+
+        atexit.register(self._report, Path(str(config.hydra.sweep.dir)), config.get("objective", "val/accuracy"),
+                        config.get("objective_mode", "max"))
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         self._write(config)
+
+    @staticmethod
+    def _report(sweep_dir: Path, objective: str, mode: str) -> None:
+        import sys
+
+        if not sweep_dir.is_dir():
+            return
+        rows = write_summary(sweep_dir, objective, mode)
+        report = failure_report(rows, sweep_dir)
+        if report:
+            sys.stderr.write(report + "\n")
+            sys.stderr.flush()
 
 
 def main() -> None:

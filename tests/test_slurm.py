@@ -118,3 +118,34 @@ def test_sweep_of_two_task_ddp_jobs(tmp_path, cluster_env):
     want = torch.load(tmp_path / "ref" / "weights_rank0.pt")
     got = torch.load(dirs[1] / "weights_rank0.pt")  # seed=1
     assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_detached_submission_returns_at_once_with_job_ids_and_sweep_dir(tmp_path, cluster_env):
+    import re
+
+    start = time.monotonic()
+    proc = launch(["-m", "hydra/launcher=slurm_detached", *SLURM[1:], "seed=0,1", "trainer.max_epochs=2", *FAST],
+                  tmp_path, cluster_env)
+    returned_after = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    ids = re.search(r"Submitted 2 job\(s\) to SLURM: (\S+), (\S+)", out)
+    sweep = re.search(r"Sweep dir: (\S+)", out)
+    assert ids and sweep, out[-3000:]
+    queued = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=cluster_env).stdout.split()
+    assert ids.group(1) in queued or ids.group(1).split("_")[0] + "_[0-1]" in queued, (queued, returned_after)
+    sweep_dir = tmp_path / sweep.group(1)
+    summary = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep_dir)], capture_output=True, text=True,
+                             env=cluster_env)
+    assert "seed=0" in summary.stdout and "seed=1" in summary.stdout  # listed before they finish
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        records = [read_run(d) for d in run_dirs(sweep_dir)]
+        if len(records) == 2 and all(r["status"] == "completed" for r in records):
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"the detached jobs did not finish: {[read_run(d) for d in run_dirs(sweep_dir)]}")
+    assert sorted(r["submitit"]["job_id"] for r in records) == sorted([ids.group(1), ids.group(2)])
+    rows = (sweep_dir / "summary.csv").read_text() if (sweep_dir / "summary.csv").exists() else ""
+    assert rows.count("done") == 2, rows

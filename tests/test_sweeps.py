@@ -75,3 +75,16 @@ def test_each_run_logs_its_hyperparameters_and_final_metrics_to_tensorboard_hpar
         assert hp["optimizer.lr"] == lr and hp["trainer.max_epochs"] == "2"
         accuracy = acc.Scalars("hparam/val/accuracy")[-1].value
         assert abs(accuracy - read_run(sweep / job)["metrics"]["val/accuracy"]) < 1e-6
+
+
+def test_failed_jobs_of_a_parallel_sweep_are_each_named_at_the_end_and_lose_no_other_result(tmp_path):
+    proc = run_cli(["-m", "hydra/launcher=local", "optimizer.lr=-1,0.1,-2", "trainer.max_epochs=1", *FAST], tmp_path)
+    assert proc.returncode != 0
+    report = proc.stderr[proc.stderr.index("2 of 3 sweep job(s) failed"):]  # the last screen of the sweep
+    for job, lr in ((0, "-1"), (2, "-2")):
+        assert f"job {job} [optimizer.lr={lr} " in report
+        assert f"/{job}/train.log" in report
+        assert f"| launcher.build.ConfigError: optimizer (torch.optim.SGD): ValueError: Invalid learning rate: {lr}" in report
+    assert "job 1 [" not in report
+    good = read_run(run_dirs(tmp_path / "outputs" / "multirun")[1])
+    assert good["status"] == "completed" and "val/accuracy" in good["metrics"]

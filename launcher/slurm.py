@@ -1,0 +1,81 @@
+"""``hydra/launcher=slurm_detached``: submit a sweep to SLURM and return at once (hydra #2479).
+
+The submission is hydra-submitit-launcher's own; only the wait for the results is left out.
+
+Hydra takes launchers only from the ``hydra_plugins`` namespace, which an editable install of this
+project cannot add to; so :func:`register` (called by ``python -m launcher`` when the option is
+asked for) registers the class under the name the config gives, and the jobs receive the plain
+``SlurmLauncher`` (pickled as one), which runs them exactly as the ``slurm`` option does. Each job
+dir gets ``submitted.json`` (its SLURM job id, overrides and log files) so that
+``python -m launcher.summary <sweep dir>`` lists the jobs as pending before they start.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, List, Sequence
+from unittest import mock
+
+import submitit
+from hydra.core.utils import JobReturn, JobStatus
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+
+from launcher.checkpoint import atomic_write
+
+log = logging.getLogger("launcher")
+
+
+class DetachedSlurmLauncher(SlurmLauncher):
+    """The ``slurm`` launcher, returning once the job array is submitted; prints the job ids and sweep dir."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        submitted: List[Any] = []
+
+        def no_wait(job: "submitit.Job") -> List[JobReturn]:  # stands in for Job.results(), which blocks
+            submitted.append(job)
+            ret = JobReturn(overrides=list(job_overrides[len(submitted) - 1]), status=JobStatus.COMPLETED)
+            ret.return_value = f"submitted as SLURM job {job.job_id}"
+            return [ret]
+
+        with mock.patch.object(submitit.Job, "results", no_wait):
+            returns = super().launch(job_overrides, initial_job_idx)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        for offset, (job, overrides) in enumerate(zip(submitted, job_overrides)):
+            job_dir = sweep_dir / str(initial_job_idx + offset)
+            job_dir.mkdir(parents=True, exist_ok=True)
+            info = {"job_id": job.job_id, "overrides": list(overrides), "stdout": str(job.paths.stdout),
+                    "stderr": str(job.paths.stderr)}
+            text = json.dumps(info, indent=2) + "\n"
+            atomic_write(job_dir / "submitted.json", lambda f: f.write(text.encode()))
+        ids = ", ".join(str(j.job_id) for j in submitted)
+        log.info("Submitted %d job(s) to SLURM: %s", len(submitted), ids)
+        log.info("Sweep dir: %s (python -m launcher.summary %s shows their progress)", sweep_dir, sweep_dir)
+        return returns
+
+    def __reduce__(self) -> Any:
+        """Pickled for the jobs as the plugin's SlurmLauncher: the jobs need nothing of this class."""
+        return (_as_slurm_launcher, (dict(self.__dict__),))
+
+
+def _as_slurm_launcher(state: dict) -> SlurmLauncher:
+    plain = SlurmLauncher.__new__(SlurmLauncher)
+    plain.__dict__.update(state)
+    return plain
+
+
+PLUGIN_NAME = "hydra_plugins.launcher_slurm_detached"
+DetachedSlurmLauncher.__module__ = PLUGIN_NAME  # the name conf/hydra/launcher/slurm_detached.yaml gives
+
+
+def register() -> None:
+    """Make ``hydra_plugins.launcher_slurm_detached.DetachedSlurmLauncher`` known to Hydra in this process."""
+    import sys
+
+    import hydra_plugins
+    from hydra.core.plugins import Plugins
+
+    module = sys.modules[__name__]
+    sys.modules[PLUGIN_NAME] = module
+    setattr(hydra_plugins, PLUGIN_NAME.rpartition(".")[2], module)
+    Plugins.instance().register(DetachedSlurmLauncher)
