@@ -25,6 +25,7 @@ import checkpoint  # noqa: E402
 import ddp  # noqa: E402
 import loop  # noqa: E402
 import startup  # noqa: E402
+import sweep  # noqa: E402
 
 START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
 
@@ -43,6 +44,10 @@ def run(quick: bool) -> str:
     ddp_rows = ddp.measure(steps=10 if quick else 200, repeats=1 if quick else 3, warmup=2 if quick else 20)
     sections.append("**DDP throughput** (`benchmarks/ddp.py`: MLP 256-1024-1024-10, global batch 256, gloo on the CPU)"
                     "\n\n" + ddp.table(ddp_rows))
+    if quick:
+        sweep.LENGTHS = {"short": 1}
+    sections.append("**Sweeps** (`benchmarks/sweep.py`: 8 jobs, 1 thread each)\n\n"
+                    + sweep.table(*sweep.measure(jobs=2 if quick else 8, repeats=1 if quick else 2, slurm=not quick)))
     stamp = (f"Measured {datetime.date.today()} with torch {torch.__version__}, Python {platform.python_version()}, "
              f"on {platform.machine()} with {os.cpu_count()} cores (the loop runs on 1 thread).")
     return "\n\n".join(sections + [stamp])

@@ -11,7 +11,7 @@ class TextTrainer(EpochTrainer):
         super().__init__(*args, **kwargs)
 
     def build_train_loader(self):
-        return self.data.train_loader(collate_fn=partial(pad_batch, pad_id=self.pad_id))
+        return self.data.train_loader(collate_fn=partial(pad_batch, pad_id=self.pad_id), **self.data_shard())
 
     def build_val_loader(self):
-        return self.data.val_loader(collate_fn=partial(pad_batch, pad_id=self.pad_id))
+        return self.data.val_loader(collate_fn=partial(pad_batch, pad_id=self.pad_id), **self.data_shard())
