@@ -86,6 +86,8 @@ class ConsoleWriter(PeriodicWriter):
     """One log line per write: epoch, iteration, ETA, losses, lr, step and data time, memory."""
 
     def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
+        if not logger.isEnabledFor(logging.INFO):  # nothing would be printed: skip the formatting
+            return
         t = self.trainer
         storage = t.storage
         parts = [f"epoch {min(t.epoch + 1, t.max_epochs)}/{t.max_epochs}"]
