@@ -528,7 +528,7 @@ class TrainerBase:
             "hooks": {h.name: h.state_dict() for h in self._hooks},
             "rng": rng,
             # under DDP each rank's generators, so every rank resumes its own random stream
-            "rng_ranks": distributed.all_gather_object(rng) if self.dist is not None else [rng],
+            "rng_ranks": distributed.all_gather_object(rng) if self.dist is not None else None,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -551,8 +551,10 @@ def get_rng_state() -> Dict[str, Any]:
     """Python, NumPy, torch CPU and every CUDA device's generator states."""
     import numpy as np
 
+    version, words, gauss = random.getstate()
     return {
-        "python": random.getstate(),
+        # the 625 words as one tensor: pickled item by item they were most of a small checkpoint's cost
+        "python": (version, torch.tensor(words, dtype=torch.int64), gauss),
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -562,7 +564,8 @@ def get_rng_state() -> Dict[str, Any]:
 def set_rng_state(state: Mapping[str, Any]) -> None:
     import numpy as np
 
-    random.setstate(state["python"])
+    version, words, gauss = state["python"]
+    random.setstate((version, tuple(words.tolist() if isinstance(words, torch.Tensor) else words), gauss))
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     if state.get("cuda") and torch.cuda.is_available():

@@ -25,3 +25,22 @@ class KillRank(HookBase):
     def after_step(self):
         if self.trainer.rank == self.rank and self.trainer.iter == self.at:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+from launcher.models import MLP  # noqa: E402
+
+
+class NanOnRank(MLP):
+    """The built-in MLP, whose training loss is NaN once, at its ``at``-th step, on rank ``bad_rank`` only."""
+
+    def __init__(self, bad_rank: int = 1, at: int = 3, **kwargs):
+        super().__init__(**kwargs)
+        self.bad_rank, self.at, self.calls = bad_rank, at, 0
+
+    def forward(self, batch):
+        out = super().forward(batch)
+        if self.training:
+            self.calls += 1
+            if self.calls == self.at and int(os.environ.get("RANK", 0)) == self.bad_rank:
+                return out * float("nan")
+        return out

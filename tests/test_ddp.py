@@ -205,3 +205,13 @@ def test_torchrun_refuses_a_sweep_with_advice(tmp_path):
     proc = launch([*TORCHRUN, "-m", "data=synthetic", "seed=0,1"], tmp_path, timeout=120)
     assert proc.returncode != 0
     assert "trainer.devices=N" in proc.stdout + proc.stderr
+
+
+def test_a_nan_on_one_rank_is_skipped_by_every_rank_together(tmp_path):
+    """hooks.optimizer_step.nonfinite=skip under DDP: the ranks agree, so none waits in an all-reduce alone."""
+    proc = launch(cli(*DATA, "data.batch_size=32", "trainer.max_epochs=1", "trainer.devices=2", "hydra.run.dir=run",
+                      "model._target_=ddp_probe.NanOnRank", "+model.at=3", "hooks=[default,optimizer_step]",
+                      "hooks.optimizer_step.nonfinite=skip"), tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert read_run(tmp_path / "run")["metrics"]["skipped_batches"] == 1
+    assert_bitwise(weights(tmp_path / "run" / "weights_rank0.pt"), weights(tmp_path / "run" / "weights_rank1.pt"))
