@@ -12,6 +12,7 @@ import json
 import logging
 import resource
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -171,8 +172,17 @@ class TensorBoardWriter(PeriodicWriter):
         self._writer = SummaryWriter(log_dir=str(self.trainer.work_dir / self.log_dir), purge_step=self.trainer.iter)
 
     def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
+        # One event per iteration holding all its scalars (what add_scalar writes, one value at a
+        # time): a third of the cost, and a third of the records for TensorBoard's pure-Python CRC.
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        by_iter: Dict[int, list] = {}
         for key, (value, it) in scalars.items():
-            self._writer.add_scalar(key, value, it)
+            by_iter.setdefault(it, []).append(Summary.Value(tag=key, simple_value=float(value)))
+        file_writer = self._writer._get_file_writer()
+        now = time.time()
+        for it, values in sorted(by_iter.items()):
+            file_writer.add_summary(Summary(value=values), it, now)
 
     def after_val(self) -> None:
         super().after_val()
