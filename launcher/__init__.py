@@ -10,7 +10,7 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from omegaconf import DictConfig
 
@@ -141,13 +141,21 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
         distributed.rank_log_files(env.rank, run_dir)
     distributed.init(env, str(cfg.trainer.get("device", "auto")))
     try:
-        return _train(cfg, run_dir, overrides, main=env.is_main)
-    finally:
-        distributed.shutdown()
+        result = _train(cfg, run_dir, overrides, main=env.is_main, before_chain=distributed.shutdown)
+    except BaseException:
+        distributed.shutdown(wait_for_peers=False)
+        raise
+    distributed.shutdown()
+    return result
 
 
-def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool) -> RunResult:
-    """Build and train in this process; ``main``: this process records ``run.json`` (rank 0 under DDP)."""
+def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool,
+           before_chain: Callable[[], None] = lambda: None) -> RunResult:
+    """Build and train in this process; ``main``: this process records ``run.json`` (rank 0 under DDP).
+
+    ``before_chain`` runs before an interrupted run hands the signal on (submitit's handler requeues
+    the job and exits): under DDP, leaving the process group once every rank is done.
+    """
     from launcher.rundir import RunRecord
     from launcher.signals import EXIT_INTERRUPTED, GracefulStop
 
@@ -182,6 +190,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
         logger.warning("Interrupted at iteration %d (%s); exit code %d. %s",
                        trainer.iter, stopper.name if stopper else trainer.stop_reason, EXIT_INTERRUPTED, advice)
         if stopper is not None:
+            before_chain()
             stopper.chain()  # e.g. submitit's handler, which requeues the job: the checkpoint is on disk now
     else:
         logger.info("Finished (%s): %s = %.4f", trainer.status, cfg.objective, objective)

@@ -60,6 +60,19 @@ def _squeue(job: str, env) -> str:
     return out.stdout.strip()
 
 
+def _diagnose(job: str, job_dir: Path, env, out: str) -> str:
+    """What a failed cluster test needs to be understood from CI's log alone."""
+    parts = [f"launcher output:\n{out[-3000:]}", f"squeue: {_squeue(job, env)!r}, node: {_node_state(env)!r}"]
+    logs = sorted(job_dir.glob("*.log")) + sorted((job_dir.parent / ".submitit").glob("**/*.out"))
+    logs += sorted((job_dir.parent / ".submitit").glob("**/*.err")) + [localslurm.directory() / "slurmctld.log", localslurm.directory() / "slurmd.log"]
+    for path in logs:
+        try:
+            parts.append(f"--- {path} (tail)\n" + "\n".join(path.read_text(errors="replace").splitlines()[-25:]))
+        except OSError as err:
+            parts.append(f"--- {path}: {err}")
+    return "\n".join(parts)
+
+
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_path, cluster_env, tasks):
     common = ["trainer=iter", "trainer.max_iters=120", "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=50",
@@ -92,8 +105,13 @@ def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_pat
     while _node_state(cluster_env) not in ("idle", "") and time.monotonic() < deadline:
         time.sleep(0.2)
     subprocess.run(["scontrol", "update", f"JobId={job.split('_')[0]}", "StartTime=now"], env=cluster_env, check=True)
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out[-4000:]
+    try:
+        out, _ = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail("the requeued job did not finish in 5 minutes\n" + _diagnose(job, job_dir, cluster_env, out))
+    assert proc.returncode == 0, out[-4000:] + _diagnose(job, job_dir, cluster_env, out)
 
     log = (job_dir / "train.log").read_text()
     assert "received SIGUSR2" in log and "Resumed from" in log
