@@ -45,7 +45,7 @@ def run(quick: bool) -> str:
     sections.append("**DDP throughput** (`benchmarks/ddp.py`: MLP 256-1024-1024-10, global batch 256, gloo on the CPU)"
                     "\n\n" + ddp.table(ddp_rows))
     if quick:
-        sweep.LENGTHS = {"short": 1}
+        sweep.LENGTHS = {"short": 256}
     sections.append("**Sweeps** (`benchmarks/sweep.py`: 8 jobs, 1 thread each)\n\n"
                     + sweep.table(*sweep.measure(jobs=2 if quick else 8, repeats=1 if quick else 2, slurm=not quick)))
     stamp = (f"Measured {datetime.date.today()} with torch {torch.__version__}, Python {platform.python_version()}, "

@@ -1,18 +1,21 @@
-"""Sweep dispatch: the same 8 short runs with Hydra's sequential launcher and with the local parallel one,
-and what the SLURM launcher adds per job on the local cluster.
+"""Sweep dispatch: the same 8 runs with Hydra's sequential launcher and with the local parallel one,
+and what the local and SLURM launchers add per job.
 
-    python benchmarks/sweep.py [--jobs 8] [--repeats 3]
+    python benchmarks/sweep.py [--jobs 8] [--repeats 2]
 
 Each job trains the default MLP on synthetic data (`seed=0..7`, one CPU thread per job, as a cluster
-allots `cpus_per_task=1`), for 4 epochs (short: ~1.5 s) or 24 (longer: ~8 s). Reported: the median
-wall time of the whole `python -m launcher -m ...` command per launcher (interleaved repeats) and the
-ratio to `basic`. `basic` runs the jobs one after another in one process that starts once; the local
-launcher starts one process per job, and each pays Python, torch and the first optimizer step's
-`torch._dynamo` import (about 2.5 CPU-seconds), which on 2 cores outweighs short jobs.
+allots `cpus_per_task=1`) for 4 epochs, on three data sizes: short (about 0.2 s of training), medium
+(about 2 s) and long (about 17 s). Reported: the median wall time of the whole
+`python -m launcher -m ...` command per launcher (interleaved repeats) and the ratio to `basic`.
+`basic` runs the jobs one after another in one process that starts once; the local launcher starts
+one process per job, and each pays Python, torch and the first optimizer's `torch._dynamo` import
+(3-4 CPU-seconds here, the same for a hand-written script), which on 2 cores outweighs short jobs:
+parallel jobs pay off once a job trains for more than about 15 seconds.
 
-SLURM dispatch overhead: a 1-job sweep through `hydra/launcher=slurm` against the same job through
-`hydra/launcher=local`, each minus the job's own run time from its `run.json`: what submission,
-scheduling, `srun` and submitit's polling add to a job. Needs the local cluster
+Dispatch cost per job: a 1-job sweep through each launcher, its wall time minus the job's own run
+time from `run.json`, minus the same for `basic`: what a process per job (local: process start, torch
+import, submitit's pickles and polling) or submission (SLURM: sbatch, scheduling, srun, polling on the
+local cluster) adds to a job. The SLURM figure needs the local cluster
 (`python -m launcher.localslurm start`); skipped, with a note, without it.
 """
 from __future__ import annotations
@@ -30,14 +33,14 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
-JOB = ["data=synthetic", "data.train.size=4096", "hooks.tensorboard.period=1000"]
-LENGTHS = {"short": 4, "longer": 24}  # epochs per job: about 1.5 s and 8 s of training on this kind of machine
+JOB = ["data=synthetic", "trainer.max_epochs=4", "hooks.tensorboard.period=1000"]
+LENGTHS = {"short": 2048, "medium": 32768, "long": 262144}  # train samples per job: ~0.2 s, ~2 s, ~17 s of training here
 
 
-def _sweep(launcher: str, jobs: int, cwd: Path, env: Dict[str, str], extra: List[str] = (), epochs: int = 4) -> float:
+def _sweep(launcher: str, jobs: int, cwd: Path, env: Dict[str, str], extra: List[str] = (), samples: int = 2048) -> float:
     seeds = ",".join(str(i) for i in range(jobs))
     cmd = [sys.executable, "-m", "launcher", "-m", f"hydra/launcher={launcher}", f"seed={seeds}", *JOB,
-           f"trainer.max_epochs={epochs}", *extra]
+           f"data.train.size={samples}", *extra]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     took = time.perf_counter() - start
@@ -46,9 +49,10 @@ def _sweep(launcher: str, jobs: int, cwd: Path, env: Dict[str, str], extra: List
     return took
 
 
-def _job_seconds(sweep_root: Path) -> float:
-    """The run time its run.json records, of the only run under ``sweep_root``."""
-    record = json.loads(next(sweep_root.rglob("run.json")).read_text())
+def _job_seconds(path: Path) -> float:
+    """The run time a run.json records: ``path`` is the file, or a folder holding exactly one run."""
+    path = path if path.is_file() else next(path.rglob("run.json"))
+    record = json.loads(path.read_text())
     start = datetime.datetime.fromisoformat(record["start_time"])
     end = datetime.datetime.fromisoformat(record["end_time"])
     return (end - start).total_seconds()
@@ -64,47 +68,52 @@ def measure(jobs: int = 8, repeats: int = 2, slurm: bool = True) -> Tuple[List[T
     env = _env()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for length, epochs in LENGTHS.items():
+        for length, samples in LENGTHS.items():
             walls: Dict[str, List[float]] = {"basic": [], "local": []}
+            trained: List[float] = []
             for i in range(repeats):
                 for name in walls:  # interleaved
                     cwd = Path(tmp) / f"{length}_{name}{i}"
                     cwd.mkdir()
-                    walls[name].append(_sweep(name, jobs, cwd, env, epochs=epochs))
-            rows += [(f"{jobs} {length} jobs ({epochs} epochs each), hydra/launcher={name}", statistics.median(w))
-                     for name, w in walls.items()]
-        overhead = _slurm_overhead(Path(tmp), env, repeats) if slurm else None
+                    walls[name].append(_sweep(name, jobs, cwd, env, samples=samples))
+                    if name == "basic":
+                        trained += [_job_seconds(d) for d in (cwd / "outputs").rglob("run.json")]
+            label = f"{jobs} {length} jobs (~{statistics.median(trained):.1f} s of training each)"
+            rows += [(f"{label}, hydra/launcher={name}", statistics.median(w)) for name, w in walls.items()]
+        overhead = _dispatch_cost(Path(tmp), env, repeats, slurm)
     return rows, overhead
 
 
-def _slurm_overhead(tmp: Path, env: Dict[str, str], repeats: int) -> Optional[Tuple[float, float]]:
+def _dispatch_cost(tmp: Path, env: Dict[str, str], repeats: int, slurm: bool) -> Dict[str, Optional[float]]:
+    """Per launcher: 1-job sweep wall time minus the job's run time, minus the same for ``basic``."""
     from launcher import localslurm
 
-    if localslurm.missing_binaries() or not localslurm.status():
-        return None
-    env = {**env, **localslurm.env()}
-    added: Dict[str, List[float]] = {"local": [], "slurm": []}
+    names = ["basic", "local"]
+    if slurm and not localslurm.missing_binaries() and localslurm.status():
+        env = {**env, **localslurm.env()}
+        names.append("slurm")
+    added: Dict[str, List[float]] = {name: [] for name in names}
     for i in range(repeats):
-        for name in added:
+        for name in names:
             cwd = tmp / f"one_{name}{i}"
             cwd.mkdir()
             extra = ["hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1"] if name == "slurm" else []
             wall = _sweep(name, 1, cwd, env, extra)
             added[name].append(wall - _job_seconds(cwd / "outputs"))
-    return statistics.median(added["local"]), statistics.median(added["slurm"])
+    base = statistics.median(added["basic"])
+    return {name: statistics.median(added[name]) - base if name in added else None for name in ("local", "slurm")}
 
 
-def table(rows: List[Tuple[str, float]], overhead: Optional[Tuple[float, float]]) -> str:
+def table(rows: List[Tuple[str, float]], dispatch: Dict[str, Optional[float]]) -> str:
     lines = ["| sweep | wall seconds | vs basic |", "|---|---|---|"]
     for i, (name, wall) in enumerate(rows):
         base = rows[i - i % 2][1]  # rows come in pairs: basic, then local
         lines.append(f"| {name} | {wall:.1f} | {wall / base:.2f}x |")
-    if overhead is None:
-        lines.append("\nSLURM dispatch overhead: not measured (no local cluster: `python -m launcher.localslurm start`).")
-    else:
-        local, slurm = overhead
-        lines.append(f"\nDispatch overhead per job (command wall time minus the job's own run time, 1-job sweep): "
-                     f"local launcher {local:.1f} s, SLURM launcher on the local cluster {slurm:.1f} s.")
+    local, slurm = dispatch.get("local"), dispatch.get("slurm")
+    slurm_text = (f"SLURM launcher on the local cluster {slurm:.1f} s" if slurm is not None
+                  else "SLURM launcher not measured (no local cluster: `python -m launcher.localslurm start`)")
+    lines.append(f"\nDispatch cost per job (a 1-job sweep's wall time minus the job's run time, against the same for "
+                 f"`basic`): local launcher {local:.1f} s, {slurm_text}.")
     return "\n".join(lines)
 
 
