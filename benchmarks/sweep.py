@@ -64,9 +64,10 @@ def _env() -> Dict[str, str]:
     return env
 
 
-def measure(jobs: int = 8, repeats: int = 2, slurm: bool = True) -> Tuple[List[Tuple[str, float]], Optional[Tuple[float, float]]]:
+def measure(jobs: int = 8, repeats: int = 2, slurm: bool = True) -> Tuple[List[Tuple[str, float]], Dict[str, Optional[float]], float]:
     env = _env()
     rows = []
+    speedup = parallel_speedup(env, repeats=max(repeats, 3))
     with tempfile.TemporaryDirectory() as tmp:
         for length, samples in LENGTHS.items():
             walls: Dict[str, List[float]] = {"basic": [], "local": []}
@@ -81,7 +82,31 @@ def measure(jobs: int = 8, repeats: int = 2, slurm: bool = True) -> Tuple[List[T
             label = f"{jobs} {length} jobs (~{statistics.median(trained):.1f} s of training each)"
             rows += [(f"{label}, hydra/launcher={name}", statistics.median(w)) for name, w in walls.items()]
         overhead = _dispatch_cost(Path(tmp), env, repeats, slurm)
-    return rows, overhead
+    return rows, overhead, speedup
+
+
+BURN = ("import time, torch\ntorch.set_num_threads(1)\na = torch.randn(256, 256)\nt = time.perf_counter()\n"
+        "for _ in range(2000):\n    a @ a\nprint(time.perf_counter() - t)")
+
+
+def parallel_speedup(env: Dict[str, str], repeats: int = 3) -> float:
+    """What running one single-threaded process per core gains over one process, on this machine.
+
+    The same CPU-bound loop (1-thread matmuls) alone, then on every core at once; the speedup is
+    ``cores * alone / together``. A shared VM's cores may be hyperthreads or contended, and then
+    no launcher can run parallel jobs faster than ``1 / speedup`` of sequential ones.
+    """
+    cores = os.cpu_count() or 1
+
+    def run(n: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", BURN], env=env, stdout=subprocess.PIPE, text=True) for _ in range(n)]
+        return statistics.median(float(p.communicate()[0]) for p in procs)
+
+    ratios = []
+    for _ in range(repeats):
+        alone, together = run(1), run(cores)
+        ratios.append(cores * alone / together)
+    return statistics.median(ratios)
 
 
 def _dispatch_cost(tmp: Path, env: Dict[str, str], repeats: int, slurm: bool) -> Dict[str, Optional[float]]:
@@ -104,7 +129,7 @@ def _dispatch_cost(tmp: Path, env: Dict[str, str], repeats: int, slurm: bool) ->
     return {name: statistics.median(added[name]) - base if name in added else None for name in ("local", "slurm")}
 
 
-def table(rows: List[Tuple[str, float]], dispatch: Dict[str, Optional[float]]) -> str:
+def table(rows: List[Tuple[str, float]], dispatch: Dict[str, Optional[float]], speedup: float) -> str:
     lines = ["| sweep | wall seconds | vs basic |", "|---|---|---|"]
     for i, (name, wall) in enumerate(rows):
         base = rows[i - i % 2][1]  # rows come in pairs: basic, then local
@@ -114,6 +139,9 @@ def table(rows: List[Tuple[str, float]], dispatch: Dict[str, Optional[float]]) -
                   else "SLURM launcher not measured (no local cluster: `python -m launcher.localslurm start`)")
     lines.append(f"\nDispatch cost per job (a 1-job sweep's wall time minus the job's run time, against the same for "
                  f"`basic`): local launcher {local:.1f} s, {slurm_text}.")
+    lines.append(f"\nThis machine's parallel capacity: {os.cpu_count()} single-threaded processes side by side do "
+                 f"{speedup:.2f}x the work of one (CPU-bound matmuls), so no parallel launcher can go below "
+                 f"{1 / speedup:.2f}x of `basic` here.")
     return "\n".join(lines)
 
 
