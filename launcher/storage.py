@@ -166,7 +166,11 @@ class EventStorage:
         self._reduce = None
 
     def synchronize(self) -> None:
-        """Average every value put since the last call over the ranks: one all-reduce (DDP only)."""
+        """Average every value put since the last call over the ranks: one all-reduce (DDP only).
+
+        A collective: every rank must reach it at the same point. The built-in writers run on every
+        rank and write only on rank 0; a hook that reads the storage on rank 0 alone would wait here.
+        """
         if self._reduce is None:
             return
         keys = [k for k in sorted(self._history) if self._history[k]._unsynced]
