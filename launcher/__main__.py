@@ -33,8 +33,8 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    if any("slurm_detached" in arg for arg in sys.argv[1:]):
-        from launcher.slurm import register
+    if {"-m", "--multirun"} & set(sys.argv[1:]) or "hydra.mode=MULTIRUN" in sys.argv[1:]:
+        from launcher import plugins
 
-        register()
+        plugins.register()  # hydra/launcher=local and slurm_detached
     main()

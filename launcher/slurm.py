@@ -2,9 +2,7 @@
 
 The submission is hydra-submitit-launcher's own; only the wait for the results is left out.
 
-Hydra takes launchers only from the ``hydra_plugins`` namespace, which an editable install of this
-project cannot add to; so :func:`register` (called by ``python -m launcher`` when the option is
-asked for) registers the class under the name the config gives, and the jobs receive the plain
+Registered with Hydra by :func:`launcher.plugins.register` (see there); the jobs receive the plain
 ``SlurmLauncher`` (pickled as one), which runs them exactly as the ``slurm`` option does. Each job
 dir gets ``submitted.json`` (its SLURM job id, overrides and log files) so that
 ``python -m launcher.summary <sweep dir>`` lists the jobs as pending before they start.
@@ -22,6 +20,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
 from launcher.checkpoint import atomic_write
+from launcher.plugins import as_plain
 
 log = logging.getLogger("launcher")
 
@@ -55,27 +54,8 @@ class DetachedSlurmLauncher(SlurmLauncher):
 
     def __reduce__(self) -> Any:
         """Pickled for the jobs as the plugin's SlurmLauncher: the jobs need nothing of this class."""
-        return (_as_slurm_launcher, (dict(self.__dict__),))
+        return (as_plain, (SlurmLauncher, dict(self.__dict__)))
 
 
-def _as_slurm_launcher(state: dict) -> SlurmLauncher:
-    plain = SlurmLauncher.__new__(SlurmLauncher)
-    plain.__dict__.update(state)
-    return plain
-
-
-PLUGIN_NAME = "hydra_plugins.launcher_slurm_detached"
-DetachedSlurmLauncher.__module__ = PLUGIN_NAME  # the name conf/hydra/launcher/slurm_detached.yaml gives
-
-
-def register() -> None:
-    """Make ``hydra_plugins.launcher_slurm_detached.DetachedSlurmLauncher`` known to Hydra in this process."""
-    import sys
-
-    import hydra_plugins
-    from hydra.core.plugins import Plugins
-
-    module = sys.modules[__name__]
-    sys.modules[PLUGIN_NAME] = module
-    setattr(hydra_plugins, PLUGIN_NAME.rpartition(".")[2], module)
-    Plugins.instance().register(DetachedSlurmLauncher)
+PLUGIN = DetachedSlurmLauncher
+PLUGIN.__module__ = "hydra_plugins.launcher_slurm_detached"  # the name slurm_detached.yaml gives

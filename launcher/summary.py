@@ -75,7 +75,7 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
     writer = csv.writer(buf)
     writer.writerow(header)
     for r in rows:
-        writer.writerow([r["job"], r["overrides"], r["status"], "" if r["seconds"] is None else f"{r['seconds']:.1f}",
+        writer.writerow([r["job"], r["overrides"], r["status"], "" if r["seconds"] is None else f"{r['seconds']:.3f}",
                          *[r["metrics"].get(k, "") for k in keys], "*" if r is best else ""])
     atomic_write(sweep_dir / "summary.csv", lambda f: f.write(buf.getvalue().encode()))
 

@@ -1,7 +1,9 @@
 """Sweeps through hydra-submitit-launcher: the local parallel launcher, and the SLURM options' defaults."""
 from __future__ import annotations
 
+import datetime
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +77,25 @@ def test_each_run_logs_its_hyperparameters_and_final_metrics_to_tensorboard_hpar
         assert hp["optimizer.lr"] == lr and hp["trainer.max_epochs"] == "2"
         accuracy = acc.Scalars("hparam/val/accuracy")[-1].value
         assert abs(accuracy - read_run(sweep / job)["metrics"]["val/accuracy"]) < 1e-6
+
+
+def test_local_launcher_runs_at_most_max_parallel_jobs_at_once(tmp_path):
+    """3 jobs, max_parallel=2: the third starts only once the first two have ended. Each job trains
+    for about 3 s (a paced hook), longer than a job process takes to start, so jobs started together
+    would overlap."""
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    proc = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.max_parallel=2", "seed=0,1,2", "trainer.max_epochs=1",
+                    "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.3", *FAST], tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = [read_run(d) for d in run_dirs(tmp_path / "outputs" / "multirun")]
+    assert len(runs) == 3 and all(r["status"] == "completed" for r in runs)
+    start = [datetime.datetime.fromisoformat(r["start_time"]) for r in runs]
+    end = [datetime.datetime.fromisoformat(r["end_time"]) for r in runs]
+    assert start[2] >= max(end[0], end[1])
+    assert start[1] < end[0] and start[0] < end[1]  # the first two ran side by side
+
+    bad = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.max_parallel=0", "seed=0,1", *FAST], tmp_path)
+    assert bad.returncode != 0 and "hydra.launcher.max_parallel=0: use a whole number >= 1" in bad.stderr
 
 
 def test_failed_jobs_of_a_parallel_sweep_are_each_named_at_the_end_and_lose_no_other_result(tmp_path):
