@@ -140,8 +140,8 @@ def table(rows: List[Tuple[str, float]], dispatch: Dict[str, Optional[float]], s
     lines.append(f"\nDispatch cost per job (a 1-job sweep's wall time minus the job's run time, against the same for "
                  f"`basic`): local launcher {local:.1f} s, {slurm_text}.")
     lines.append(f"\nThis machine's parallel capacity: {os.cpu_count()} single-threaded processes side by side do "
-                 f"{speedup:.2f}x the work of one (CPU-bound matmuls), so no parallel launcher can go below "
-                 f"{1 / speedup:.2f}x of `basic` here.")
+                 f"{speedup:.2f}x the work of one (CPU-bound matmuls, median of 3; on a shared VM it moves between "
+                 f"runs), so a parallel launcher cannot go much below {1 / speedup:.2f}x of `basic` here.")
     return "\n".join(lines)
 
 
