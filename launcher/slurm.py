@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, List, Sequence
 from unittest import mock
 
-import submitit
 from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
@@ -29,6 +28,8 @@ class DetachedSlurmLauncher(SlurmLauncher):
     """The ``slurm`` launcher, returning once the job array is submitted; prints the job ids and sweep dir."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        import submitit  # here, not at import: every -m registers this plugin, most never use it
+
         submitted: List[Any] = []
 
         def no_wait(job: "submitit.Job") -> List[JobReturn]:  # stands in for Job.results(), which blocks
