@@ -1,6 +1,6 @@
 """Per-step cost in instructions (valgrind's callgrind), immune to a noisy machine.
 
-    python benchmarks/instructions.py        # needs valgrind; about 10-20 minutes
+    python benchmarks/instructions.py        # needs valgrind; about 10 minutes on 2 cores
 
 Wall-clock ratios on a shared machine move by a few percent between repeats, more than the
 trainer's own cost. Instruction counts do not: each contender of ``benchmarks/loop.py``'s tiny-step
@@ -54,12 +54,14 @@ def instructions(contender: str, epochs: int) -> int:
         return int(match.group(1))
 
 
-def measure() -> Dict[str, float]:
-    per_step = {}
-    for contender in CONTENDERS:
-        short, long = instructions(contender, 1), instructions(contender, 3)
-        per_step[contender] = (long - short) / (2 * STEPS_PER_EPOCH)
-    return per_step
+def measure(jobs: int = 0) -> Dict[str, float]:
+    """Instructions per step of each contender; ``jobs`` callgrind runs at a time (0: one per core)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    runs = [(contender, epochs) for contender in CONTENDERS for epochs in (1, 3)]
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:  # counts do not depend on load
+        counts = dict(zip(runs, pool.map(lambda run: instructions(*run), runs)))
+    return {c: (counts[c, 3] - counts[c, 1]) / (2 * STEPS_PER_EPOCH) for c in CONTENDERS}
 
 
 def table(per_step: Dict[str, float]) -> str:

@@ -14,7 +14,7 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
@@ -86,6 +86,11 @@ def memory_mb() -> Tuple[str, float]:
 class ConsoleWriter(PeriodicWriter):
     """One log line per write: epoch, iteration, ETA, losses, lr, step and data time, memory."""
 
+    def _flush(self) -> None:
+        if self.trainer.dist is None and not logger.isEnabledFor(logging.INFO):
+            return  # nothing would be printed, and no other rank waits for this read of the storage
+        super()._flush()
+
     def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
         if not logger.isEnabledFor(logging.INFO):  # nothing would be printed: skip the formatting
             return
@@ -113,13 +118,63 @@ class ConsoleWriter(PeriodicWriter):
         logger.info("  ".join(parts))
 
 
-class JSONWriter(PeriodicWriter):
+class BufferedFileWriter(PeriodicWriter):
+    """A writer whose rows go to a file in batches: every ``flush_secs`` seconds, after each
+    validation, whenever a checkpoint is taken, and at the end.
+
+    Taking a checkpoint calls :meth:`state_dict`, which writes the batch first: a run killed
+    after a checkpoint finds every row that checkpoint covers in the file. Batching matters on
+    fast steps: formatting and flushing one row every ``period`` steps runs cold code each time
+    (tens of µs), a batch once a second runs it warm. ``flush_secs=0`` writes at every period.
+    """
+
+    def __init__(self, period: int = 20, window: int = 20, flush_secs: float = 1.0, priority: Optional[int] = None) -> None:
+        super().__init__(period, window, priority)
+        if not isinstance(flush_secs, (int, float)) or flush_secs < 0:
+            raise ValueError(f"{type(self).__name__}: flush_secs should be a number of seconds >= 0, got {flush_secs!r}")
+        self.flush_secs = float(flush_secs)
+        self._due = 0.0  # time.monotonic() after which the next write goes to the file
+
+    def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
+        self.buffer(scalars)
+        now = time.monotonic()
+        if now >= self._due:
+            self.sync(to_disk=False)
+            self._due = now + self.flush_secs
+
+    def buffer(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
+        raise NotImplementedError
+
+    def sync(self, to_disk: bool = True) -> None:
+        """Send the buffered rows to the file; with ``to_disk``, flush them out of this process too."""
+        raise NotImplementedError
+
+    def after_val(self) -> None:
+        super().after_val()
+        if self.trainer.is_main:
+            self.sync()
+
+    def state_dict(self) -> Dict[str, Any]:
+        if self.trainer is not None and self.trainer.is_main:
+            self.sync()  # a checkpoint is being taken: what it covers goes to the file first
+        return super().state_dict()
+
+    def after_train(self) -> None:
+        self._flush()
+        if self.trainer.is_main:
+            self.sync()
+        self.close()
+
+
+class JSONWriter(BufferedFileWriter):
     """Appends one JSON object per write to ``<run dir>/metrics.jsonl``: ``iter``, ``epoch`` and the scalars."""
 
-    def __init__(self, filename: str = "metrics.jsonl", period: int = 20, window: int = 20, priority: Optional[int] = None) -> None:
-        super().__init__(period, window, priority)
+    def __init__(self, filename: str = "metrics.jsonl", period: int = 20, window: int = 20, flush_secs: float = 1.0,
+                 priority: Optional[int] = None) -> None:
+        super().__init__(period, window, flush_secs, priority)
         self.filename = filename
         self._file: Any = None
+        self._rows: List[Dict[str, Any]] = []
 
     def before_train(self) -> None:
         if not self.trainer.is_main:
@@ -142,51 +197,67 @@ class JSONWriter(PeriodicWriter):
                 kept.append(line + "\n")
         atomic_write(path, lambda f: f.write("".join(kept).encode("utf-8")))
 
-    def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
+    def buffer(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
         rows: Dict[int, Dict[str, Any]] = {}  # one row per iteration, so each value keeps its own
         for key, (value, it) in sorted(scalars.items()):
             rows.setdefault(it, {"iter": it, "epoch": self.trainer.storage.epoch})[key] = value
-        self._file.write("".join(json.dumps(rows[it]) + "\n" for it in sorted(rows)))
-        self._file.flush()
+        self._rows.extend(rows[it] for it in sorted(rows))
+
+    def sync(self, to_disk: bool = True) -> None:
+        if self._rows and self._file is not None:
+            self._file.write("".join(json.dumps(row) + "\n" for row in self._rows))
+            self._file.flush()
+        self._rows = []
 
     def close(self) -> None:
         if self._file is not None:
+            self.sync()
             self._file.close()
             self._file = None
 
 
-class TensorBoardWriter(PeriodicWriter):
+class TensorBoardWriter(BufferedFileWriter):
     """Writes every scalar at its own iteration to TensorBoard event files in the run dir."""
 
-    def __init__(self, log_dir: str = ".", period: int = 20, window: int = 20, priority: Optional[int] = None) -> None:
-        super().__init__(period, window, priority)
+    def __init__(self, log_dir: str = ".", period: int = 20, window: int = 20, flush_secs: float = 1.0,
+                 priority: Optional[int] = None) -> None:
+        super().__init__(period, window, flush_secs, priority)
         self.log_dir = log_dir
         self._writer: Any = None
+        self._events: List[Tuple[int, str, float, float]] = []  # (iteration, tag, value, wall time) not yet sent
 
     def before_train(self) -> None:
         if not self.trainer.is_main:
             return
         from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
 
-        # purge_step hides events a previous attempt logged after the checkpoint this run resumed from
-        self._writer = SummaryWriter(log_dir=str(self.trainer.work_dir / self.log_dir), purge_step=self.trainer.iter)
+        # purge_step hides events a previous attempt logged after the checkpoint this run resumed from;
+        # the queue holds a whole batch (see BufferedFileWriter), so sending one never waits on the file
+        self._writer = SummaryWriter(log_dir=str(self.trainer.work_dir / self.log_dir), purge_step=self.trainer.iter,
+                                     max_queue=1000)
 
-    def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
-        # One event per iteration holding all its scalars (what add_scalar writes, one value at a
-        # time): a third of the cost, and a third of the records for TensorBoard's pure-Python CRC.
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
-        by_iter: Dict[int, list] = {}
-        for key, (value, it) in scalars.items():
-            by_iter.setdefault(it, []).append(Summary.Value(tag=key, simple_value=float(value)))
-        file_writer = self._writer._get_file_writer()
+    def buffer(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
         now = time.time()
-        for it, values in sorted(by_iter.items()):
-            file_writer.add_summary(Summary(value=values), it, now)
+        self._events.extend((it, key, float(value), now) for key, (value, it) in scalars.items())
 
-    def after_val(self) -> None:
-        super().after_val()
-        if self._writer is not None:
+    def sync(self, to_disk: bool = True) -> None:
+        events, self._events = self._events, []
+        if self._writer is None:
+            return
+        if events:
+            # One event per iteration holding all its scalars (add_scalar writes one per value): a
+            # third of the cost, and a third of the records for TensorBoard's pure-Python CRC.
+            from tensorboard.compat.proto.summary_pb2 import Summary
+
+            by_iter: Dict[int, list] = {}
+            wall_times: Dict[int, float] = {}
+            for it, key, value, wall_time in events:
+                by_iter.setdefault(it, []).append(Summary.Value(tag=key, simple_value=value))
+                wall_times.setdefault(it, wall_time)
+            file_writer = self._writer._get_file_writer()
+            for it in sorted(by_iter):
+                file_writer.add_summary(Summary(value=by_iter[it]), it, wall_times[it])
+        if to_disk:
             self._writer.flush()
 
     def after_train(self) -> None:
@@ -209,5 +280,6 @@ class TensorBoardWriter(PeriodicWriter):
 
     def close(self) -> None:
         if self._writer is not None:
+            self.sync()
             self._writer.close()
             self._writer = None

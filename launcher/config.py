@@ -104,12 +104,14 @@ class ConsoleWriterConf(WriterConf):
 class JSONWriterConf(WriterConf):
     _target_: str = "hooks.writers.JSONWriter"
     filename: str = "metrics.jsonl"  # inside the run dir
+    flush_secs: float = 1.0  # rows reach the file at least this often (and at each validation, checkpoint, end)
 
 
 @dataclass
 class TensorBoardWriterConf(WriterConf):
     _target_: str = "hooks.writers.TensorBoardWriter"
     log_dir: str = "."  # relative to the run dir
+    flush_secs: float = 1.0  # events reach the file at least this often (and at each validation, checkpoint, end)
 
 
 @dataclass

@@ -7,9 +7,9 @@ device just to record a number.
 from __future__ import annotations
 
 import logging
-import statistics
 from collections import deque
-from itertools import islice
+from array import array
+from itertools import accumulate, islice
 from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import torch
@@ -49,10 +49,13 @@ class HistoryBuffer:
         slots = [i for i, v in enumerate(tail) if isinstance(v, torch.Tensor)]
         if slots:
             tensors = [tail[i] for i in slots]
-            try:  # one stack and one transfer; values of one key share a dtype and device
-                floats = torch.stack(tensors).reshape(-1).double().cpu().tolist()
-            except RuntimeError:
-                floats = [float(t.reshape(())) for t in tensors]
+            if tensors[0].device.type == "cpu":  # no transfer to save: reading each costs less than a stack
+                floats = [t.item() for t in tensors]
+            else:
+                try:  # one stack and one transfer; values of one key share a dtype and device
+                    floats = torch.stack(tensors).reshape(-1).double().cpu().tolist()
+                except RuntimeError:
+                    floats = [float(t.reshape(())) for t in tensors]
             for i, f in zip(slots, floats):
                 tail[i] = f
         self._values.extend(tail)
@@ -88,7 +91,9 @@ class HistoryBuffer:
         return [float(v) for v in islice(reversed(self._values), window)]
 
     def median(self, window: int) -> float:
-        return float(statistics.median(self._window(window)))
+        vals = sorted(self._window(window))
+        mid = len(vals) // 2
+        return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
 
     def avg(self, window: int) -> float:
         vals = self._window(window)
@@ -106,8 +111,11 @@ class HistoryBuffer:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._values = deque(torch.as_tensor(state["values"], dtype=torch.float64).tolist(), maxlen=self._values.maxlen)
-        self._iters = deque(torch.as_tensor(state["iters"], dtype=torch.int64).tolist(), maxlen=self._iters.maxlen)
+        values, iters = state["values"], state["iters"]
+        values = values.tolist() if isinstance(values, torch.Tensor) else [float(v) for v in values]
+        iters = iters.tolist() if isinstance(iters, torch.Tensor) else [int(i) for i in iters]
+        self._values = deque(values, maxlen=self._values.maxlen)
+        self._iters = deque(iters, maxlen=self._iters.maxlen)
         self._pending = 0
         self._unsynced = 0
 
@@ -214,10 +222,26 @@ class EventStorage:
         return dict(summary)
 
     def state_dict(self) -> Dict[str, Any]:
+        """Counters and every history, packed into two tensors (``values``, ``iters``) cut by ``lengths``.
+
+        Two tensors for any number of keys: ``torch.save`` pays tens of µs per tensor, and a
+        checkpoint is taken at a step boundary while training waits.
+        """
+        keys = list(self._history)
+        values, iters, lengths = array("d"), array("q"), []
+        for k in keys:
+            buf = self._history[k]
+            buf._materialize()
+            values.extend(buf._values)
+            iters.extend(buf._iters)
+            lengths.append(len(buf))
         return {
             "iter": self.iter,
             "epoch": self.epoch,
-            "history": {k: b.state_dict() for k, b in self._history.items()},
+            "keys": keys,
+            "lengths": lengths,
+            "values": torch.frombuffer(values, dtype=torch.float64) if values else torch.zeros(0, dtype=torch.float64),
+            "iters": torch.frombuffer(iters, dtype=torch.int64) if iters else torch.zeros(0, dtype=torch.int64),
             "smoothing_hints": dict(self._smoothing_hints),
         }
 
@@ -227,6 +251,14 @@ class EventStorage:
         self._smoothing_hints = dict(state["smoothing_hints"])
         self._summary = (-1, 0, {})
         self._history = {}
-        for k, s in state["history"].items():
+        if "history" in state:  # written before histories were packed (2026-12-03)
+            histories = state["history"].items()
+        else:
+            values, iters = state["values"].tolist(), state["iters"].tolist()
+            bounds = list(accumulate(state["lengths"], initial=0))
+            histories = (
+                (k, {"values": values[a:b], "iters": iters[a:b]}) for k, a, b in zip(state["keys"], bounds, bounds[1:])
+            )
+        for k, s in histories:
             buf = self._history[k] = HistoryBuffer(self._max_length)
             buf.load_state_dict(s)

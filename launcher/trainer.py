@@ -40,6 +40,7 @@ import math
 import random
 import time
 import weakref
+from array import array
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -426,18 +427,21 @@ class TrainerBase:
         storage = self.storage
         storage.put_scalar("data_time", time.perf_counter() - start)
 
-        with self._forward_context():
+        if self._forward_context is contextlib.nullcontext:
             out = self.train_model(batch)
+        else:
+            with self._forward_context():  # e.g. autocast, from the hook that owns the optimizer step
+                out = self.train_model(batch)
         if isinstance(out, torch.Tensor) and out.numel() == 1:  # the common case, without building a dict
             loss, losses = out, None
-            storage.put_scalar("train/loss", out.detach())
+            storage.put_scalar("train/loss", out)  # the storage keeps it detached
         else:
             losses = _as_tensor_dict(out, self.model, "train")
             loss = sum(losses.values()) if len(losses) > 1 else next(iter(losses.values()))
             for name, value in losses.items():
-                storage.put_scalar(self._train_keys.get(name) or self._train_keys.setdefault(name, f"train/{name}"), value.detach())
+                storage.put_scalar(self._train_keys.get(name) or self._train_keys.setdefault(name, f"train/{name}"), value)
             if len(losses) > 1:
-                storage.put_scalar("train/total_loss", loss.detach())
+                storage.put_scalar("train/total_loss", loss)
         if self._step_hook is not None:  # accumulation, clipping, AMP, a NaN policy: see hooks/optim.py
             self._step_hook.optimizer_step(loss, losses)
             return
@@ -554,7 +558,7 @@ def get_rng_state() -> Dict[str, Any]:
     version, words, gauss = random.getstate()
     return {
         # the 625 words as one tensor: pickled item by item they were most of a small checkpoint's cost
-        "python": (version, torch.tensor(words, dtype=torch.int64), gauss),
+        "python": (version, torch.frombuffer(array("q", words), dtype=torch.int64), gauss),
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],

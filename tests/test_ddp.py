@@ -129,7 +129,7 @@ def test_a_killed_rank_ends_the_job_fast_and_is_named(tmp_path, how):
 
 
 RESUMABLE = [*DATA, "data.batch_size=32", "trainer=iter", "trainer.max_iters=60", "trainer.devices=2",
-             "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=20", "hooks.jsonl.period=1",
+             "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=20", "hooks.jsonl.period=1", "hooks.jsonl.flush_secs=0",
              "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.03"]
 
 

@@ -35,7 +35,7 @@ def command(run_dir: Path, trainer: str, workers: int) -> List[str]:
         "data=synthetic", "data.train.size=640", "data.batch_size=32", "data.shuffle=true", f"data.num_workers={workers}",
         "model.dropout=0.1",  # draws from the torch RNG every step
         "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=7", "hooks.checkpointer.keep_last=2",
-        "hooks.jsonl.period=1", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.01",
+        "hooks.jsonl.period=1", "hooks.jsonl.flush_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.01",
     ]
 
 
@@ -230,7 +230,7 @@ def test_explicit_resume_path_trains_on_even_when_the_run_finished(tmp_path, ref
 
 FULL = ["hooks=full", "model=cnn", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.01",
         "hooks.optimizer_step.accumulate=2", "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=7",
-        "hooks.jsonl.period=1", "hooks.early_stopping.patience=2"]
+        "hooks.jsonl.period=1", "hooks.jsonl.flush_secs=0", "hooks.early_stopping.patience=2"]
 
 
 def full_command(run_dir: Path) -> List[str]:

@@ -76,7 +76,7 @@ def _diagnose(job: str, job_dir: Path, env, out: str) -> str:
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_path, cluster_env, tasks):
     common = ["trainer=iter", "trainer.max_iters=120", "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=50",
-              "hooks.jsonl.period=1", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.02", *FAST]
+              "hooks.jsonl.period=1", "hooks.jsonl.flush_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.02", *FAST]
     # With 2 tasks the job trains DDP over them; its reference is the same 2-rank training started here.
     ref = launch(["hydra.run.dir=ref", f"trainer.devices={tasks}", *common], tmp_path, cluster_env)
     assert ref.returncode == 0, ref.stderr[-3000:]

@@ -60,6 +60,27 @@ def test_state_dict_round_trip():
     assert t.history("train/loss").values() == s.history("train/loss").values()
 
 
+def test_state_survives_a_checkpoint_file_and_reads_the_older_per_key_layout(tmp_path):
+    s = EventStorage()
+    for i in range(7):
+        s.iter = i
+        s.put_scalar("train/loss", torch.tensor(float(i) / 3))
+        if i % 2:
+            s.put_scalar("val/accuracy", i / 10, smoothing_hint=False)
+    torch.save(s.state_dict(), tmp_path / "s.pt")
+    t = EventStorage()
+    t.load_state_dict(torch.load(tmp_path / "s.pt", weights_only=True))
+    for key in ("train/loss", "val/accuracy"):
+        assert t.history(key).values() == s.history(key).values()
+    assert t.latest_with_smoothing_hint(3) == s.latest_with_smoothing_hint(3)
+
+    older = {"iter": 6, "epoch": 0, "smoothing_hints": {"lr": False},  # checkpoints written before 2026-12-03
+             "history": {"lr": {"values": torch.tensor([0.1, 0.05], dtype=torch.float64), "iters": torch.tensor([4, 5])}}}
+    u = EventStorage()
+    u.load_state_dict(older)
+    assert u.history("lr").values() == [(0.1, 4), (0.05, 5)] and u.iter == 6
+
+
 def test_unknown_key_names_what_exists():
     s = EventStorage()
     s.put_scalar("a", 1.0)
