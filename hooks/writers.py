@@ -232,7 +232,7 @@ class TensorBoardWriter(BufferedFileWriter):
         from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
 
         # purge_step hides events a previous attempt logged after the checkpoint this run resumed from;
-        # the queue holds a whole batch (see BufferedFileWriter), so sending one never waits on the file
+        # a queue deep enough for a batch of events (see BufferedFileWriter) rarely makes sending one wait
         self._writer = SummaryWriter(log_dir=str(self.trainer.work_dir / self.log_dir), purge_step=self.trainer.iter,
                                      max_queue=1000)
 

@@ -110,6 +110,32 @@ def test_writers_write_every_period_after_validation_and_at_the_end(tmp_path):
     assert [e.step for e in acc.Scalars("train/loss")] == [2, 3, 5, 7]
 
 
+def test_a_checkpoint_sends_the_rows_it_covers_to_the_files_before_the_batch_is_due(tmp_path):
+    seen = {}
+
+    class Peek(HookBase):  # after the boundary where epoch 1's checkpoint was taken
+        def before_epoch(self):
+            if self.trainer.epoch == 1:
+                seen["rows"] = [json.loads(row)["iter"] for row in (self.trainer.work_dir / "metrics.jsonl").read_text().splitlines()]
+                seen["iter"] = self.trainer.iter
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def run(work_dir, hooks):
+        # flush_secs: the batch is never due during the run; the first row goes out at once
+        writers = [JSONWriter(period=1, flush_secs=3600), TensorBoardWriter(period=1, flush_secs=3600)]
+        make_trainer("epoch", hooks=[*writers, *hooks, Peek()], max_epochs=2, work_dir=work_dir).train()
+
+    run(tmp_path, [PeriodicCheckpointer()])
+    assert seen["rows"] == list(range(seen["iter"])) and seen["iter"] == 4  # every step the checkpoint covers
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("train/loss")] == list(range(8))  # and all of them at the end
+
+    run(tmp_path / "no_checkpoints", [])
+    assert seen["rows"] == [0]  # without a checkpoint the rows wait for their batch
+
+
 def test_resume_path_false_and_load_from(tmp_path):
     first = make_trainer("iter", hooks={"ckpt": PeriodicCheckpointer(period=3, by_epoch=False, keep_last=0)}, max_iters=6, work_dir=tmp_path)
     first.train()
