@@ -79,7 +79,7 @@ class PeriodicCheckpointer(HookBase):
             path = self._save_periodic(f"iter_{self.trainer.iter:07d}.pt", background=False)
             if self.trainer.is_main:
                 logger.warning("Saved %s; run the same command again to resume from it", path)
-        self._writer.wait()  # every checkpoint is on disk when training returns
+        self._writer.close()  # every checkpoint is on disk when training returns; the writer thread ends
 
     def state_dict(self) -> Dict[str, Any]:
         return {"saved": list(self._saved)}

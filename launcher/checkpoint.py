@@ -12,6 +12,7 @@ import contextlib
 import io
 import logging
 import os
+import queue
 import threading
 import time
 from pathlib import Path
@@ -115,11 +116,13 @@ def save_checkpoint(state: Dict[str, Any], path: PathLike) -> Path:
 class BackgroundWriter:
     """Writes checkpoints on a thread: the state is serialized at once, the disk work overlaps training.
 
-    One write at a time, in order. A failed write (disk full...) is raised by the next
-    :meth:`write` or by :meth:`wait`, never lost.
+    One write at a time, in order, on one thread that lives from the first write to :meth:`close`
+    (a thread started per write cost the training step more: starting one waits for it to run).
+    A failed write (disk full...) is raised by the next :meth:`write` or by :meth:`wait`, never lost.
     """
 
     def __init__(self) -> None:
+        self._jobs: "queue.Queue[Optional[Tuple[memoryview, Path, Sequence[Path]]]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self._ready: set = set()  # directories made and cleared of a killed writer's temporary files
@@ -136,8 +139,10 @@ class BackgroundWriter:
             write_checkpoint(data, path)
             self._remove(then_remove)
             return path
-        self._thread = threading.Thread(target=self._write, args=(data, path, then_remove), name="checkpoint-writer")
-        self._thread.start()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="checkpoint-writer", daemon=True)
+            self._thread.start()
+        self._jobs.put((data, path, then_remove))
         return path
 
     @staticmethod
@@ -145,20 +150,37 @@ class BackgroundWriter:
         for old in paths:  # retention: only once the new file is safe
             old.unlink(missing_ok=True)
 
-    def _write(self, data: memoryview, path: Path, then_remove: Sequence[Path]) -> None:
-        try:
-            write_checkpoint(data, path)
-            self._remove(then_remove)
-        except BaseException as err:
-            self._error = err
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                if job is None:
+                    return
+                data, path, then_remove = job
+                write_checkpoint(data, path)
+                self._remove(then_remove)
+            except BaseException as err:
+                self._error = err
+            finally:
+                self._jobs.task_done()
 
     def wait(self) -> None:
+        """Block until every write asked for is on disk; raise a failed write's error."""
         if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+            self._jobs.join()
         if self._error is not None:
             err, self._error = self._error, None
             raise RuntimeError(f"writing a checkpoint failed: {type(err).__name__}: {err}") from err
+
+    def close(self) -> None:
+        """Wait for the writes, then end the thread (a later write starts another)."""
+        try:
+            self.wait()
+        finally:
+            if self._thread is not None:
+                self._jobs.put(None)
+                self._thread.join()
+                self._thread = None
 
 
 def load_checkpoint(path: PathLike, map_location: Any = "cpu") -> Dict[str, Any]:

@@ -74,6 +74,28 @@ def test_checkpointer_keeps_last_n_and_writes_a_loadable_final(tmp_path):
         assert torch.equal(state["model"][k], v)
 
 
+def test_background_writer_writes_in_order_clears_stale_temporaries_and_reports_a_failed_write(tmp_path):
+    from launcher.checkpoint import BackgroundWriter, load_checkpoint
+
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    (ckpts / ".epoch_0001.pt.tmp4242").write_bytes(b"left by a process killed mid-write")
+    writer = BackgroundWriter()
+    for i in range(3):
+        writer.write({"i": i}, ckpts / f"{i}.pt")
+    writer.wait()
+    assert [load_checkpoint(ckpts / f"{i}.pt")["i"] for i in range(3)] == [0, 1, 2]
+    assert (ckpts / "last").read_text() == "2.pt\n"
+    assert not list(ckpts.glob(".*.tmp*"))
+    (ckpts / "a_dir").mkdir()
+    writer.write({"i": 3}, ckpts / "3.pt", then_remove=[ckpts / "a_dir"])  # retention fails on the thread
+    with pytest.raises(RuntimeError, match="writing a checkpoint failed: IsADirectoryError"):
+        writer.wait()
+    writer.write({"i": 4}, ckpts / "4.pt", then_remove=[ckpts / "0.pt"])
+    writer.close()
+    assert (ckpts / "last").read_text() == "4.pt\n" and not (ckpts / "0.pt").exists()
+
+
 def test_no_final_checkpoint_when_training_failed(tmp_path):
     class Broken(torch.nn.Module):
         def __init__(self):
