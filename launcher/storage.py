@@ -102,15 +102,8 @@ class HistoryBuffer:
     def __len__(self) -> int:
         return len(self._values)
 
-    def state_dict(self) -> Dict[str, Any]:
-        # Two tensors rather than lists of numbers: torch.save pickles a list item by item.
-        self._materialize()
-        return {
-            "values": torch.tensor([float(v) for v in self._values], dtype=torch.float64),
-            "iters": torch.tensor(list(self._iters), dtype=torch.int64),
-        }
-
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore ``{"values", "iters"}`` (tensors or lists); :meth:`EventStorage.state_dict` packs every buffer."""
         values, iters = state["values"], state["iters"]
         values = values.tolist() if isinstance(values, torch.Tensor) else [float(v) for v in values]
         iters = iters.tolist() if isinstance(iters, torch.Tensor) else [int(i) for i in iters]
