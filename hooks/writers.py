@@ -159,12 +159,6 @@ class BufferedFileWriter(PeriodicWriter):
             self.sync()  # a checkpoint is being taken: what it covers goes to the file first
         return super().state_dict()
 
-    def after_train(self) -> None:
-        self._flush()
-        if self.trainer.is_main:
-            self.sync()
-        self.close()
-
 
 class JSONWriter(BufferedFileWriter):
     """Appends one JSON object per write to ``<run dir>/metrics.jsonl``: ``iter``, ``epoch`` and the scalars."""

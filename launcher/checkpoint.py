@@ -37,8 +37,12 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: PathLike, write: Callable[[Any], None], delay: float = 0.0) -> None:
-    """Write through ``write(file)`` into a temporary file beside ``path``, fsync, then rename over it."""
+def atomic_write(path: PathLike, write: Callable[[Any], None], delay: float = 0.0, sync_dir: bool = True) -> None:
+    """Write through ``write(file)`` into a temporary file beside ``path``, fsync, then rename over it.
+
+    ``sync_dir`` then fsyncs the directory so the rename itself is durable; a caller renaming
+    several files in one directory can leave it false and fsync the directory once.
+    """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
@@ -49,10 +53,12 @@ def atomic_write(path: PathLike, write: Callable[[Any], None], delay: float = 0.
         if delay:
             time.sleep(delay)
         os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(path.parent)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if sync_dir:
+        _fsync_dir(path.parent)
 
 
 def serialize(state: Dict[str, Any]) -> memoryview:
@@ -63,7 +69,7 @@ def serialize(state: Dict[str, Any]) -> memoryview:
 
 
 def write_checkpoint(data: Union[bytes, memoryview], path: PathLike) -> Path:
-    """Write serialized checkpoint bytes atomically to ``path``, then point ``<dir>/last`` at it.
+    """Write serialized checkpoint bytes atomically to ``path`` (its directory exists), then point ``<dir>/last`` at it.
 
     The file is written to a temporary name and fsynced, renamed over ``path``; ``last`` is
     replaced the same way; one fsync of the directory then makes both renames durable. A
@@ -74,26 +80,8 @@ def write_checkpoint(data: Union[bytes, memoryview], path: PathLike) -> Path:
     """
     path = Path(path)
     directory = path.parent
-    name = str(path)
-    tmp = os.path.join(directory, f".{path.name}.tmp{os.getpid()}")
     delay = float(os.environ.get(_WRITE_DELAY_ENV, "0") or 0)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except FileNotFoundError:  # no directory yet
-        directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        with open(fd, "wb", closefd=True) as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if delay:
-            time.sleep(delay)
-        os.replace(tmp, name)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda f: f.write(data), delay, sync_dir=False)
     pointer_tmp = os.path.join(directory, f".last.tmp{os.getpid()}")
     with open(pointer_tmp, "wb") as f:
         f.write(path.name.encode() + b"\n")
@@ -109,7 +97,8 @@ def remove_stale_temporaries(directory: PathLike) -> None:
 
 
 def save_checkpoint(state: Dict[str, Any], path: PathLike) -> Path:
-    """Save ``state`` atomically to ``path``, then point ``<dir>/last`` at it."""
+    """Save ``state`` atomically to ``path`` (making its directory), then point ``<dir>/last`` at it."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     return write_checkpoint(serialize(state), path)
 
 
