@@ -189,7 +189,7 @@ class JSONWriter(BufferedFileWriter):
                 continue
             if isinstance(row, dict) and isinstance(row.get("iter"), int) and row["iter"] < resume_iter:
                 kept.append(line + "\n")
-        atomic_write(path, lambda f: f.write("".join(kept).encode("utf-8")))
+        atomic_write(path, "".join(kept).encode("utf-8"))
 
     def buffer(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
         rows: Dict[int, Dict[str, Any]] = {}  # one row per iteration, so each value keeps its own

@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -29,7 +29,7 @@ PathLike = Union[str, Path]
 _WRITE_DELAY_ENV = "LAUNCHER_TEST_CHECKPOINT_WRITE_DELAY"
 
 
-def _fsync_dir(directory: Path) -> None:
+def _fsync_dir(directory: PathLike) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -37,8 +37,21 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: PathLike, write: Callable[[Any], None], delay: float = 0.0, sync_dir: bool = True) -> None:
-    """Write through ``write(file)`` into a temporary file beside ``path``, fsync, then rename over it.
+def _write_file(path: PathLike, data: Union[bytes, memoryview], sync: bool) -> None:
+    """Create or truncate ``path`` and write ``data`` (fsynced if ``sync``): os calls only, each a system call."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: PathLike, data: Union[bytes, memoryview], delay: float = 0.0, sync_dir: bool = True) -> None:
+    """Write ``data`` into a temporary file beside ``path``, fsync, then rename over it.
 
     ``sync_dir`` then fsyncs the directory so the rename itself is durable; a caller renaming
     several files in one directory can leave it false and fsync the directory once.
@@ -46,10 +59,7 @@ def atomic_write(path: PathLike, write: Callable[[Any], None], delay: float = 0.
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_file(tmp, data, sync=True)
         if delay:
             time.sleep(delay)
         os.replace(tmp, path)
@@ -75,16 +85,15 @@ def write_checkpoint(data: Union[bytes, memoryview], path: PathLike) -> Path:
     replaced the same way; one fsync of the directory then makes both renames durable. A
     crash between the renames leaves ``last`` naming the previous checkpoint; one before the
     directory's fsync may lose ``last`` itself, and loading then goes by modification time.
-    Few system calls on purpose: on a background thread each one is a hand-over of the GIL
-    that the training step waits for.
+    Ten system calls, on purpose: on a background thread each one hands the GIL back and
+    forth with the training step.
     """
     path = Path(path)
     directory = path.parent
     delay = float(os.environ.get(_WRITE_DELAY_ENV, "0") or 0)
-    atomic_write(path, lambda f: f.write(data), delay, sync_dir=False)
+    atomic_write(path, data, delay, sync_dir=False)
     pointer_tmp = os.path.join(directory, f".last.tmp{os.getpid()}")
-    with open(pointer_tmp, "wb") as f:
-        f.write(path.name.encode() + b"\n")
+    _write_file(pointer_tmp, path.name.encode() + b"\n", sync=False)
     os.replace(pointer_tmp, os.path.join(directory, "last"))
     _fsync_dir(directory)
     return path

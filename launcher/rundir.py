@@ -96,7 +96,7 @@ class RunRecord:
         if not self.write:
             return
         text = json.dumps(self.data, indent=2, default=str) + "\n"
-        atomic_write(self.path, lambda f: f.write(text.encode()))
+        atomic_write(self.path, text.encode())
 
     def start(self) -> None:
         self._write()
@@ -118,4 +118,4 @@ def mark_failed(run_dir: Path, error: str) -> None:
     if data.get("status") in (None, "running", "interrupted", "failed"):
         data.update(status="failed", exit_code=1, end_time=_now(), error=error)
         text = json.dumps(data, indent=2, default=str) + "\n"
-        atomic_write(path, lambda f: f.write(text.encode()))
+        atomic_write(path, text.encode())

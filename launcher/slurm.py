@@ -47,7 +47,7 @@ class DetachedSlurmLauncher(SlurmLauncher):
             info = {"job_id": job.job_id, "overrides": list(overrides), "stdout": str(job.paths.stdout),
                     "stderr": str(job.paths.stderr)}
             text = json.dumps(info, indent=2) + "\n"
-            atomic_write(job_dir / "submitted.json", lambda f: f.write(text.encode()))
+            atomic_write(job_dir / "submitted.json", text.encode())
         ids = ", ".join(str(j.job_id) for j in submitted)
         log.info("Submitted %d job(s) to SLURM: %s", len(submitted), ids)
         log.info("Sweep dir: %s (python -m launcher.summary %s shows their progress)", sweep_dir, sweep_dir)

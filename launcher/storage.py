@@ -7,10 +7,11 @@ device just to record a number.
 from __future__ import annotations
 
 import logging
-from collections import deque
+import math
+import sys
 from array import array
-from itertools import accumulate, islice
-from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
+from itertools import accumulate
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import torch
 
@@ -19,76 +20,115 @@ Reducer = Callable[[torch.Tensor, int], Optional[torch.Tensor]]  # (values, layo
 logger = logging.getLogger(__name__)
 
 
-class HistoryBuffer:
-    """The last ``max_length`` values of one scalar, each with the iteration it was put at."""
+def to_le_bytes(values: array) -> bytes:
+    """An ``array``'s bytes in little-endian order, so a checkpoint reads the same on any machine."""
+    if sys.byteorder == "big":
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
 
-    __slots__ = ("_values", "_iters", "_pending", "_unsynced")
+
+def from_le_bytes(typecode: str, data: Any) -> array:
+    values = array(typecode)
+    values.frombytes(data)
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values
+
+
+def _unpack(packed: Any, typecode: str) -> List[Any]:
+    """Values that :meth:`EventStorage.state_dict` packed; checkpoints of 2026-12-03 hold tensors."""
+    return packed.tolist() if isinstance(packed, torch.Tensor) else from_le_bytes(typecode, packed).tolist()
+
+
+class HistoryBuffer:
+    """The last ``max_length`` values of one scalar, each with the iteration it was put at.
+
+    Values are floats in an ``array("d")`` (iterations in an ``array("q")``), appended until
+    twice ``max_length`` and then cut back to it: a put is an append, and packing the buffer
+    into a checkpoint is one copy. A tensor is kept aside (its slot holds NaN) until a reader
+    asks, so recording never waits on the device.
+    """
+
+    __slots__ = ("_max", "_values", "_iters", "_tensors", "_unsynced")
 
     def __init__(self, max_length: int = 1000) -> None:
-        self._values: Deque[Scalar] = deque(maxlen=max_length)
-        self._iters: Deque[int] = deque(maxlen=max_length)
-        self._pending = 0  # how many of the newest values may still be tensors
+        self._max = max_length
+        self._values = array("d")
+        self._iters = array("q")
+        self._tensors: List[Tuple[int, torch.Tensor]] = []  # (slot in _values, tensor) not read yet
         self._unsynced = 0  # how many of the newest values are not yet averaged over the ranks (DDP)
 
     def update(self, value: Scalar, iteration: int) -> None:
-        self._unsynced += 1
+        values = self._values
+        if len(values) >= 2 * self._max:
+            self._trim()
         if isinstance(value, torch.Tensor):
-            value = value.detach()
-            self._pending += 1
-        elif self._pending:
-            self._pending += 1
-        self._values.append(value)
+            self._tensors.append((len(values), value.detach()))
+            value = math.nan
+        values.append(value)  # TypeError for anything that is not a number
         self._iters.append(iteration)
+        self._unsynced += 1
+
+    def _trim(self) -> None:
+        cut = len(self._values) - self._max
+        del self._values[:cut]
+        del self._iters[:cut]
+        if self._tensors:
+            self._tensors = [(slot - cut, t) for slot, t in self._tensors if slot >= cut]
+
+    def _start(self) -> int:
+        """Index of the oldest kept value in the arrays."""
+        return max(len(self._values) - self._max, 0)
 
     def _materialize(self) -> None:
-        """Turn the newest values that are tensors into floats, with one host transfer."""
-        if not self._pending:
+        """Read the tensors put since the last read into their slots, with one host transfer."""
+        if not self._tensors:
             return
-        k = min(self._pending, len(self._values))
-        tail = [self._values.pop() for _ in range(k)][::-1]
-        slots = [i for i, v in enumerate(tail) if isinstance(v, torch.Tensor)]
-        if slots:
-            tensors = [tail[i] for i in slots]
-            if tensors[0].device.type == "cpu":  # no transfer to save: reading each costs less than a stack
-                floats = [t.item() for t in tensors]
-            else:
-                try:  # one stack and one transfer; values of one key share a dtype and device
-                    floats = torch.stack(tensors).reshape(-1).double().cpu().tolist()
-                except RuntimeError:
-                    floats = [float(t.reshape(())) for t in tensors]
-            for i, f in zip(slots, floats):
-                tail[i] = f
-        self._values.extend(tail)
-        self._pending = 0
+        pending, self._tensors = self._tensors, []
+        tensors = [t for _, t in pending]
+        if tensors[0].device.type == "cpu":  # no transfer to save: reading each costs less than a stack
+            floats = [t.item() for t in tensors]
+        else:
+            try:  # one stack and one transfer; values of one key share a dtype and device
+                floats = torch.stack(tensors).reshape(-1).double().cpu().tolist()
+            except RuntimeError:
+                floats = [float(t.reshape(())) for t in tensors]
+        values = self._values
+        for (slot, _), f in zip(pending, floats):
+            values[slot] = f
 
     def take_unsynced(self) -> List[float]:
         """The newest values not yet averaged over the ranks, as floats."""
         self._materialize()
-        k = min(self._unsynced, len(self._values))
-        return [float(v) for v in islice(self._values, len(self._values) - k, None)]
+        k = min(self._unsynced, len(self))
+        return self._values[len(self._values) - k:].tolist()
 
     def put_synced(self, values: List[float]) -> None:
         """Replace the newest ``len(values)`` values with their average over the ranks."""
-        for _ in values:
-            self._values.pop()
-        self._values.extend(values)
+        n = len(self._values)
+        self._values[n - len(values):] = array("d", values)
         self._unsynced = 0
 
     def values(self) -> List[Tuple[float, int]]:
         """All kept ``(value, iteration)`` pairs, oldest first."""
         self._materialize()
-        return list(zip(self._values, self._iters))
+        start = self._start()
+        return list(zip(self._values[start:].tolist(), self._iters[start:].tolist()))
 
     def latest(self) -> float:
         self._materialize()
-        return float(self._values[-1])
+        return self._values[-1]
 
     def latest_iter(self) -> int:
         return self._iters[-1]
 
     def _window(self, window: int) -> List[float]:
+        """The newest ``window`` values, newest first."""
         self._materialize()
-        return [float(v) for v in islice(reversed(self._values), window)]
+        vals = self._values[max(self._start(), len(self._values) - window):].tolist()
+        vals.reverse()
+        return vals
 
     def median(self, window: int) -> float:
         vals = sorted(self._window(window))
@@ -100,16 +140,22 @@ class HistoryBuffer:
         return sum(vals) / len(vals)
 
     def __len__(self) -> int:
-        return len(self._values)
+        return min(len(self._values), self._max)
+
+    def packed(self) -> Tuple[array, array]:
+        """The kept values and iterations as arrays (copies), for :meth:`EventStorage.state_dict`."""
+        self._materialize()
+        start = self._start()
+        return self._values[start:], self._iters[start:]
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore ``{"values", "iters"}`` (tensors or lists); :meth:`EventStorage.state_dict` packs every buffer."""
+        """Restore ``{"values", "iters"}`` (lists or tensors); :meth:`EventStorage.state_dict` packs every buffer."""
         values, iters = state["values"], state["iters"]
-        values = values.tolist() if isinstance(values, torch.Tensor) else [float(v) for v in values]
-        iters = iters.tolist() if isinstance(iters, torch.Tensor) else [int(i) for i in iters]
-        self._values = deque(values, maxlen=self._values.maxlen)
-        self._iters = deque(iters, maxlen=self._iters.maxlen)
-        self._pending = 0
+        values = values.tolist() if isinstance(values, torch.Tensor) else values
+        iters = iters.tolist() if isinstance(iters, torch.Tensor) else iters
+        self._values = array("d", values[-self._max:])
+        self._iters = array("q", iters[-self._max:])
+        self._tensors = []
         self._unsynced = 0
 
 
@@ -143,7 +189,12 @@ class EventStorage:
         if buf is None:
             buf = self._history[name] = HistoryBuffer(self._max_length)
             self._smoothing_hints[name] = smoothing_hint
-        buf.update(value, self.iter)
+        try:
+            buf.update(value, self.iter)
+        except TypeError:
+            raise TypeError(
+                f"put_scalar({name!r}, {value!r}): a scalar is a number or a one-element tensor, not a {type(value).__name__}"
+            ) from None
         self._puts += 1
 
     def put_scalars(self, *, smoothing_hint: bool = True, **values: Scalar) -> None:
@@ -215,26 +266,26 @@ class EventStorage:
         return dict(summary)
 
     def state_dict(self) -> Dict[str, Any]:
-        """Counters and every history, packed into two tensors (``values``, ``iters``) cut by ``lengths``.
+        """Counters and every history, packed into ``values`` (float64) and ``iters`` (int64) cut by ``lengths``.
 
-        Two tensors for any number of keys: ``torch.save`` pays tens of µs per tensor, and a
-        checkpoint is taken at a step boundary while training waits.
+        Both are little-endian bytes: ``torch.save`` pays tens of µs for each tensor it writes
+        and nothing much for bytes, and a checkpoint is taken at a step boundary while training
+        waits. Plain types only, so ``torch.load`` reads it with ``weights_only=True``.
         """
         keys = list(self._history)
         values, iters, lengths = array("d"), array("q"), []
         for k in keys:
-            buf = self._history[k]
-            buf._materialize()
-            values.extend(buf._values)
-            iters.extend(buf._iters)
-            lengths.append(len(buf))
+            vals, its = self._history[k].packed()
+            values.extend(vals)
+            iters.extend(its)
+            lengths.append(len(vals))
         return {
             "iter": self.iter,
             "epoch": self.epoch,
             "keys": keys,
             "lengths": lengths,
-            "values": torch.frombuffer(values, dtype=torch.float64) if values else torch.zeros(0, dtype=torch.float64),
-            "iters": torch.frombuffer(iters, dtype=torch.int64) if iters else torch.zeros(0, dtype=torch.int64),
+            "values": to_le_bytes(values),
+            "iters": to_le_bytes(iters),
             "smoothing_hints": dict(self._smoothing_hints),
         }
 
@@ -247,7 +298,7 @@ class EventStorage:
         if "history" in state:  # written before histories were packed (2026-12-03)
             histories = state["history"].items()
         else:
-            values, iters = state["values"].tolist(), state["iters"].tolist()
+            values, iters = _unpack(state["values"], "d"), _unpack(state["iters"], "q")
             bounds = list(accumulate(state["lengths"], initial=0))
             histories = (
                 (k, {"values": values[a:b], "iters": iters[a:b]}) for k, a, b in zip(state["keys"], bounds, bounds[1:])

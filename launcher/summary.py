@@ -77,7 +77,7 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
     for r in rows:
         writer.writerow([r["job"], r["overrides"], r["status"], "" if r["seconds"] is None else f"{r['seconds']:.3f}",
                          *[r["metrics"].get(k, "") for k in keys], "*" if r is best else ""])
-    atomic_write(sweep_dir / "summary.csv", lambda f: f.write(buf.getvalue().encode()))
+    atomic_write(sweep_dir / "summary.csv", buf.getvalue().encode())
 
     def cell(v: Any) -> str:
         return f"{v:.4g}" if isinstance(v, float) else str(v)
@@ -92,7 +92,7 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
     failed = [r for r in rows if r["status"] == "failed"]
     if failed:
         lines += ["", "Failed jobs:"] + [f"- job {r['job']} (`{r['overrides']}`): {r['error']} (log: {r['dir']}/train.log)" for r in failed]
-    atomic_write(sweep_dir / "summary.md", lambda f: f.write(("\n".join(lines) + "\n").encode()))
+    atomic_write(sweep_dir / "summary.md", ("\n".join(lines) + "\n").encode())
     return rows
 
 

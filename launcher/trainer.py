@@ -38,6 +38,7 @@ import contextlib
 import logging
 import math
 import random
+import sys
 import time
 import weakref
 from array import array
@@ -50,7 +51,7 @@ from torch import nn
 from hooks.base import EVENTS, HookBase
 from launcher import distributed
 from launcher.checkpoint import load_checkpoint, load_newest_valid
-from launcher.storage import EventStorage
+from launcher.storage import EventStorage, from_le_bytes, to_le_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -432,9 +433,14 @@ class TrainerBase:
         else:
             with self._forward_context():  # e.g. autocast, from the hook that owns the optimizer step
                 out = self.train_model(batch)
+        read = None  # the loss as a float, where reading it costs nothing
         if isinstance(out, torch.Tensor) and out.numel() == 1:  # the common case, without building a dict
             loss, losses = out, None
-            storage.put_scalar("train/loss", out)  # the storage keeps it detached
+            if self.device.type in self.SYNC_FREE_DEVICES:  # read it once, for the storage and the finiteness check
+                read = out.item()
+                storage.put_scalar("train/loss", read)
+            else:
+                storage.put_scalar("train/loss", out)  # the storage keeps it detached; read when a writer asks
         else:
             losses = _as_tensor_dict(out, self.model, "train")
             loss = sum(losses.values()) if len(losses) > 1 else next(iter(losses.values()))
@@ -445,7 +451,10 @@ class TrainerBase:
         if self._step_hook is not None:  # accumulation, clipping, AMP, a NaN policy: see hooks/optim.py
             self._step_hook.optimizer_step(loss, losses)
             return
-        self.check_finite(loss, losses)
+        if read is None:
+            self.check_finite(loss, losses)
+        elif not math.isfinite(read):
+            self._raise_non_finite(self.iter, {"loss": loss})
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
@@ -552,26 +561,38 @@ class TrainerBase:
 
 
 def get_rng_state() -> Dict[str, Any]:
-    """Python, NumPy, torch CPU and every CUDA device's generator states."""
+    """Python, NumPy, torch CPU and every CUDA device's generator states.
+
+    Plain types only (bytes, ints, floats, tensors), so ``torch.load`` reads a checkpoint with
+    its default ``weights_only=True``; and bytes rather than small tensors, which ``torch.save``
+    writes as a file record each (tens of µs apiece, paid while training waits).
+    """
     import numpy as np
 
     version, words, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
     return {
-        # the 625 words as one tensor: pickled item by item they were most of a small checkpoint's cost
-        "python": (version, torch.frombuffer(array("q", words), dtype=torch.int64), gauss),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
+        "python": (version, to_le_bytes(array("q", words)), gauss),
+        "numpy": (kind, keys.astype("<u4").tobytes(), int(pos), int(has_gauss), float(cached)),
+        "torch": torch.get_rng_state().numpy().tobytes(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore :func:`get_rng_state`'s states; also the tensors and arrays that checkpoints before 2026-12-03 hold."""
     import numpy as np
 
     version, words, gauss = state["python"]
-    random.setstate((version, tuple(words.tolist() if isinstance(words, torch.Tensor) else words), gauss))
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+    if isinstance(words, bytes):
+        words = from_le_bytes("q", words)
+    elif isinstance(words, torch.Tensor):
+        words = words.tolist()
+    random.setstate((version, tuple(words), gauss))
+    kind, keys, *rest = state["numpy"]
+    np.random.set_state((kind, np.frombuffer(keys, dtype="<u4") if isinstance(keys, bytes) else keys, *rest))
+    cpu = state["torch"]
+    torch.set_rng_state(torch.frombuffer(bytearray(cpu), dtype=torch.uint8) if isinstance(cpu, bytes) else cpu)
     if state.get("cuda") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 

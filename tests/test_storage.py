@@ -32,10 +32,30 @@ def test_tensor_values_are_kept_until_read_then_become_floats():
     t = torch.tensor(2.0, requires_grad=True) * 1.5
     s.put_scalar("train/loss", t)
     s.put_scalar("train/loss", 1.0)
-    raw = s.history("train/loss")._values[0]
-    assert isinstance(raw, torch.Tensor) and not raw.requires_grad  # detached, not yet synced
-    assert s.history("train/loss").values() == [(3.0, 0), (1.0, 0)]
-    assert isinstance(s.history("train/loss")._values[0], float)
+    h = s.history("train/loss")
+    [(slot, raw)] = h._tensors
+    assert slot == 0 and not raw.requires_grad  # detached, not yet read
+    assert h.values() == [(3.0, 0), (1.0, 0)]
+    assert not h._tensors
+
+
+def test_tensors_not_yet_read_survive_the_history_being_cut_back():
+    s = EventStorage(max_length=4)
+    for i in range(11):  # cut back at 8 values: the tensors put after the cut keep their values
+        s.iter = i
+        s.put_scalar("x", torch.tensor(float(i)) if i % 3 == 0 else float(i))
+    assert s.history("x").values() == [(float(i), i) for i in range(7, 11)]
+    assert s.history("x").median(3) == 9.0 and s.history("x").avg(4) == 8.5
+
+
+def test_a_value_that_is_not_a_number_names_the_key():
+    s = EventStorage()
+    try:
+        s.put_scalar("train/acc", "high")
+    except TypeError as e:
+        assert "train/acc" in str(e) and "'high'" in str(e) and "number or a one-element tensor" in str(e)
+    else:
+        raise AssertionError("expected TypeError")
 
 
 def test_history_is_bounded():
@@ -73,6 +93,12 @@ def test_state_survives_a_checkpoint_file_and_reads_the_older_per_key_layout(tmp
     for key in ("train/loss", "val/accuracy"):
         assert t.history(key).values() == s.history(key).values()
     assert t.latest_with_smoothing_hint(3) == s.latest_with_smoothing_hint(3)
+
+    packed_as_tensors = {**s.state_dict(), "values": torch.tensor([0.5, 0.25], dtype=torch.float64),  # 2026-12-03
+                         "iters": torch.tensor([1, 2]), "keys": ["lr"], "lengths": [2], "smoothing_hints": {"lr": False}}
+    v = EventStorage()
+    v.load_state_dict(packed_as_tensors)
+    assert v.history("lr").values() == [(0.5, 1), (0.25, 2)]
 
     older = {"iter": 6, "epoch": 0, "smoothing_hints": {"lr": False},  # checkpoints written before 2026-12-03
              "history": {"lr": {"values": torch.tensor([0.1, 0.05], dtype=torch.float64), "iters": torch.tensor([4, 5])}}}

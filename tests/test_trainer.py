@@ -204,3 +204,31 @@ def test_request_stop_ends_at_the_next_step_boundary():
     trainer = make_trainer("epoch", hooks=[StopAt()], max_epochs=5)
     trainer.train()
     assert trainer.iter == 3 and trainer.status == "stopped" and trainer.stop_reason == "enough"
+
+
+def test_random_states_round_trip_in_plain_types_and_as_checkpoints_before_2026_12_03_held_them(tmp_path):
+    import io
+    import random
+
+    import numpy as np
+
+    from launcher.trainer import get_rng_state, set_rng_state
+
+    def draws():
+        return random.random(), float(np.random.rand()), torch.rand(()).item()
+
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    state = get_rng_state()
+    want = draws()
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    set_rng_state(torch.load(io.BytesIO(buffer.getvalue())))  # weights_only=True: bytes, ints, floats only
+    assert draws() == want
+
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    version, words, gauss = random.getstate()  # the layout written until 2026-12-03: tensors and an ndarray
+    older = {"python": (version, torch.tensor(words), gauss), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state(), "cuda": []}
+    draws()
+    set_rng_state(older)
+    assert draws() == want
