@@ -8,8 +8,9 @@ same model, data, seed, schedule and a plain shuffling ``DataLoader``; the train
 ``hooks=minimal`` and ``hooks=default`` (writers at their default periods, a checkpoint every epoch,
 no val set so no validation time is counted). Both presets save a checkpoint every epoch (an epoch
 here is 128 steps, a tenth of a second), so a second hand-written loop does what a script must to
-be resumable: ``torch.save`` of model, optimizer, schedule and RNG state each epoch. Runs are interleaved and the median seconds per step
-reported with the ratio to the hand-written loop.
+be resumable: ``torch.save`` of model, optimizer, schedule and RNG state each epoch. Runs are
+interleaved in rounds (the order rotating, a ``gc.collect()`` before each run); the table gives
+the median seconds per step and the median of each round's ratio to the hand-written loop.
 
 The "tiny step" rows run a 16 -> 4 linear model on ready-made batches, where a step costs a few
 tens of µs, so the trainer's own per-step cost (hooks, storage, checks) shows as "added µs per
@@ -18,6 +19,7 @@ step" above the machine's noise; divide it by a real step's time to get its shar
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import tempfile
@@ -184,12 +186,25 @@ def tiny_trainer(hooks: str, epochs: int, root: Path) -> Callable[[], float]:
     return run
 
 
-def measure(epochs: int, repeats: int) -> Dict[str, float]:
+SAVING = "hand-written loop, torch.save each epoch"
+
+
+def base_of(name: str) -> str:
+    return "tiny step: hand-written loop" if name.startswith("tiny") else "hand-written loop"
+
+
+def measure(epochs: int, repeats: int) -> Dict[str, Dict[str, float]]:
+    """Seconds per step of every contender and its ratios, as medians over ``repeats`` rounds.
+
+    Each round runs every contender once, starting one place further along the list each time
+    (so none always follows the same one), after a ``gc.collect()``; a ratio is taken within a
+    round and its median reported, so a drift of the machine's speed between rounds cancels.
+    """
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         contenders = {
             "hand-written loop": hand_written(epochs),
-            "hand-written loop, torch.save each epoch": hand_written(epochs, Path(tmp) / "hand"),
+            SAVING: hand_written(epochs, Path(tmp) / "hand"),
             "trainer, hooks=none": with_trainer("none", epochs, Path(tmp)),
             "trainer, hooks=minimal": with_trainer("minimal", epochs, Path(tmp)),
             "trainer, hooks=default": with_trainer("default", epochs, Path(tmp)),
@@ -199,23 +214,32 @@ def measure(epochs: int, repeats: int) -> Dict[str, float]:
             "tiny step: trainer, hooks=default": tiny_trainer("default", epochs, Path(tmp)),
             "tiny step: trainer, hooks=full": tiny_trainer("full", epochs, Path(tmp)),
         }
-        times: Dict[str, List[float]] = {name: [] for name in contenders}
-        for name, fn in contenders.items():  # warm-up: imports, allocator, first-call paths
+        names = list(contenders)
+        times: Dict[str, List[float]] = {name: [] for name in names}
+        for fn in contenders.values():  # warm-up: imports, allocator, first-call paths
             fn()
-        for _ in range(repeats):
-            for name, fn in contenders.items():
-                times[name].append(fn())
-    return {name: statistics.median(ts) for name, ts in times.items()}
+        for r in range(repeats):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                gc.collect()
+                times[name].append(contenders[name]())
+    results = {}
+    for name, ts in times.items():
+        row = {"seconds": statistics.median(ts),
+               "ratio": statistics.median(t / b for t, b in zip(ts, times[base_of(name)]))}
+        if not name.startswith("tiny"):
+            row["to_saving"] = statistics.median(t / b for t, b in zip(ts, times[SAVING]))
+        results[name] = row
+    return results
 
 
-def table(results: Dict[str, float]) -> str:
-    saving = "hand-written loop, torch.save each epoch"
+def table(results: Dict[str, Dict[str, float]]) -> str:
     lines = ["| loop | µs per step | ratio | added µs per step | ratio to a hand loop that saves each epoch |",
              "|---|---|---|---|---|"]
-    for name, sec in results.items():
-        base = results["tiny step: hand-written loop" if name.startswith("tiny") else "hand-written loop"]
-        to_saving = f"{sec / results[saving]:.3f}x" if saving in results and not name.startswith("tiny") else ""
-        lines.append(f"| {name} | {sec * 1e6:.1f} | {sec / base:.3f}x | {(sec - base) * 1e6:+.1f} | {to_saving} |")
+    for name, row in results.items():
+        base = results[base_of(name)]["seconds"]
+        to_saving = f"{row['to_saving']:.3f}x" if "to_saving" in row else ""
+        lines.append(f"| {name} | {row['seconds'] * 1e6:.1f} | {row['ratio']:.3f}x | "
+                     f"{(row['seconds'] - base) * 1e6:+.1f} | {to_saving} |")
     return "\n".join(lines)
 
 

@@ -35,7 +35,7 @@ def run(quick: bool) -> str:
 
     logging.basicConfig(level=logging.ERROR)
     sections = []
-    epochs, repeats = (1, 1) if quick else (10, 9)
+    epochs, repeats = (1, 1) if quick else (10, 15)
     sections.append("**Loop overhead** (`benchmarks/loop.py`: MLP 64-128-10, 8192 x 64 synthetic, batch 64, "
                     "SGD + cosine schedule, 1 CPU thread)\n\n" + loop.table(loop.measure(epochs, repeats)))
     sections.append("**Start-up** (`benchmarks/startup.py`)\n\n" + startup.table(startup.measure(1 if quick else 5)))

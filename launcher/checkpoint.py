@@ -85,7 +85,7 @@ def write_checkpoint(data: Union[bytes, memoryview], path: PathLike) -> Path:
     replaced the same way; one fsync of the directory then makes both renames durable. A
     crash between the renames leaves ``last`` naming the previous checkpoint; one before the
     directory's fsync may lose ``last`` itself, and loading then goes by modification time.
-    Ten system calls, on purpose: on a background thread each one hands the GIL back and
+    A dozen system calls, on purpose: on a background thread each one hands the GIL back and
     forth with the training step.
     """
     path = Path(path)

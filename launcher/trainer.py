@@ -38,7 +38,6 @@ import contextlib
 import logging
 import math
 import random
-import sys
 import time
 import weakref
 from array import array
