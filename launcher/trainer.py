@@ -450,24 +450,21 @@ class TrainerBase:
         if self._step_hook is not None:  # accumulation, clipping, AMP, a NaN policy: see hooks/optim.py
             self._step_hook.optimizer_step(loss, losses)
             return
-        if read is None:
-            self.check_finite(loss, losses)
-        elif not math.isfinite(read):
-            self._raise_non_finite(self.iter, {"loss": loss})
+        self.check_finite(loss, losses, read)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
 
-    def check_finite(self, loss: torch.Tensor, losses: Optional[Mapping[str, torch.Tensor]]) -> None:
+    def check_finite(self, loss: torch.Tensor, losses: Optional[Mapping[str, torch.Tensor]], read: Optional[float] = None) -> None:
         """Raise ``FloatingPointError`` for a non-finite loss, naming the iteration and every loss.
 
         On the CPU every step is checked (reading a CPU scalar costs no device sync). On an
         accelerator the losses are checked every ``FINITE_CHECK_PERIOD`` steps with one sync,
         so the step never waits on the device just for this; the error still names the first
-        bad iteration.
+        bad iteration. ``read`` is the loss as a float when the step has read it already.
         """
-        if loss.device.type in self.SYNC_FREE_DEVICES:
-            if not math.isfinite(loss.item()):
+        if read is not None or loss.device.type in self.SYNC_FREE_DEVICES:
+            if not math.isfinite(loss.item() if read is None else read):
                 self._raise_non_finite(self.iter, losses or {"loss": loss})
             return
         self._unchecked.append((self.iter, loss.detach(), {k: v.detach() for k, v in (losses or {"loss": loss}).items()}))
