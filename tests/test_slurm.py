@@ -6,6 +6,7 @@ skipped (never under CI=true, where they must run).
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -100,10 +101,14 @@ def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_pat
     subprocess.run(["scancel", "--signal=USR2", job], env=cluster_env, check=True)
     while "PENDING" not in _squeue(job, cluster_env) and time.monotonic() < deadline:  # requeued, held ~2 min
         time.sleep(0.2)
+    requeued = time.time()
     # Release it only once the node is done with the first attempt: started while the node is still
     # "completing" (a 2-task job's srun step takes a moment), SLURM kills it ("Job credential revoked").
     while _node_state(cluster_env) not in ("idle", "") and time.monotonic() < deadline:
         time.sleep(0.2)
+    # slurmd compares the new attempt's credential with the first attempt's revocation to the second:
+    # a release within the second of the requeue is killed the same way ("Job 8 already killed").
+    time.sleep(max(0.0, math.floor(requeued) + 1.1 - time.time()))
     subprocess.run(["scontrol", "update", f"JobId={job.split('_')[0]}", "StartTime=now"], env=cluster_env, check=True)
     try:
         out, _ = proc.communicate(timeout=300)
