@@ -36,9 +36,11 @@ def from_le_bytes(typecode: str, data: Any) -> array:
     return values
 
 
-def _unpack(packed: Any, typecode: str) -> List[Any]:
-    """Values that :meth:`EventStorage.state_dict` packed; checkpoints of 2026-12-03 hold tensors."""
-    return packed.tolist() if isinstance(packed, torch.Tensor) else from_le_bytes(typecode, packed).tolist()
+def unpack_le(packed: Any, typecode: str) -> List[Any]:
+    """The values of :func:`to_le_bytes`'s bytes, or of the tensor or sequence that older checkpoints held."""
+    if isinstance(packed, (bytes, bytearray, memoryview)):
+        return from_le_bytes(typecode, packed).tolist()
+    return packed.tolist() if isinstance(packed, torch.Tensor) else list(packed)
 
 
 class HistoryBuffer:
@@ -298,7 +300,7 @@ class EventStorage:
         if "history" in state:  # written before histories were packed (2026-12-03)
             histories = state["history"].items()
         else:
-            values, iters = _unpack(state["values"], "d"), _unpack(state["iters"], "q")
+            values, iters = unpack_le(state["values"], "d"), unpack_le(state["iters"], "q")
             bounds = list(accumulate(state["lengths"], initial=0))
             histories = (
                 (k, {"values": values[a:b], "iters": iters[a:b]}) for k, a, b in zip(state["keys"], bounds, bounds[1:])

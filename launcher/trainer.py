@@ -50,7 +50,7 @@ from torch import nn
 from hooks.base import EVENTS, HookBase
 from launcher import distributed
 from launcher.checkpoint import load_checkpoint, load_newest_valid
-from launcher.storage import EventStorage, from_le_bytes, to_le_bytes
+from launcher.storage import EventStorage, to_le_bytes, unpack_le
 
 logger = logging.getLogger(__name__)
 
@@ -580,11 +580,7 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     import numpy as np
 
     version, words, gauss = state["python"]
-    if isinstance(words, bytes):
-        words = from_le_bytes("q", words)
-    elif isinstance(words, torch.Tensor):
-        words = words.tolist()
-    random.setstate((version, tuple(words), gauss))
+    random.setstate((version, tuple(unpack_le(words, "q")), gauss))
     kind, keys, *rest = state["numpy"]
     np.random.set_state((kind, np.frombuffer(keys, dtype="<u4") if isinstance(keys, bytes) else keys, *rest))
     cpu = state["torch"]

@@ -232,3 +232,6 @@ def test_random_states_round_trip_in_plain_types_and_as_checkpoints_before_2026_
     draws()
     set_rng_state(older)
     assert draws() == want
+    draws()
+    set_rng_state({**older, "python": (version, words, gauss)})  # earlier still: the words as a tuple
+    assert draws() == want
