@@ -11,3 +11,41 @@ def test_benchmark_suite_smoke_run():
     for heading in ("hand-written loop", "trainer, hooks=default", "python -m launcher (default task) to its first step",
                     "save, training held", "resume at 90%", "hydra/launcher=local", "Dispatch cost per job"):
         assert heading in proc.stdout
+
+
+def _instructions_module(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import instructions
+
+    return instructions
+
+
+def test_instruction_counts_are_ratios_per_hash_seed_then_medians(monkeypatch):
+    """Each seed's ratio is taken against the hand loop under the same seed; the median of those is reported."""
+    instructions = _instructions_module(monkeypatch)
+    per_step = {("hand", 0): 100, ("hand", 1): 200, ("hand", 2): 300,
+                ("minimal", 0): 110, ("minimal", 1): 200, ("minimal", 2): 390}
+    calls = []
+
+    def fake(kind, contender, epochs, hash_seed):
+        calls.append((kind, contender, epochs, hash_seed))
+        return 5000 + epochs * instructions.STEPS_PER_EPOCH[kind] * per_step[contender, hash_seed]
+
+    monkeypatch.setattr(instructions, "instructions", fake)
+    monkeypatch.setattr(instructions, "CONTENDERS", [("mlp", "hand"), ("mlp", "minimal"), ("tiny", "hand")])
+    results = instructions.measure(jobs=1, kinds=["mlp"], hash_seeds=[0, 1, 2])
+    assert sorted(calls) == sorted((k, c, e, s) for k, c in [("mlp", "hand"), ("mlp", "minimal")] for e in (1, 3) for s in (0, 1, 2))
+    assert results["mlp", "hand"] == (200, 1.0)
+    count, ratio = results["mlp", "minimal"]
+    assert count == 200 and abs(ratio - 1.1) < 1e-12  # the ratio of the medians would say 1.0
+    assert "| trainer, hooks=minimal | 200 | 1.100x | +0 |" in instructions.table(results)
+
+
+def test_instruction_benchmark_contenders_run_and_a_wrong_loop_name_is_named(tmp_path):
+    script = str(REPO / "benchmarks" / "instructions.py")
+    for loop, contender in (("mlp", "hand+save"), ("mlp", "default"), ("tiny", "minimal")):
+        proc = subprocess.run([sys.executable, script, "--one", loop, contender, "1"], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = subprocess.run([sys.executable, script, "--loops", "mlp,big"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--loops: 'mlp,big' is not a list of mlp and tiny" in proc.stderr
