@@ -49,3 +49,17 @@ def test_instruction_benchmark_contenders_run_and_a_wrong_loop_name_is_named(tmp
         assert proc.returncode == 0, proc.stderr[-3000:]
     proc = subprocess.run([sys.executable, script, "--loops", "mlp,big"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--loops: 'mlp,big' is not a list of mlp and tiny" in proc.stderr
+
+
+def test_instruction_counts_divide_by_the_steps_the_loops_really_take(monkeypatch):
+    """STEPS_PER_EPOCH must match loop.py's data, or every per-step count is off by the same factor."""
+    instructions = _instructions_module(monkeypatch)
+    import loop
+    from torch.utils.data import DataLoader
+
+    from launcher.data import synthetic
+
+    mlp_train = synthetic("train", size=10240, shape=[64], val_fraction=0.2)  # as loop.hand_written builds it
+    assert len(DataLoader(mlp_train, batch_size=64)) == instructions.STEPS_PER_EPOCH["mlp"]
+    assert "data.train.size=10240" in loop.OVERRIDES and "data.batch_size=64" in loop.OVERRIDES
+    assert len(loop.Prebatched().batches) == instructions.STEPS_PER_EPOCH["tiny"]
