@@ -12,7 +12,8 @@ logger = logging.getLogger(__name__)
 
 
 class IterationTimer(HookBase):
-    """Records ``time`` (seconds per step, data loading included) each step.
+    """Records ``time`` (seconds per step, data loading included) and ``data_time`` (seconds of it
+    spent waiting for the batch) each step.
 
     Writers derive the ETA from its median; at the end the total training time and speed
     are logged (the first ``warmup`` steps are left out of the speed).
@@ -37,7 +38,10 @@ class IterationTimer(HookBase):
 
     def after_step(self) -> None:
         seconds = time.perf_counter() - self._step_start
-        self.trainer.storage.put_scalar("time", seconds)
+        trainer = self.trainer
+        storage = trainer.storage
+        storage.put_scalar("time", seconds)
+        storage.put_scalar("data_time", trainer.data_time)
         self._steps += 1
         if self._steps > self.warmup:
             self._timed_steps += 1

@@ -52,30 +52,32 @@ class HistoryBuffer:
     asks, so recording never waits on the device.
     """
 
-    __slots__ = ("_max", "_values", "_iters", "_tensors", "_unsynced")
+    __slots__ = ("_max", "_limit", "_values", "_iters", "_tensors", "_synced")
 
     def __init__(self, max_length: int = 1000) -> None:
         self._max = max_length
+        self._limit = 2 * max_length  # the arrays' length that triggers a trim
         self._values = array("d")
         self._iters = array("q")
         self._tensors: List[Tuple[int, torch.Tensor]] = []  # (slot in _values, tensor) not read yet
-        self._unsynced = 0  # how many of the newest values are not yet averaged over the ranks (DDP)
+        self._synced = 0  # slot of the first value not yet averaged over the ranks (DDP)
 
     def update(self, value: Scalar, iteration: int) -> None:
+        """Append ``value``; :meth:`EventStorage.put_scalar` appends plain floats itself, without this call."""
         values = self._values
-        if len(values) >= 2 * self._max:
+        if len(values) >= self._limit:
             self._trim()
         if isinstance(value, torch.Tensor):
             self._tensors.append((len(values), value.detach()))
             value = math.nan
         values.append(value)  # TypeError for anything that is not a number
         self._iters.append(iteration)
-        self._unsynced += 1
 
     def _trim(self) -> None:
         cut = len(self._values) - self._max
         del self._values[:cut]
         del self._iters[:cut]
+        self._synced = max(self._synced - cut, 0)
         if self._tensors:
             self._tensors = [(slot - cut, t) for slot, t in self._tensors if slot >= cut]
 
@@ -100,17 +102,22 @@ class HistoryBuffer:
         for (slot, _), f in zip(pending, floats):
             values[slot] = f
 
+    def has_unsynced(self) -> bool:
+        return self._synced < len(self._values)
+
     def take_unsynced(self) -> List[float]:
-        """The newest values not yet averaged over the ranks, as floats."""
+        """The newest values not yet averaged over the ranks (the kept ones), as floats."""
         self._materialize()
-        k = min(self._unsynced, len(self))
-        return self._values[len(self._values) - k:].tolist()
+        return self._values[max(self._synced, self._start()):].tolist()
 
     def put_synced(self, values: List[float]) -> None:
         """Replace the newest ``len(values)`` values with their average over the ranks."""
         n = len(self._values)
         self._values[n - len(values):] = array("d", values)
-        self._unsynced = 0
+        self.mark_synced()
+
+    def mark_synced(self) -> None:
+        self._synced = len(self._values)
 
     def values(self) -> List[Tuple[float, int]]:
         """All kept ``(value, iteration)`` pairs, oldest first."""
@@ -158,7 +165,7 @@ class HistoryBuffer:
         self._values = array("d", values[-self._max:])
         self._iters = array("q", iters[-self._max:])
         self._tensors = []
-        self._unsynced = 0
+        self._synced = len(self._values)
 
 
 class EventStorage:
@@ -191,12 +198,19 @@ class EventStorage:
         if buf is None:
             buf = self._history[name] = HistoryBuffer(self._max_length)
             self._smoothing_hints[name] = smoothing_hint
-        try:
-            buf.update(value, self.iter)
-        except TypeError:
-            raise TypeError(
-                f"put_scalar({name!r}, {value!r}): a scalar is a number or a one-element tensor, not a {type(value).__name__}"
-            ) from None
+        values = buf._values
+        if value.__class__ is float and len(values) < buf._limit:
+            # The common case, run several times a step: a float and no trim due. Appended here,
+            # without the call and the checks of HistoryBuffer.update (half a put's cost).
+            values.append(value)
+            buf._iters.append(self.iter)
+        else:
+            try:
+                buf.update(value, self.iter)
+            except TypeError:
+                raise TypeError(
+                    f"put_scalar({name!r}, {value!r}): a scalar is a number or a one-element tensor, not a {type(value).__name__}"
+                ) from None
         self._puts += 1
 
     def put_scalars(self, *, smoothing_hint: bool = True, **values: Scalar) -> None:
@@ -227,7 +241,7 @@ class EventStorage:
         """
         if self._reduce is None:
             return
-        keys = [k for k in sorted(self._history) if self._history[k]._unsynced]
+        keys = [k for k in sorted(self._history) if self._history[k].has_unsynced()]
         if not keys:
             return
         chunks = [self._history[k].take_unsynced() for k in keys]
@@ -240,7 +254,7 @@ class EventStorage:
                 logger.warning("The ranks recorded different scalars since the last write; logging rank-local values")
                 self._warned = True
             for k in keys:
-                self._history[k]._unsynced = 0
+                self._history[k].mark_synced()
             return
         values = averaged.tolist()
         start = 0

@@ -111,6 +111,32 @@ def test_no_final_checkpoint_when_training_failed(tmp_path):
     assert not (tmp_path / "checkpoints" / "final.pt").exists()
 
 
+def test_timer_records_step_time_and_the_part_spent_waiting_for_data(tmp_path):
+    import time
+
+    class SlowLoader:  # each batch takes 30 ms to arrive
+        def __init__(self, loader):
+            self.loader = loader
+
+        def __iter__(self):
+            for batch in self.loader:
+                time.sleep(0.03)
+                yield batch
+
+        def __len__(self):
+            return len(self.loader)
+
+    data = ToyData()
+    fast = data.train_loader
+    data.train_loader = lambda: SlowLoader(fast())
+    trainer = make_trainer("iter", hooks=[IterationTimer()], data=data, work_dir=tmp_path, max_iters=4)
+    trainer.train()
+    waits = [v for v, _ in trainer.storage.history("data_time").values()]
+    steps = [v for v, _ in trainer.storage.history("time").values()]
+    assert len(waits) == len(steps) == 4
+    assert all(0.03 <= w <= s for w, s in zip(waits, steps))
+
+
 def test_writers_write_every_period_after_validation_and_at_the_end(tmp_path):
     hooks = [IterationTimer(), Evaluator(), JSONWriter(period=3), TensorBoardWriter(period=3), ConsoleWriter(period=3)]
     trainer = make_trainer("epoch", hooks=hooks, max_epochs=2, work_dir=tmp_path)

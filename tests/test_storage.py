@@ -66,6 +66,35 @@ def test_history_is_bounded():
     assert len(s.history("x")) == 10 and s.history("x").values()[0] == (90.0, 90)
 
 
+def test_ranks_average_each_value_once_also_across_a_cut_back():
+    """Under DDP a read averages what was put since the previous read, floats and ints alike;
+    values averaged once are never sent again, also after the history was cut back."""
+    sent = []
+
+    def reduce(values, layout):  # stands in for the all-reduce: "the other rank" adds 100
+        sent.append(values.tolist())
+        return values + 100
+
+    s = EventStorage(max_length=3, reduce=reduce)
+    for i in range(4):
+        s.iter = i
+        s.put_scalar("x", float(i) if i % 2 else i)  # ints take the general path, floats the fast one
+    assert s.history("x").values() == [(1.0, 1), (2.0, 2), (3.0, 3)]  # not read: not averaged yet
+    s.synchronize()
+    assert sent == [[1.0, 2.0, 3.0]]  # the kept values only
+    for i in range(4, 7):  # 6 values put in all: the arrays are cut back to 3 on the next put
+        s.iter = i
+        s.put_scalar("x", float(i))
+    assert s.latest()["x"] == (106.0, 6)
+    assert sent[1] == [4.0, 5.0, 6.0]
+    assert s.history("x").values() == [(104.0, 4), (105.0, 5), (106.0, 6)]
+    s.iter = 7
+    s.put_scalar("x", 7.0)  # the cut: the synced values stay synced
+    s.synchronize()
+    assert sent[2] == [7.0]
+    assert s.history("x").values() == [(105.0, 5), (106.0, 6), (107.0, 7)]
+
+
 def test_state_dict_round_trip():
     s = EventStorage()
     for i in range(5):
