@@ -63,3 +63,12 @@ def test_instruction_counts_divide_by_the_steps_the_loops_really_take(monkeypatc
     assert len(DataLoader(mlp_train, batch_size=64)) == instructions.STEPS_PER_EPOCH["mlp"]
     assert "data.train.size=10240" in loop.OVERRIDES and "data.batch_size=64" in loop.OVERRIDES
     assert len(loop.Prebatched().batches) == instructions.STEPS_PER_EPOCH["tiny"]
+
+
+def test_instruction_parts_run_in_the_order_the_table_names_them(tmp_path, monkeypatch):
+    """The parent maps callgrind's profiles to parts by position: the child must run exactly PART_NAMES, in order."""
+    instructions = _instructions_module(monkeypatch)
+    script = str(REPO / "benchmarks" / "instructions.py")
+    proc = subprocess.run([sys.executable, script, "--parts-child", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == list(instructions.PART_NAMES)
