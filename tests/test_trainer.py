@@ -235,3 +235,22 @@ def test_random_states_round_trip_in_plain_types_and_as_checkpoints_before_2026_
     draws()
     set_rng_state({**older, "python": (version, words, gauss)})  # earlier still: the words as a tuple
     assert draws() == want
+
+
+def test_classifier_subclasses_with_a_network_module_or_a_network_method_follow_the_contract():
+    from launcher.models import MLP, Classifier
+
+    class MethodNet(Classifier):  # ``net`` is a method here, not a submodule
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 2)
+
+        def net(self, x):
+            return self.lin(x)
+
+    batch = (torch.randn(6, 4), torch.tensor([0, 1, 0, 1, 1, 0]))
+    for model in (MLP(in_features=4, hidden=[8], num_classes=2), MethodNet()):
+        loss = model(batch)
+        assert loss.dim() == 0 and torch.isfinite(loss)
+        metrics = model.eval()(batch)
+        assert set(metrics) == {"loss", "accuracy"} and torch.allclose(metrics["loss"], loss)
