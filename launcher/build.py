@@ -16,9 +16,8 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from launcher.errors import ConfigError
 
-class ConfigError(ValueError):
-    """A config value that cannot be built; the message names the key and what is accepted."""
 
 
 def _target_of(node: Any) -> Optional[str]:

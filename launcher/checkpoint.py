@@ -12,6 +12,7 @@ import contextlib
 import io
 import logging
 import os
+import pickle
 import queue
 import threading
 import time
@@ -181,18 +182,45 @@ class BackgroundWriter:
                 self._thread = None
 
 
-def load_checkpoint(path: PathLike, map_location: Any = "cpu") -> Dict[str, Any]:
-    """Load one checkpoint; a missing, truncated or corrupt file raises with the file named."""
+class UntrustedCheckpointError(RuntimeError):
+    """A file that ``torch.load(weights_only=True)`` refuses: it holds pickled Python objects."""
+
+
+def load_checkpoint(path: PathLike, map_location: Any = "cpu", weights_only: bool = False) -> Dict[str, Any]:
+    """Load one checkpoint; a missing, truncated or corrupt file raises with the file named.
+
+    ``weights_only`` is for files from elsewhere (``trainer.load_from``): unpickling an arbitrary
+    file can run any code, so only tensors and plain types are read, and a file holding more
+    raises :class:`UntrustedCheckpointError`. A run's own checkpoints hold plain types too, but a
+    user's hook may keep other objects in its state, so resuming reads them in full.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=False)
+        state = torch.load(path, map_location=map_location, weights_only=weights_only)
     except Exception as err:
-        raise RuntimeError(f"checkpoint {str(path)!r} is unreadable (truncated or corrupt): {type(err).__name__}: {err}") from err
+        reason: BaseException = err
+        if weights_only and isinstance(err, pickle.UnpicklingError):
+            try:  # refused for the objects it holds, or not a torch.save file at all?
+                objects = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+            except Exception as why:
+                objects, reason = [], why
+            if objects:
+                listed = ", ".join(objects[:5]) + (", ..." if len(objects) > 5 else "")
+                raise UntrustedCheckpointError(f"{str(path)!r} holds Python objects ({listed}) besides tensors and plain "
+                                               f"types, which torch.load(weights_only=True) does not unpickle") from err
+        raise RuntimeError(f"checkpoint {str(path)!r} is unreadable (truncated or corrupt): {brief(reason)}") from err
     if not isinstance(state, dict):
         raise RuntimeError(f"checkpoint {str(path)!r} holds a {type(state).__name__}, not a dict of state")
     return state
+
+
+def brief(err: BaseException) -> str:
+    """An exception in one short line: torch's loading errors run to paragraphs of advice."""
+    text = (str(err).strip().splitlines() or [""])[0]
+    cut = text.find(". ", 40)
+    return f"{type(err).__name__}: {text[:cut] if len(text) > 160 and cut > 0 else text}"
 
 
 def candidates(directory: PathLike) -> List[Path]:
@@ -217,7 +245,7 @@ def load_newest_valid(directory: PathLike, map_location: Any = "cpu") -> Optiona
         try:
             state = load_checkpoint(path, map_location)
         except RuntimeError as err:
-            skipped.append((path, str(err.__cause__ or err)))
+            skipped.append((path, brief(err.__cause__) if err.__cause__ else str(err)))
             continue
         for bad, why in skipped:
             logger.warning("Checkpoint %s is unreadable (%s); resuming from %s instead", bad, why, path)

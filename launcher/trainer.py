@@ -49,7 +49,8 @@ from torch import nn
 
 from hooks.base import EVENTS, HookBase
 from launcher import distributed
-from launcher.checkpoint import load_checkpoint, load_newest_valid
+from launcher.checkpoint import UntrustedCheckpointError, load_checkpoint, load_newest_valid
+from launcher.errors import ConfigError
 from launcher.storage import EventStorage, to_le_bytes, unpack_le
 
 logger = logging.getLogger(__name__)
@@ -64,9 +65,9 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
     try:
         dev = torch.device(device)
     except RuntimeError as e:
-        raise ValueError(f"trainer.device: {device!r} is not a device; use auto, cpu, cuda or cuda:N") from e
+        raise ConfigError(f"trainer.device: {device!r} is not a device; use auto, cpu, cuda or cuda:N") from e
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"trainer.device: {device!r} was asked for but CUDA is not available here; use auto or cpu")
+        raise ConfigError(f"trainer.device: {device!r} was asked for but CUDA is not available here; use auto or cpu")
     return dev
 
 
@@ -133,7 +134,7 @@ class TrainerBase:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not isinstance(devices, int) or devices < 1:
-            raise ValueError(f"trainer.devices should be an integer of at least 1 (processes to train with), got {devices!r}")
+            raise ConfigError(f"trainer.devices should be an integer of at least 1 (processes to train with), got {devices!r}")
         self.devices = devices  # launcher.run spawns that many workers; each builds a trainer in the process group
         self.dist = distributed.current()  # None in a single process
         self.rank = self.dist.rank if self.dist else 0
@@ -156,7 +157,7 @@ class TrainerBase:
         self.resume = self._check_resume(resume)
         self.load_from = load_from
         if load_from is not None and not Path(load_from).is_file():
-            raise ValueError(f"trainer.load_from: {load_from!r} does not exist (expected a checkpoint or state_dict file)")
+            raise ConfigError(f"trainer.load_from: {load_from!r} does not exist (expected a checkpoint or state_dict file)")
         self.storage = EventStorage(reduce=distributed.mean_across_ranks if self.dist else None)
         self._stop_wanted = 0  # under DDP: 1 stop, 2 interrupt, asked for on this rank and not yet agreed
         self._stop_asked_reason: Optional[str] = None
@@ -291,9 +292,9 @@ class TrainerBase:
             return "auto"
         if isinstance(resume, str):
             if not Path(resume).is_file():
-                raise ValueError(f"trainer.resume: checkpoint {resume!r} does not exist; use auto, false or a checkpoint path")
+                raise ConfigError(f"trainer.resume: checkpoint {resume!r} does not exist; use auto, false or a checkpoint path")
             return resume
-        raise ValueError(f"trainer.resume: {resume!r} is not accepted; use auto, false or a checkpoint path")
+        raise ConfigError(f"trainer.resume: {resume!r} is not accepted; use auto, false or a checkpoint path")
 
     def resume_or_load(self) -> None:
         """Continue from a checkpoint (``resume``), else start from ``load_from``'s weights, else fresh."""
@@ -301,7 +302,10 @@ class TrainerBase:
         if self.resume == "auto":
             found = load_newest_valid(self.checkpoint_dir)
         elif self.resume:
-            found = Path(self.resume), load_checkpoint(self.resume)
+            try:
+                found = Path(self.resume), load_checkpoint(self.resume)
+            except RuntimeError as err:
+                raise ConfigError(f"trainer.resume: {err}") from err
         if found is not None:
             path, state = found
             self.load_state_dict(state)
@@ -312,18 +316,26 @@ class TrainerBase:
 
     def load_weights(self, path: str) -> None:
         """Model weights only (fine-tuning); a shape mismatch names the parameter and both shapes."""
-        state = load_checkpoint(path)
+        try:
+            state = load_checkpoint(path, weights_only=True)  # a file from elsewhere: unpickling must not run its code
+        except UntrustedCheckpointError as err:
+            raise ConfigError(
+                f"trainer.load_from: {err}; loading such a file can run any code in it. If you trust it, save its "
+                f"weights alone and load that: python -c \"import torch; s = torch.load('{path}', weights_only=False); "
+                f"torch.save(s.get('model', s), 'weights.pt')\"") from None
+        except (OSError, RuntimeError) as err:
+            raise ConfigError(f"trainer.load_from: {err}") from err
         weights = state.get("model", state)
         own = self.model.state_dict()
         for name, tensor in weights.items():
             if name in own and hasattr(tensor, "shape") and tensor.shape != own[name].shape:
-                raise ValueError(
+                raise ConfigError(
                     f"trainer.load_from: parameter {name!r} has shape {tuple(tensor.shape)} in {path} but "
                     f"{tuple(own[name].shape)} in the model"
                 )
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
         if missing or unexpected:
-            raise ValueError(
+            raise ConfigError(
                 f"trainer.load_from: {path} does not match the model: missing {sorted(missing)}, unexpected {sorted(unexpected)}"
             )
         logger.info("Loaded model weights from %s", path)
@@ -611,7 +623,7 @@ class IterTrainer(TrainerBase):
     def __init__(self, *args: Any, max_iters: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not isinstance(max_iters, int) or max_iters <= 0:
-            raise ValueError(f"trainer.max_iters should be an integer greater than zero, got {max_iters!r}")
+            raise ConfigError(f"trainer.max_iters should be an integer greater than zero, got {max_iters!r}")
         self.max_iters = max_iters
         self.max_epochs = math.ceil(max_iters / max(self.steps_per_epoch, 1))
 
@@ -645,11 +657,11 @@ class EpochTrainer(TrainerBase):
     ) -> None:
         super().__init__(*args, **kwargs)
         if not isinstance(max_epochs, int) or max_epochs <= 0:
-            raise ValueError(f"trainer.max_epochs should be an integer greater than zero, got {max_epochs!r}")
+            raise ConfigError(f"trainer.max_epochs should be an integer greater than zero, got {max_epochs!r}")
         self.max_epochs = max_epochs
         self.workflow = self._check_workflow(workflow)
         if any(phase == "val" for phase, _ in self.workflow) and self.val_loader is None:
-            raise ValueError("trainer.workflow has a 'val' phase but the data config has no val set (data.val)")
+            raise ConfigError("trainer.workflow has a 'val' phase but the data config has no val set (data.val)")
         self.max_iters = max_epochs * self.steps_per_epoch
 
     def _check_workflow(self, workflow: Sequence[Sequence[Any]]) -> List[tuple]:
@@ -657,14 +669,14 @@ class EpochTrainer(TrainerBase):
         for item in workflow:
             ok = isinstance(item, Sequence) and len(item) == 2 and not isinstance(item, str)
             if not ok or item[0] not in self.PHASES or not isinstance(item[1], int) or item[1] <= 0:
-                raise ValueError(
+                raise ConfigError(
                     f"trainer.workflow: bad entry {list(item) if ok else item!r}; each entry should be "
                     f"[phase, epochs] with phase in {list(self.PHASES)} and epochs an integer greater than zero, "
                     f"e.g. [[train, 2], [val, 1]]"
                 )
             flows.append((item[0], item[1]))
         if not any(phase == "train" for phase, _ in flows):
-            raise ValueError(f"trainer.workflow: {workflow!r} has no 'train' phase, so training would never end")
+            raise ConfigError(f"trainer.workflow: {workflow!r} has no 'train' phase, so training would never end")
         return flows
 
     def run(self) -> None:

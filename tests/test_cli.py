@@ -147,6 +147,40 @@ def test_bad_input_gives_one_clear_message_and_no_successful_looking_run(overrid
         assert not (d / "checkpoints" / "final.pt").exists()
 
 
+class _RunsCodeWhenUnpickled:
+    """Unpickling this creates ``marker``: what a hostile weights file could do with any code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_load_from_never_unpickles_code_and_says_how_to_load_a_trusted_file(tmp_path):
+    from launcher.models import MLP
+
+    weights, marker = tmp_path / "downloaded.pt", tmp_path / "code_ran"
+    torch.save({"model": MLP().state_dict(), "extra": _RunsCodeWhenUnpickled(marker)}, weights)
+    proc = run_cli([*FAST, "trainer.max_epochs=1", f"trainer.load_from={weights}"], tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out
+    assert not marker.exists()  # the file's code never ran
+    line = next(l for l in out.splitlines() if "Config error" in l)
+    assert "trainer.load_from" in line and str(weights) in line and "io.open" in line and "weights_only=False" in line
+    (run_dir,) = run_dirs(tmp_path / "outputs")
+    assert read_run(run_dir)["status"] == "failed"
+
+    truncated = tmp_path / "truncated.pt"
+    good = tmp_path / "good.pt"
+    torch.save({"model": MLP().state_dict()}, good)
+    truncated.write_bytes(good.read_bytes()[:1000])
+    proc = run_cli([*FAST, "trainer.max_epochs=1", f"trainer.load_from={truncated}"], tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out
+    assert f"trainer.load_from: checkpoint '{truncated}' is unreadable (truncated or corrupt)" in out
+
+
 def test_full_error_env_still_shows_the_traceback(tmp_path):
     proc = run_cli([*FAST, "model._target_=launcher.models.MLPP"], tmp_path, env={"HYDRA_FULL_ERROR": "1"}, timeout=120)
     assert proc.returncode != 0 and "Traceback" in proc.stderr
