@@ -8,13 +8,21 @@ result. Registered with Hydra by :func:`launcher.plugins.register`.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import signal
+import threading
+import time
 from typing import Any, List, Optional, Sequence
 
 from hydra.core.utils import JobReturn
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
 
 from launcher.plugins import as_plain
+from launcher.signals import EXIT_INTERRUPTED
+
+log = logging.getLogger("launcher")
 
 
 def usable_cores() -> int:
@@ -22,6 +30,70 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def child_pids() -> List[int]:
+    """This process's children (Linux's /proc; elsewhere none are found)."""
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(fields[1]) == me:
+                found.append(int(entry))
+    return found
+
+
+class StopJobsOnSignal:
+    """While the sweep runs: SIGTERM or SIGINT to this process stops its jobs too, then the sweep.
+
+    Each job's submitit process hands SIGTERM to the job, which checkpoints at its next step
+    boundary and exits; the sweep waits for them (``wait_s`` at most), says how to resume, and
+    exits 75. Without this, a SIGTERM (``timeout``, a CI step, ``kill``) ended the sweep and left
+    its jobs training with no parent.
+    """
+
+    def __init__(self, sweep_dir: str, wait_s: float = 120.0) -> None:
+        self.sweep_dir, self.wait_s = sweep_dir, wait_s
+        self.previous: dict = {}
+
+    def __enter__(self) -> "StopJobsOnSignal":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.previous[sig] = signal.signal(sig, self._stop)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def _stop(self, signum: int, frame: Any) -> None:
+        for sig in self.previous:
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the wait for the checkpoints
+        name = signal.Signals(signum).name
+        jobs = child_pids()
+        log.warning("%s: stopping the sweep's %d running job(s); each saves a checkpoint first", name, len(jobs))
+        for pid in jobs:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.wait_s
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") and _alive(p) for p in jobs):
+            time.sleep(0.2)
+        log.warning("Sweep stopped by %s. Run the same command with hydra.sweep.dir=%s to resume it: finished jobs "
+                    "are not run again, stopped ones resume from their checkpoints", name, self.sweep_dir)
+        raise SystemExit(EXIT_INTERRUPTED)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, already ended, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 class CappedLocalLauncher(LocalLauncher):
@@ -34,9 +106,10 @@ class CappedLocalLauncher(LocalLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         returns: List[JobReturn] = []
-        for start in range(0, len(job_overrides), self.max_parallel):
-            group = job_overrides[start:start + self.max_parallel]
-            returns += super().launch(group, initial_job_idx + start)
+        with StopJobsOnSignal(str(self.config.hydra.sweep.dir)):
+            for start in range(0, len(job_overrides), self.max_parallel):
+                group = job_overrides[start:start + self.max_parallel]
+                returns += super().launch(group, initial_job_idx + start)
         return returns
 
     def __reduce__(self) -> Any:
@@ -44,5 +117,5 @@ class CappedLocalLauncher(LocalLauncher):
         return (as_plain, (LocalLauncher, dict(self.__dict__)))
 
 
-PLUGIN = CappedLocalLauncher
-PLUGIN.__module__ = "hydra_plugins.launcher_local"  # the name conf/hydra/launcher/local.yaml gives
+CappedLocalLauncher.__module__ = "hydra_plugins.launcher_local"  # the name conf/hydra/launcher/local.yaml gives
+PLUGINS = (CappedLocalLauncher,)

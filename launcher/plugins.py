@@ -21,10 +21,10 @@ def register() -> None:
 
     for module_name in MODULES:
         module = importlib.import_module(module_name)
-        cls = module.PLUGIN
-        sys.modules[cls.__module__] = module
-        setattr(hydra_plugins, cls.__module__.rpartition(".")[2], module)
-        Plugins.instance().register(cls)
+        for cls in module.PLUGINS:
+            sys.modules[cls.__module__] = module
+            setattr(hydra_plugins, cls.__module__.rpartition(".")[2], module)
+            Plugins.instance().register(cls)
 
 
 def as_plain(cls: type, state: dict) -> object:

@@ -58,5 +58,54 @@ class DetachedSlurmLauncher(SlurmLauncher):
         return (as_plain, (SlurmLauncher, dict(self.__dict__)))
 
 
-PLUGIN = DetachedSlurmLauncher
-PLUGIN.__module__ = "hydra_plugins.launcher_slurm_detached"  # the name slurm_detached.yaml gives
+class _Stop(Exception):
+    pass
+
+
+class AttachedSlurmLauncher(SlurmLauncher):
+    """The plugin's ``slurm`` launcher, which waits for the jobs; stopped while it waits (Ctrl-C,
+    SIGTERM), it says that the jobs go on, with their ids and how to follow or cancel them."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        import signal
+        import threading
+
+        from submitit.core.core import Executor
+
+        jobs: List[Any] = []
+        submit = Executor.map_array
+
+        def recording(executor: Any, fn: Any, *iterable: Any) -> Any:
+            submitted = submit(executor, fn, *iterable)
+            jobs.extend(submitted)
+            return submitted
+
+        def stop(signum: int, frame: Any) -> None:
+            raise _Stop(signal.Signals(signum).name)
+
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            with mock.patch.object(Executor, "map_array", recording):
+                return super().launch(job_overrides, initial_job_idx)
+        except (_Stop, KeyboardInterrupt) as err:
+            name = str(err) or "SIGINT"
+            sweep_dir = Path(str(self.config.hydra.sweep.dir))
+            running = [str(j.job_id) for j in jobs]
+            arrays = sorted({i.split("_")[0] for i in running})
+            log.warning("%s: stopped waiting; the %d SLURM job(s) go on (%s). Follow them: python -m launcher.summary %s; "
+                        "stop them: scancel %s (each then writes a checkpoint, as on preemption)", name, len(running),
+                        ", ".join(running) or "none submitted yet", sweep_dir, " ".join(arrays) or "<job id>")
+            raise SystemExit(130 if name == "SIGINT" else 143) from None
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def __reduce__(self) -> Any:
+        return (as_plain, (SlurmLauncher, dict(self.__dict__)))
+
+
+# the names conf/hydra/launcher/slurm.yaml and slurm_detached.yaml give
+AttachedSlurmLauncher.__module__ = DetachedSlurmLauncher.__module__ = "hydra_plugins.launcher_slurm"
+PLUGINS = (AttachedSlurmLauncher, DetachedSlurmLauncher)

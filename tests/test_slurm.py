@@ -182,3 +182,28 @@ def test_detached_submission_returns_at_once_with_job_ids_and_sweep_dir(tmp_path
     assert sorted(r["submitit"]["job_id"] for r in records) == sorted([ids.group(1), ids.group(2)])
     rows = (sweep_dir / "summary.csv").read_text() if (sweep_dir / "summary.csv").exists() else ""
     assert rows.count("done") == 2, rows
+
+
+def test_ctrl_c_while_waiting_leaves_the_jobs_running_and_says_how_to_follow_and_cancel_them(tmp_path, cluster_env):
+    import signal
+
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "launcher", "-m", *SLURM, "trainer.max_epochs=50", f"hydra.sweep.dir={sweep}",
+            "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (sweep / "0" / "checkpoints" / "last").is_file():
+        time.sleep(0.2)  # the job trains on the cluster
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-3000:]
+    job = read_run(sweep / "0")["submitit"]["job_id"]
+    assert f"SIGINT: stopped waiting; the 1 SLURM job(s) go on ({job})" in out
+    assert f"python -m launcher.summary {sweep}" in out and f"scancel {job.split('_')[0]}" in out
+    assert "Traceback" not in out
+    assert _squeue(job, cluster_env).startswith("RUNNING")  # the job goes on without the terminal
+    subprocess.run(["scancel", job.split("_")[0]], env=cluster_env, check=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and read_run(sweep / "0")["status"] == "running":
+        time.sleep(0.5)
+    assert read_run(sweep / "0")["status"] == "interrupted"  # scancel's SIGTERM: a checkpoint, then the end
