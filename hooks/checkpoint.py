@@ -19,7 +19,8 @@ class PeriodicCheckpointer(HookBase):
     disk on a background thread while training goes on; the newest ``keep_last`` are kept
     (0 keeps all), an old one removed only once the new one is safe. A run that completes (or stops early) writes
     ``checkpoints/final.pt``; a run interrupted by a signal writes ``iter_NNNNNNN.pt`` to
-    resume from. ``checkpoints/last`` names the newest file.
+    resume from (outside the ``keep_last`` rotation; the resumed run removes it once it has
+    written its next checkpoint). ``checkpoints/last`` names the newest file.
     """
 
     priority = Priority.VERY_LOW
@@ -42,6 +43,7 @@ class PeriodicCheckpointer(HookBase):
         self.keep_last = keep_last
         self.save_final = save_final
         self._saved: List[str] = []  # periodic checkpoints on disk, oldest first
+        self._interrupt_file: Optional[str] = None  # the interrupt checkpoint this run resumed from
         self._writer = BackgroundWriter()
 
     def save(self, name: str, background: bool = False, then_remove: Sequence[str] = ()) -> Path:
@@ -59,7 +61,20 @@ class PeriodicCheckpointer(HookBase):
         self._saved.append(name)  # before saving, so the saved state knows of its own file
         expired = self._saved[: -self.keep_last] if self.keep_last else []
         del self._saved[: len(expired)]
-        return self.save(name, background, then_remove=expired)
+        return self.save(name, background, then_remove=expired + self._take_interrupt_file(name))
+
+    def _take_interrupt_file(self, saving: str) -> List[str]:
+        """The interrupt checkpoint resumed from, to remove once a newer checkpoint is safe."""
+        name, self._interrupt_file = self._interrupt_file, None
+        return [name] if name and name != saving and name not in self._saved else []
+
+    def before_train(self) -> None:
+        # An interrupt checkpoint is not one of the periodic ones (they rotate as in a run never
+        # stopped, and so does this hook's state); it goes once the next checkpoint is written.
+        resumed = self.trainer.resumed_from
+        if resumed is not None and Path(resumed).parent == Path(self.trainer.checkpoint_dir) and \
+                Path(resumed).name.startswith("iter_") and Path(resumed).name not in self._saved:
+            self._interrupt_file = Path(resumed).name
 
     def after_step(self) -> None:
         if not self.by_epoch and (self.trainer.iter + 1) % self.period == 0:
@@ -74,9 +89,10 @@ class PeriodicCheckpointer(HookBase):
     def after_train(self) -> None:
         status = self.trainer.status
         if self.save_final and status in ("completed", "stopped"):
-            self.save("final.pt")
+            self.save("final.pt", then_remove=self._take_interrupt_file("final.pt"))
         elif status == "interrupted":
-            path = self._save_periodic(f"iter_{self.trainer.iter:07d}.pt", background=False)
+            name = f"iter_{self.trainer.iter:07d}.pt"
+            path = self.save(name, then_remove=self._take_interrupt_file(name))
             if self.trainer.is_main:
                 logger.warning("Saved %s; run the same command again to resume from it", path)
         self._writer.close()  # every checkpoint is on disk when training returns; the writer thread ends

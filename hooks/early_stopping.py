@@ -5,6 +5,7 @@ import math
 from typing import Any, Dict, Mapping, Optional
 
 from hooks.base import HookBase, Priority
+from launcher.errors import ConfigError
 
 
 class EarlyStopping(HookBase):
@@ -32,7 +33,7 @@ class EarlyStopping(HookBase):
     def after_val(self) -> None:
         metrics = self.trainer.last_val
         if self.monitor not in metrics:
-            raise KeyError(f"hooks.early_stopping.monitor: {self.monitor!r} is not a validation metric; got {sorted(metrics)}")
+            raise ConfigError(f"hooks.early_stopping.monitor: {self.monitor!r} is not a validation metric; got {sorted(metrics)}")
         value = metrics[self.monitor]
         better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
         if better:

@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import torch
 
 from hooks.base import HookBase, Priority
+from launcher.errors import ConfigError
 
 # Parameters that hold a scheduler's horizon; filled in from the run's length when left out.
 _HORIZON_PARAMS = ("T_max", "total_steps", "total_iters")
@@ -98,7 +99,7 @@ class LRScheduler(HookBase):
         if self._plateau:
             metrics = self.trainer.last_val
             if self.monitor not in metrics:
-                raise KeyError(f"hooks.lr_scheduler.monitor: {self.monitor!r} is not a validation metric; got {sorted(metrics)}")
+                raise ConfigError(f"hooks.lr_scheduler.monitor: {self.monitor!r} is not a validation metric; got {sorted(metrics)}")
             self.scheduler.step(metrics[self.monitor])
 
     def state_dict(self) -> Dict[str, Any]:

@@ -62,7 +62,10 @@ class PeriodicWriter(HookBase):
         self._flush()
 
     def after_train(self) -> None:
-        self._flush()
+        # Interrupted: what was recorded since the last write waits in the checkpoint for the resumed
+        # run's next write, so the files get the rows an uninterrupted run writes, no extra one here.
+        if self.trainer.status != "interrupted":
+            self._flush()
         self.close()
 
     def close(self) -> None:
@@ -256,7 +259,8 @@ class TensorBoardWriter(BufferedFileWriter):
 
     def after_train(self) -> None:
         t = self.trainer
-        self._flush()  # on every rank: under DDP the last values are averaged over the ranks here
+        if t.status != "interrupted":  # as PeriodicWriter.after_train: no extra row at an interrupt
+            self._flush()  # on every rank: under DDP the last values are averaged over the ranks here
         if self._writer is not None and t.status in ("completed", "stopped"):
             self._write_hparams()
         super().after_train()

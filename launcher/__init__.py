@@ -99,17 +99,21 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     return build("trainer", cfg.trainer, model=model, optimizer=optimizer, data=data, hooks=hooks, work_dir=Path(run_dir))
 
 
-def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Optional[List[str]] = None) -> RunResult:
+def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Optional[List[str]] = None,
+        on_start: Optional[Callable[[], None]] = None) -> RunResult:
     """Build everything in ``cfg`` and train; ``run.json`` in ``run_dir`` records how it went.
 
     ``run_dir`` defaults to ``outputs/<date>/<time>`` under the current directory, as on the CLI.
 
     Running again in the same ``run_dir`` resumes from its newest valid checkpoint
     (``trainer.resume=auto``), and a run that already finished returns its recorded result
-    without training. Raises :class:`ConfigError` (before any training) when the config
-    cannot be built.
+    without training, unless ``trainer.max_epochs`` (or ``max_iters``) was raised: then it trains
+    on from its final checkpoint. A run dir whose run was made with another model, optimizer, data,
+    seed, trainer or workflow is refused. Raises :class:`ConfigError` (before any training, and
+    before anything in the run dir changes) when the config cannot be built or does not fit the run
+    dir. ``on_start`` is called once the run will train (the CLI records its config there).
     """
-    from launcher.rundir import finished_result
+    from launcher.rundir import check_rerun, describe_changes, finished_result, ignore_outputs_in_git, lengthens
 
     if run_dir is None:  # as the CLI names a single run's directory
         import datetime
@@ -118,13 +122,24 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
         run_dir = Path("outputs") / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.trainer.get("resume", "auto") in ("auto", True):  # an explicit checkpoint path always trains on
-        done = finished_result(run_dir)
-        if done is not None:
-            logger.info("This run already finished (%s): %s = %s; not training again", done["status"],
-                        cfg.objective, done["metrics"].get(cfg.objective))
-            value = done["metrics"].get(cfg.objective, float("nan"))
-            return RunResult(objective=float(value), metrics=done["metrics"], status=done["status"], run_dir=run_dir)
+    ignore_outputs_in_git(run_dir)
+    changes = check_rerun(run_dir, cfg)
+    done = finished_result(run_dir) if cfg.trainer.get("resume", "auto") in ("auto", True) else None
+    if done is not None and not lengthens(changes):  # an explicit checkpoint path always trains on
+        logger.info("This run already finished (%s): %s = %s; not training again", done["status"],
+                    cfg.objective, done["metrics"].get(cfg.objective))
+        if changes:
+            logger.warning("Not applied, as the run is over: %s. Raise trainer.max_epochs (or max_iters) to train "
+                           "it on, or choose a new hydra.run.dir", describe_changes(changes))
+        value = done["metrics"].get(cfg.objective, float("nan"))
+        return RunResult(objective=float(value), metrics=done["metrics"], status=done["status"], run_dir=run_dir)
+    if done is not None:
+        logger.warning("This run finished (%s) at iteration %s; training it on to the new length (its LR schedule goes on "
+                       "from its saved state, made for the old length)", done["status"], done.get("iter"))
+    if changes:
+        logger.warning("This run dir's run was started with other settings; continuing with: %s", describe_changes(changes))
+    if on_start is not None:
+        on_start()
 
     from launcher import distributed
 
@@ -166,6 +181,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
     try:
         trainer = build_trainer(cfg, run_dir)
         trainer.meta = {"overrides": list(overrides or []), "seed": cfg.seed, "objective": cfg.objective}
+        warn_if_objective_never_recorded(trainer, str(cfg.objective))
         logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters, trainer.device, run_dir)
         with GracefulStop(trainer) as stopper:
             metrics = trainer.train()
@@ -181,7 +197,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
         objective = float("nan")
     exit_code = EXIT_INTERRUPTED if trainer.status == "interrupted" else 0
     record.finish(trainer.status, exit_code, metrics, objective={"name": cfg.objective, "value": objective},
-                  stop_reason=trainer.stop_reason, iter=trainer.iter,
+                  stop_reason=trainer.stop_reason if trainer.status != "completed" else None, iter=trainer.iter,
                   resumed_from=str(trainer.resumed_from) if trainer.resumed_from else None)
     if trainer.status == "interrupted":
         last = trainer.checkpoint_dir / "last"
@@ -195,6 +211,23 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
     else:
         logger.info("Finished (%s): %s = %.4f", trainer.status, cfg.objective, objective)
     return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=run_dir)
+
+
+def warn_if_objective_never_recorded(trainer: Any, objective: str) -> None:
+    """A ``val/`` objective in a run that never validates would end as NaN: say so before training."""
+    from hooks.evaluator import Evaluator
+
+    if not objective.startswith("val/") or not trainer.is_main:
+        return
+    if trainer.val_loader is None:
+        why = "it has no val set (data.val is null)"
+    elif not any(isinstance(h, Evaluator) for h in trainer.hooks) and \
+            not any(phase == "val" for phase, _ in getattr(trainer, "workflow", ())):
+        why = "it has no evaluator hook (hooks.evaluator) and no val phase in trainer.workflow"
+    else:
+        return
+    logger.warning("objective %r will not be recorded: this run never validates, as %s; the run will return NaN. "
+                   "Add validation, or name a training metric, e.g. objective=train/loss objective_mode=min", objective, why)
 
 
 def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], devices: int) -> RunResult:

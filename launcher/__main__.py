@@ -21,7 +21,7 @@ logger = logging.getLogger("launcher")
 def main(cfg: DictConfig) -> float:
     hc = HydraConfig.get()
     try:
-        result = launcher.run(cfg, hc.runtime.output_dir, list(hc.overrides.task))
+        result = launcher.run(cfg, hc.runtime.output_dir, list(hc.overrides.task), on_start=lambda: save_job_config(cfg))
     except ConfigError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
             raise  # in a sweep, Hydra records this job as failed and the other jobs keep their results
@@ -32,7 +32,55 @@ def main(cfg: DictConfig) -> float:
     return result.objective
 
 
+def save_job_config(cfg: DictConfig) -> None:
+    """``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` in the run dir, as Hydra writes them.
+
+    Hydra would write them before the job starts (``hydra.output_subdir``, null in our config); written
+    here, once the run dir's earlier run is known to fit this config, they always describe the
+    config its checkpoints were made with: a rerun that is refused or trains nothing changes none.
+    """
+    from omegaconf import OmegaConf
+
+    from launcher import distributed
+    from launcher.checkpoint import atomic_write
+
+    env = distributed.from_environment()
+    if env is not None and not env.is_main:
+        return
+    hc = HydraConfig.instance().cfg
+    out = os.path.join(hc.hydra.runtime.output_dir, ".hydra")
+    os.makedirs(out, exist_ok=True)
+    for name, node in (("config.yaml", cfg), ("hydra.yaml", hc), ("overrides.yaml", hc.hydra.overrides.task)):
+        atomic_write(os.path.join(out, name), OmegaConf.to_yaml(node).encode(), sync_dir=False)
+
+
+def explain_unknown_keys() -> None:
+    """Hydra's report of an override naming a missing key, in one line with the close match and the
+    accepted keys (Hydra's own says to add the key with ``+``, which a schema then refuses)."""
+    from hydra._internal import utils as hydra_utils
+    from hydra.errors import ConfigCompositionException
+
+    from launcher.build import unknown_key_message
+
+    report = hydra_utils.run_and_report
+
+    def run_and_report(func):  # type: ignore[no-untyped-def]
+        def composed():  # type: ignore[no-untyped-def]
+            try:
+                return func()
+            except ConfigCompositionException as err:
+                message = unknown_key_message(err)
+                if message is None:
+                    raise
+                raise ConfigCompositionException(message) from None
+
+        return report(composed)
+
+    hydra_utils.run_and_report = run_and_report
+
+
 if __name__ == "__main__":
+    explain_unknown_keys()
     if {"-m", "--multirun"} & set(sys.argv[1:]) or "hydra.mode=MULTIRUN" in sys.argv[1:]:
         from launcher import plugins
 

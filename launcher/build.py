@@ -15,9 +15,14 @@ from typing import Any, Optional
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 from launcher.errors import ConfigError
 
+
+
+# A message that starts with one of these already names the key at fault.
+GROUPS = tuple(f"{group}." for group in ("model", "optimizer", "data", "trainer", "hooks"))
 
 
 def _target_of(node: Any) -> Optional[str]:
@@ -100,6 +105,10 @@ def explain(key: str, node: Any, err: BaseException) -> ConfigError:
         return ConfigError(f"{full_key}: {target} rejected the config: {cause}{_accepted(target)}")
     if isinstance(cause, ConfigError):
         return cause
+    if isinstance(cause, MissingMandatoryValue):
+        return ConfigError(f"{full_key}: no value given (??? in the config); set it, e.g. {full_key}=<value>")
+    if isinstance(cause, (ValueError, TypeError)) and str(cause).startswith(GROUPS):
+        return ConfigError(str(cause))  # the object's own check, already naming its key (data.shuffle ...)
     where = f"{full_key} ({target})" if target else full_key
     return ConfigError(f"{where}: {type(cause).__name__}: {cause}{_given(sub)}")
 
@@ -120,3 +129,24 @@ def call(key: str, node: Any, factory: Any, *args: Any) -> Any:
         return factory(*args)
     except Exception as err:
         raise explain(key, node, err) from err
+
+
+def unknown_key_message(err: BaseException) -> Optional[str]:
+    """One line for an override of a key the config lacks (``trainer.max_epoch=3``), naming the close
+    match and the keys accepted there; None for any other composition error."""
+    from dataclasses import is_dataclass
+
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    cause = err.__cause__
+    parent = getattr(cause, "parent_node", None)
+    if not isinstance(cause, (ConfigAttributeError, ConfigKeyError)) or not cause.full_key or not isinstance(parent, DictConfig):
+        return None
+    full, key = str(cause.full_key), str(cause.key)
+    where = full.rpartition(".")[0]
+    keys = [str(k) for k in parent.keys() if not str(k).startswith("_") and (where or k != "hydra")]
+    close = difflib.get_close_matches(key, keys, n=1)
+    hint = f"; did you mean {where + '.' if where else ''}{close[0]}?" if close else ""
+    fixed = isinstance(cause.object_type, type) and is_dataclass(cause.object_type)  # a schema: no new keys
+    add = "" if fixed else f" (a new key is added with +{full}=...)"
+    return f"{full}: no such key in {where or 'the config'}{hint} Accepted there: {', '.join(keys)}{add}"

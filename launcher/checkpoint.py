@@ -252,4 +252,6 @@ def load_newest_valid(directory: PathLike, map_location: Any = "cpu") -> Optiona
         return path, state
     for bad, why in skipped:
         logger.warning("Checkpoint %s is unreadable (%s) and no older checkpoint loads", bad, why)
+    if skipped:
+        logger.warning("No checkpoint in %s loads: training starts from the beginning", directory)
     return None

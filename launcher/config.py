@@ -8,17 +8,25 @@ Models, optimizers and datasets take free-form keys: their constructors check th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 
+class ObjectiveMode(Enum):
+    """Which way the objective is better; a typo (``objective_mode=maximum``) fails at composition."""
+
+    max = "max"
+    min = "min"
+
+
 @dataclass
 class RootConf:
     seed: int = 0  # seeds python, numpy and torch; the data order follows it
     objective: str = "val/accuracy"  # the metric the run returns (what a sweeper optimises)
-    objective_mode: str = "max"  # max | min: which way is better (the sweep summary's best job)
+    objective_mode: ObjectiveMode = ObjectiveMode.max  # max | min: which way is better (the sweep summary's best job)
     model: Any = MISSING
     optimizer: Any = MISSING
     data: Any = MISSING

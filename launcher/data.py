@@ -84,16 +84,27 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
     file = Path(path).expanduser()
     if not file.is_file():
         raise FileNotFoundError(f"data file {str(file)!r} does not exist (expected a .npz or .pt file)")
-    if file.suffix == ".npz":
-        with np.load(file) as npz:
-            content = {k: torch.from_numpy(npz[k]) for k in npz.files}
-    else:
-        content = torch.load(file, map_location="cpu", weights_only=True)
+    try:
+        if file.suffix == ".npz":
+            with np.load(file) as npz:
+                content = {k: torch.from_numpy(npz[k]) for k in npz.files}
+        else:
+            content = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:
+        from launcher.checkpoint import brief
+
+        raise ValueError(f"data file {str(file)!r} is unreadable as a .npz or a torch.save'd dict of arrays: {brief(err)}") from err
+    if not isinstance(content, dict):
+        raise ValueError(f"data file {str(file)!r} holds a {type(content).__name__}; expected a dict of arrays ({inputs!r}, {targets!r})")
     missing = [k for k in (inputs, targets) if k not in content]
     if missing:
         raise KeyError(f"data file {str(file)!r} has no array named {missing[0]!r}; it has {sorted(content)}")
-    x = torch.as_tensor(content[inputs]).to(getattr(torch, dtype))
-    return TensorDataset(x, torch.as_tensor(content[targets]).long())
+    if not isinstance(getattr(torch, str(dtype), None), torch.dtype):
+        raise ValueError(f"data dtype {dtype!r} is not a torch dtype; use e.g. float32, float16 or bfloat16")
+    x, y = torch.as_tensor(content[inputs]).to(getattr(torch, dtype)), torch.as_tensor(content[targets]).long()
+    if len(x) != len(y):
+        raise ValueError(f"data file {str(file)!r}: {inputs!r} has {len(x)} samples but {targets!r} has {len(y)}")
+    return TensorDataset(x, y)
 
 
 class SkippingBatchSampler(BatchSampler):
@@ -178,6 +189,11 @@ class DataLoaders:
             if not isinstance(value, int) or value < (1 if key == "batch_size" else 0):
                 limit = "greater than zero" if key == "batch_size" else "zero or more"
                 raise ValueError(f"data.{key} should be an integer {limit}, got {value!r}")
+        for key, value in (("shuffle", shuffle), ("drop_last", drop_last), ("pin_memory", pin_memory)):
+            if not isinstance(value, bool):  # "no" or "off" would count as true
+                raise ValueError(f"data.{key} should be true or false, got {value!r}")
+        if not isinstance(seed, int):
+            raise ValueError(f"data.seed should be an integer, got {seed!r}")
         self.train, self.val = train, val
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size or batch_size
@@ -206,6 +222,9 @@ class DataLoaders:
     def val_loader(self, rank: int = 0, world_size: int = 1, collate_fn: Optional[Callable] = None) -> Optional[DataLoader]:
         if self.val is None:
             return None
+        if len(self.val) == 0:
+            raise ValueError(f"data.val holds no samples (its split of the data is empty); give it samples "
+                             f"(e.g. a larger data.train.val_fraction or dataset) or set data.val=null")
         sampler = ShardSampler(len(self.val), rank, world_size)
         return DataLoader(
             self.val, batch_size=self.val_batch_size, sampler=sampler, num_workers=self.num_workers,

@@ -5,7 +5,7 @@ loss, in eval mode ``{"loss", "accuracy"}``.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence, Union
+from typing import Any, Dict, List, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -30,14 +30,30 @@ class Classifier(nn.Module):
         return {"loss": loss, "accuracy": (logits.argmax(dim=1) == labels).float().mean()}
 
 
+def _widths(key: str, value: Any) -> List[int]:
+    """``value`` as a list of positive ints (a config's ListConfig too), else a ValueError naming ``model.<key>``."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        raise ValueError(f"model.{key} should be a list of positive integers, e.g. [128, 64], got {value!r}")
+    return list(value)
+
+
+def _positive(key: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"model.{key} should be a positive integer, got {value!r}")
+    return value
+
+
 class MLP(Classifier):
     """Flatten, then ``Linear -> ReLU`` for each hidden width, then a linear head."""
 
     def __init__(self, in_features: int = 64, hidden: Sequence[int] = (128,), num_classes: int = 10, dropout: float = 0.0):
         super().__init__()
+        width, num_classes = _positive("in_features", in_features), _positive("num_classes", num_classes)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"model.dropout should be a number in [0, 1), got {dropout!r}")
         layers: list = [nn.Flatten()]
-        width = in_features
-        for h in hidden:
+        for h in _widths("hidden", hidden):
             layers += [nn.Linear(width, h), nn.ReLU()]
             if dropout:
                 layers.append(nn.Dropout(dropout))
@@ -51,9 +67,9 @@ class CNN(Classifier):
 
     def __init__(self, in_channels: int = 1, channels: Sequence[int] = (32, 64), num_classes: int = 10):
         super().__init__()
+        width, num_classes = _positive("in_channels", in_channels), _positive("num_classes", num_classes)
         layers: list = []
-        width = in_channels
-        for c in channels:
+        for c in _widths("channels", channels):
             layers += [nn.Conv2d(width, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU()]
             width = c
         layers += [nn.MaxPool2d(2), nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(width * 4, num_classes)]

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.checkpoint import atomic_write
 
@@ -43,6 +43,18 @@ def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:
     return data if done else None
 
 
+def _attempt_seconds(record: Mapping[str, Any]) -> float:
+    """The run time a ``run.json`` accounts for: its ``seconds``, or (older records) its last attempt's span."""
+    if isinstance(record.get("seconds"), (int, float)):
+        return float(record["seconds"])
+    try:
+        start = datetime.datetime.fromisoformat(record["start_time"])
+        end = datetime.datetime.fromisoformat(record["end_time"])
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    return max((end - start).total_seconds(), 0.0)
+
+
 class RunRecord:
     """``run.json`` in the run dir: written when the run starts and rewritten when it ends."""
 
@@ -72,12 +84,16 @@ class RunRecord:
             "pid": os.getpid(),
             "start_time": _now(),
             "first_start_time": previous.get("first_start_time") or previous.get("start_time"),
+            "seconds": None,  # run time over every attempt that recorded its end (gaps between attempts left out)
             "attempt": int(previous.get("attempt", 0)) + 1,
             "end_time": None,
             "exit_code": None,
             "metrics": {},
             "submitit": self.submitit_job(),
         }
+
+        self._start = datetime.datetime.now().astimezone()
+        self._earlier_seconds = _attempt_seconds(previous)
 
     @staticmethod
     def submitit_job() -> Optional[Dict[str, Any]]:
@@ -102,7 +118,10 @@ class RunRecord:
         self._write()
 
     def finish(self, status: str, exit_code: int, metrics: Mapping[str, float], error: Optional[str] = None, **extra: Any) -> None:
-        self.data.update(status=status, exit_code=exit_code, metrics=dict(metrics), end_time=_now(), **extra)
+        now = datetime.datetime.now().astimezone()
+        seconds = self._earlier_seconds + (now - self._start).total_seconds()
+        self.data.update(status=status, exit_code=exit_code, metrics=dict(metrics), seconds=round(seconds, 3),
+                         end_time=now.isoformat(timespec="milliseconds"), **extra)
         if error:
             self.data["error"] = error
         self._write()
@@ -119,3 +138,106 @@ def mark_failed(run_dir: Path, error: str) -> None:
         data.update(status="failed", exit_code=1, end_time=_now(), error=error)
         text = json.dumps(data, indent=2, default=str) + "\n"
         atomic_write(path, text.encode())
+
+
+# What a run's checkpoints and results are made of: resuming them under other values would fail to
+# load or silently train another experiment. Every other key (how long, where, how often to log,
+# which hooks) may change between attempts; the change is logged.
+DEFINING = ("model", "optimizer", "data", "seed", "trainer._target_", "trainer.workflow")
+FREE_IN_DEFINING = ("data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor")
+LENGTH = ("trainer.max_epochs", "trainer.max_iters")
+_ABSENT = "<absent>"
+
+
+def _flat(node: Any, prefix: str = "") -> Dict[str, Any]:
+    if isinstance(node, dict) and node:
+        out: Dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def _plain(cfg: Any) -> Dict[str, Any]:
+    """A config as plain values, interpolations resolved where they resolve here."""
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
+    except Exception:  # e.g. ${hydra:...} outside a Hydra job
+        return OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)  # type: ignore[return-value]
+
+
+def recorded_config(run_dir: Path) -> Optional[Dict[str, Any]]:
+    """The config the run in ``run_dir`` was last started with (``.hydra/config.yaml``), or None."""
+    from omegaconf import OmegaConf
+
+    path = Path(run_dir) / ".hydra" / "config.yaml"
+    if not path.is_file():
+        return None
+    try:
+        return _plain(OmegaConf.load(path))
+    except Exception:
+        return None
+
+
+def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
+    """``(key, recorded value, new value)`` for every key that differs from the run dir's recorded config."""
+    old = recorded_config(run_dir)
+    if old is None:
+        return []
+    before, after = _flat(old), _flat(_plain(cfg))
+    return [(k, before.get(k, _ABSENT), after.get(k, _ABSENT)) for k in sorted(set(before) | set(after))
+            if before.get(k, _ABSENT) != after.get(k, _ABSENT)]
+
+
+def _defines(key: str) -> bool:
+    if any(key == k or key.startswith(k + ".") for k in FREE_IN_DEFINING):
+        return False
+    return any(key == k or key.startswith(k + ".") for k in DEFINING)
+
+
+def describe_changes(changes: Sequence[Tuple[str, Any, Any]], limit: int = 6) -> str:
+    shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changes[:limit])
+    return shown + (f" and {len(changes) - limit} more" if len(changes) > limit else "")
+
+
+def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
+    """Refuse to continue a run dir's run under a config that defines another experiment.
+
+    Returns the other changes (logged by the caller); raises :class:`ConfigError` naming the keys
+    that define the run when those differ, before anything in the run dir is touched.
+    """
+    from launcher.errors import ConfigError
+
+    changes = config_changes(run_dir, cfg)
+    defining = [c for c in changes if _defines(c[0])]
+    if defining:
+        raise ConfigError(
+            f"hydra.run.dir: {str(run_dir)!r} holds a run made with another config ({describe_changes(defining)}); its "
+            f"checkpoints belong to that run. Rerun with that run's overrides (.hydra/overrides.yaml there) to "
+            f"resume it, or choose a new hydra.run.dir for this one")
+    return changes
+
+
+def lengthens(changes: Sequence[Tuple[str, Any, Any]]) -> bool:
+    """Whether ``changes`` raise the run's length (``trainer.max_epochs`` or ``max_iters``)."""
+    return any(k in LENGTH and isinstance(a, int) and isinstance(b, int) and b > a for k, a, b in changes)
+
+
+def ignore_outputs_in_git(run_dir: Path) -> None:
+    """``outputs/.gitignore`` (ignore all) when the run dir is under ``./outputs`` and it has none.
+
+    Runs are not source: a project that runs the launcher from its root keeps a clean ``git status``.
+    """
+    root = Path.cwd() / "outputs"
+    try:
+        Path(run_dir).resolve().relative_to(root.resolve())
+    except (ValueError, OSError):
+        return
+    marker = root / ".gitignore"
+    if not marker.exists():
+        try:
+            marker.write_text("# Written by the launcher: run directories stay out of git.\n*\n")
+        except OSError:
+            pass

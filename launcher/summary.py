@@ -19,10 +19,13 @@ from typing import Any, Dict, List, Optional
 from launcher.checkpoint import atomic_write
 
 STATUS = {"completed": "done", "stopped": "done", "failed": "failed", "aborted": "failed",
-          "running": "running", "interrupted": "pending"}
+          "running": "running", "interrupted": "interrupted"}
 
 
 def _seconds(record: Dict[str, Any]) -> Optional[float]:
+    """Run time over the job's attempts (``run.json``'s ``seconds``; older records: first start to end)."""
+    if isinstance(record.get("seconds"), (int, float)):
+        return float(record["seconds"])
     try:
         start = datetime.datetime.fromisoformat(record.get("first_start_time") or record["start_time"])
         end = datetime.datetime.fromisoformat(record["end_time"])
@@ -62,6 +65,7 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
 
 def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = "max") -> List[Dict[str, Any]]:
     """Write ``summary.csv`` and ``summary.md`` into ``sweep_dir``; returns the rows."""
+    mode = getattr(mode, "value", mode)  # the config's ObjectiveMode enum, or a string
     if mode not in ("min", "max"):
         raise ValueError(f"mode should be min or max, got {mode!r}")
     sweep_dir = Path(sweep_dir)

@@ -49,7 +49,7 @@ from torch import nn
 
 from hooks.base import EVENTS, HookBase
 from launcher import distributed
-from launcher.checkpoint import UntrustedCheckpointError, load_checkpoint, load_newest_valid
+from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid
 from launcher.errors import ConfigError
 from launcher.storage import EventStorage, to_le_bytes, unpack_le
 
@@ -68,6 +68,11 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
         raise ConfigError(f"trainer.device: {device!r} is not a device; use auto, cpu, cuda or cuda:N") from e
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"trainer.device: {device!r} was asked for but CUDA is not available here; use auto or cpu")
+    if dev.type != "cpu":
+        try:  # e.g. mps or xpu on a build or machine without them
+            torch.empty(0, device=dev)
+        except (RuntimeError, AssertionError) as e:
+            raise ConfigError(f"trainer.device: {device!r} is not usable here ({brief(e)}); use auto, cpu, cuda or cuda:N") from e
     return dev
 
 
@@ -291,6 +296,9 @@ class TrainerBase:
         if resume is True or resume == "auto":
             return "auto"
         if isinstance(resume, str):
+            if Path(resume).is_dir():
+                raise ConfigError(f"trainer.resume: {resume!r} is a directory; give a checkpoint file in it "
+                                  f"(its 'last' file names the newest), or auto, or false")
             if not Path(resume).is_file():
                 raise ConfigError(f"trainer.resume: checkpoint {resume!r} does not exist; use auto, false or a checkpoint path")
             return resume

@@ -116,7 +116,9 @@ def test_main_returns_the_objective_as_a_float(tmp_path):
 
 
 BAD_INPUTS = [
-    (["trainer.max_epoch=3"], ["trainer.max_epoch", "max_epoch"]),
+    (["trainer.max_epoch=3"], ["trainer.max_epoch: no such key in trainer; did you mean trainer.max_epochs?",
+                               "Accepted there: device, resume"]),
+    (["hooks.consol.period=5"], ["hooks.consol: no such key in hooks; did you mean hooks.console?", "checkpointer"]),
     (["+trainer.max_epoch=3"], ["max_epoch", "accepts: max_epochs"]),
     (["trainer.max_epochs=ten"], ["trainer.max_epochs", "ten", "Integer"]),
     (["trainer=epok"], ["trainer/epok", "epoch", "iter"]),
@@ -129,12 +131,17 @@ BAD_INPUTS = [
       "~data.train.val_fraction", "data.val=null"], ["data.train", "/no/such/file.npz", "does not exist"]),
     (["trainer.workflow=[[train,1],[test,1]]"], ["trainer.workflow", "test", "phase in ['train', 'val']"]),
     (["+hooks.bad._target_=collections.OrderedDict"], ["hooks.bad", "OrderedDict", "HookBase"]),
+    (["data.shuffle=no"], ["data.shuffle should be true or false, got 'no'"]),
+    (["model.hidden=256"], ["model.hidden should be a list of positive integers", "got 256"]),
+    (["trainer.device=mps"], ["trainer.device: 'mps' is not usable here", "use auto, cpu, cuda or cuda:N"]),
+    (["objective_mode=maximum"], ["objective_mode", "maximum", "[max, min]"]),
+    (["data=arrays"], ["data.train.path: no value given"]),
 ]
 
 
 @pytest.mark.parametrize("overrides, words", BAD_INPUTS, ids=[" ".join(o) for o, _ in BAD_INPUTS])
 def test_bad_input_gives_one_clear_message_and_no_successful_looking_run(overrides, words, tmp_path):
-    fast = [] if any(o.startswith("data.train._target_") for o in overrides) else FAST
+    fast = [] if any(o.startswith(("data.train._target_", "data=")) for o in overrides) else FAST
     proc = run_cli([*fast, *overrides], tmp_path, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
@@ -211,6 +218,7 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = run_dirs(work / "outputs")
     assert read_run(run_dir)["status"] == "completed"
+    assert "*" in (work / "outputs" / ".gitignore").read_text().splitlines()  # a user's project keeps a clean git status
 
 
 def test_runs_started_together_get_their_own_run_dirs(tmp_path):

@@ -188,6 +188,34 @@ def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_and_resumes_exactly(
     assert f"at iteration {stopped_at}" in proc.stdout + proc.stderr
     assert_same_final_state(run_dir, reference)
     assert_same_metrics(run_dir, reference)
+    # the interrupt checkpoint stays out of the keep_last rotation and goes once a newer one is written
+    assert not (run_dir / "checkpoints" / f"iter_{stopped_at:07d}.pt").exists()
+    final = torch.load(run_dir / "checkpoints" / "final.pt", weights_only=True)
+    assert final["hooks"] == torch.load(reference / "checkpoints" / "final.pt", weights_only=True)["hooks"]
+
+
+def test_a_stop_between_writes_adds_no_row_an_uninterrupted_run_lacks(tmp_path):
+    """Writers write every 5 steps; a SIGTERM in between leaves the rows since the last write to the resumed run."""
+    def cmd(run_dir):
+        return [*command(run_dir, "iter", 0), "hooks.jsonl.period=5", "hooks.tensorboard.period=5"]
+
+    reference = tmp_path / "ref"
+    run_to_end(cmd(reference), tmp_path)
+    run_dir = tmp_path / "run"
+    code = run_until(cmd(run_dir), tmp_path, lambda pid: last_iter(run_dir) >= 24, sig=signal.SIGTERM)
+    assert code == 75
+    stopped_at = read_run(run_dir)["iter"]
+    assert stopped_at % 5, "the stop should land between two writes"
+    run_to_end(cmd(run_dir), tmp_path)
+    assert_same_metrics(run_dir, reference)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def steps(d):
+        acc = EventAccumulator(str(d))
+        acc.Reload()
+        return [e.step for e in acc.Scalars("train/loss")]
+
+    assert steps(run_dir) == steps(reference)
 
 
 def test_truncated_newest_checkpoint_falls_back_to_the_previous_one_and_says_so(tmp_path, references, tmp_path_factory):
@@ -226,6 +254,38 @@ def test_explicit_resume_path_trains_on_even_when_the_run_finished(tmp_path, ref
     proc = run_to_end(cmd, tmp_path)
     assert "already finished" not in proc.stdout + proc.stderr
     assert torch.load(final, weights_only=False)["iter"] == 110
+
+
+def test_a_rerun_with_another_model_is_refused_and_leaves_the_run_dir_as_it_was(tmp_path, references, tmp_path_factory):
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    files = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"}
+    proc = subprocess.run([*command(run_dir, "iter", 0), "model.hidden=[32]"], cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out
+    assert "model.hidden: [256] -> [32]" in out and "choose a new hydra.run.dir" in out
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"} == files
+
+
+def test_raising_max_iters_trains_a_finished_run_on_from_its_final_checkpoint(tmp_path, references, tmp_path_factory):
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    proc = run_to_end([*command(run_dir, "iter", 0), "trainer.max_iters=110"], tmp_path)
+    assert "training it on to the new length" in proc.stdout + proc.stderr
+    record = read_run(run_dir)
+    assert record["status"] == "completed" and record["iter"] == 110 and record["attempt"] == 2
+    assert record["resumed_from"] == str(run_dir / "checkpoints" / "final.pt")
+    assert torch.load(run_dir / "checkpoints" / "final.pt", weights_only=True)["iter"] == 110
+    assert "max_iters: 110" in (run_dir / ".hydra" / "config.yaml").read_text()
+    logged = [r["iter"] for r in rows(run_dir) if "train/loss" in r]
+    assert logged == list(range(110)), "each step logged once, the first 100 as the first attempt logged them"
+
+    proc = run_to_end([*command(run_dir, "iter", 0), "trainer.max_iters=110", "hooks.jsonl.period=5"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "already finished" in out and "Not applied, as the run is over: hooks.jsonl.period: 1 -> 5" in out
 
 
 FULL = ["hooks=full", "model=cnn", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.01",

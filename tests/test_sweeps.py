@@ -105,7 +105,39 @@ def test_failed_jobs_of_a_parallel_sweep_are_each_named_at_the_end_and_lose_no_o
     for job, lr in ((0, "-1"), (2, "-2")):
         assert f"job {job} [optimizer.lr={lr} " in report
         assert f"/{job}/train.log" in report
-        assert f"| launcher.build.ConfigError: optimizer (torch.optim.SGD): ValueError: Invalid learning rate: {lr}" in report
+        assert f"| launcher.errors.ConfigError: optimizer (torch.optim.SGD): ValueError: Invalid learning rate: {lr}" in report
     assert "job 1 [" not in report
     good = read_run(run_dirs(tmp_path / "outputs" / "multirun")[1])
     assert good["status"] == "completed" and "val/accuracy" in good["metrics"]
+
+
+def test_sigterm_to_a_local_sweep_stops_its_jobs_with_checkpoints_and_a_rerun_finishes_them(tmp_path):
+    """``timeout``, a CI step or ``kill`` sends SIGTERM to the sweep process alone: its jobs must stop too."""
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    env.pop("HYDRA_FULL_ERROR", None)
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "launcher", "-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=4",
+            f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all((sweep / str(j) / "checkpoints" / "last").is_file() for j in (0, 1)):
+        time.sleep(0.1)  # both jobs are training: each has written its first checkpoint
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 75, out[-3000:]
+    assert f"Run the same command with hydra.sweep.dir={sweep} to resume it" in out
+    runs = {d.name: read_run(d) for d in run_dirs(sweep)}
+    assert [r["status"] for r in runs.values()] == ["interrupted", "interrupted"]
+    for job in runs:  # no job process left behind: each wrote where it stopped
+        stopped = runs[job]["iter"]
+        assert (sweep / job / "checkpoints" / f"iter_{stopped:07d}.pt").is_file()
+    assert "| interrupted |" in (sweep / "summary.md").read_text()
+
+    rerun = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    for d in run_dirs(sweep):
+        record = read_run(d)
+        assert record["status"] == "completed" and record["attempt"] == 2 and record["resumed_from"]
