@@ -9,11 +9,14 @@ result. Registered with Hydra by :func:`launcher.plugins.register`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
+import subprocess
 import threading
 import time
+from unittest import mock
 from typing import Any, List, Optional, Sequence
 
 from hydra.core.utils import JobReturn
@@ -48,7 +51,7 @@ def child_pids() -> List[int]:
 
 
 class StopJobsOnSignal:
-    """While the sweep runs: SIGTERM or SIGINT to this process stops its jobs too, then the sweep.
+    """While the sweep runs: SIGTERM, SIGINT or SIGHUP to this process stops its jobs too, then the sweep.
 
     Each job's submitit process hands SIGTERM to the job, which checkpoints at its next step
     boundary and exits; the sweep waits for them (``wait_s`` at most), says how to resume, and
@@ -62,8 +65,9 @@ class StopJobsOnSignal:
 
     def __enter__(self) -> "StopJobsOnSignal":
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self.previous[sig] = signal.signal(sig, self._stop)
+            for sig in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)):
+                if sig is not None:
+                    self.previous[sig] = signal.signal(sig, self._stop)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -105,8 +109,20 @@ class CappedLocalLauncher(LocalLauncher):
         self.max_parallel = max_parallel or usable_cores()
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from submitit.local import local as submitit_local
+
         returns: List[JobReturn] = []
-        with StopJobsOnSignal(str(self.config.hydra.sweep.dir)):
+        start_controller = submitit_local.start_controller
+
+        def start_in_own_session(*args: Any, **kwargs: Any) -> Any:
+            # Ctrl-C in the terminal then reaches this process alone, which stops each job with
+            # SIGTERM and waits for its checkpoint: submitit's controller, reached too, would send
+            # its job a second SIGINT and a SIGKILL a second later, cutting the checkpoint short.
+            with mock.patch.object(subprocess, "Popen", functools.partial(subprocess.Popen, start_new_session=True)):
+                return start_controller(*args, **kwargs)
+
+        with StopJobsOnSignal(str(self.config.hydra.sweep.dir)), \
+                mock.patch.object(submitit_local, "start_controller", start_in_own_session):
             for start in range(0, len(job_overrides), self.max_parallel):
                 group = job_overrides[start:start + self.max_parallel]
                 returns += super().launch(group, initial_job_idx + start)

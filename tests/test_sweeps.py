@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import FAST, read_run, run_cli, run_dirs
 
 
@@ -111,8 +113,10 @@ def test_failed_jobs_of_a_parallel_sweep_are_each_named_at_the_end_and_lose_no_o
     assert good["status"] == "completed" and "val/accuracy" in good["metrics"]
 
 
-def test_sigterm_to_a_local_sweep_stops_its_jobs_with_checkpoints_and_a_rerun_finishes_them(tmp_path):
-    """``timeout``, a CI step or ``kill`` sends SIGTERM to the sweep process alone: its jobs must stop too."""
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_a_stopped_local_sweep_stops_its_jobs_with_checkpoints_and_a_rerun_finishes_them(how, tmp_path):
+    """``timeout``, a CI step or ``kill`` sends SIGTERM to the sweep process alone: its jobs must stop too.
+    Ctrl-C sends SIGINT to the terminal's whole process group: the jobs must still get to write their checkpoints."""
     import signal
     import time
 
@@ -121,13 +125,18 @@ def test_sigterm_to_a_local_sweep_stops_its_jobs_with_checkpoints_and_a_rerun_fi
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "launcher", "-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=4",
             f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
-    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # its own process group, as a shell gives a command it runs
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not all((sweep / str(j) / "checkpoints" / "last").is_file() for j in (0, 1)):
         time.sleep(0.1)  # both jobs are training: each has written its first checkpoint
-    proc.send_signal(signal.SIGTERM)
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
     out, _ = proc.communicate(timeout=180)
     assert proc.returncode == 75, out[-3000:]
+    assert "Traceback" not in out
     assert f"Run the same command with hydra.sweep.dir={sweep} to resume it" in out
     runs = {d.name: read_run(d) for d in run_dirs(sweep)}
     assert [r["status"] for r in runs.values()] == ["interrupted", "interrupted"]
