@@ -56,9 +56,10 @@ def save_job_config(cfg: DictConfig) -> None:
 
 def explain_unknown_keys() -> None:
     """Hydra's report of an override naming a missing key, in one line with the close match and the
-    accepted keys (Hydra's own says to add the key with ``+``, which a schema then refuses)."""
+    accepted keys (Hydra's own says to add the key with ``+``, which a schema then refuses); and of a
+    sweep job's ConfigError, in its one line rather than a traceback."""
     from hydra._internal import utils as hydra_utils
-    from hydra.errors import ConfigCompositionException
+    from hydra.errors import CompactHydraException, ConfigCompositionException
 
     from launcher.build import unknown_key_message
 
@@ -73,6 +74,10 @@ def explain_unknown_keys() -> None:
                 if message is None:
                     raise
                 raise ConfigCompositionException(message) from None
+            except ConfigError as err:  # a sweep job's: its one line, as a single run prints it (the sweep's report follows)
+                if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    raise
+                raise CompactHydraException(f"Config error: {err}") from None
 
         return report(composed)
 

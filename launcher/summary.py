@@ -154,8 +154,12 @@ class SweepSummary(Callback):  # type: ignore[misc]
             last = str(err).strip().splitlines()[-1] if str(err).strip() else ""
             import traceback
 
-            trace = "".join(traceback.format_exception(type(err), err, err.__traceback__)[-6:]).rstrip()
-            logger.error("Sweep job %s failed (%s): %s: %s; log: %s\n%s", config.hydra.job.num,
+            from launcher.errors import ConfigError
+
+            # a ConfigError's message is the whole story (key, value, what is accepted); other errors get their last frames
+            trace = "" if isinstance(err, ConfigError) else \
+                "\n" + "".join(traceback.format_exception(type(err), err, err.__traceback__)[-6:]).rstrip()
+            logger.error("Sweep job %s failed (%s): %s: %s; log: %s%s", config.hydra.job.num,
                          " ".join(config.hydra.overrides.task), type(err).__name__, last,
                          Path(config.hydra.runtime.output_dir) / f"{config.hydra.job.name}.log", trace)
 

@@ -237,6 +237,7 @@ def test_sweep_summary_marks_the_best_job_and_keeps_going_past_a_failed_one(tmp_
     assert proc.returncode != 0  # a job failed: the sweep says so
     out = proc.stdout + proc.stderr
     assert "Sweep job 2 failed (optimizer.lr=-1" in out and "Invalid learning rate: -1" in out and "2/train.log" in out
+    assert "Traceback" not in out  # a config error is its one line, in a sweep too
     (sweep,) = {d.parent for d in run_dirs(tmp_path / "outputs" / "multirun")}
     import csv
 
