@@ -59,9 +59,9 @@ def explain_unknown_keys() -> None:
     accepted keys (Hydra's own says to add the key with ``+``, which a schema then refuses); and of a
     sweep job's ConfigError, in its one line rather than a traceback."""
     from hydra._internal import utils as hydra_utils
-    from hydra.errors import CompactHydraException, ConfigCompositionException
+    from hydra.errors import CompactHydraException, ConfigCompositionException, MissingConfigException
 
-    from launcher.build import unknown_key_message
+    from launcher.build import missing_option_message, unknown_key_message
 
     report = hydra_utils.run_and_report
 
@@ -69,6 +69,11 @@ def explain_unknown_keys() -> None:
         def composed():  # type: ignore[no-untyped-def]
             try:
                 return func()
+            except MissingConfigException as err:
+                message = missing_option_message(err)
+                if message is None:
+                    raise
+                raise CompactHydraException(message) from None
             except ConfigCompositionException as err:
                 message = unknown_key_message(err)
                 if message is None:

@@ -146,7 +146,27 @@ def unknown_key_message(err: BaseException) -> Optional[str]:
     where = full.rpartition(".")[0]
     keys = [str(k) for k in parent.keys() if not str(k).startswith("_") and (where or k != "hydra")]
     close = difflib.get_close_matches(key, keys, n=1)
-    hint = f"; did you mean {where + '.' if where else ''}{close[0]}?" if close else ""
+    hint = f"; did you mean {where + '.' if where else ''}{close[0]}?" if close else "."
     fixed = isinstance(cause.object_type, type) and is_dataclass(cause.object_type)  # a schema: no new keys
     add = "" if fixed else f" (a new key is added with +{full}=...)"
     return f"{full}: no such key in {where or 'the config'}{hint} Accepted there: {', '.join(keys)}{add}"
+
+
+def missing_option_message(err: BaseException) -> Optional[str]:
+    """One line for a group option that does not exist (``model=resnet``, ``hooks=[default,earlystopping]``),
+    naming the close match and the options there are (Hydra's names the search path); else None."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    match = re.search(r"Could not (?:load|find) '([^']+)'", str(err))
+    if not match or "/" not in match.group(1) or not GlobalHydra.instance().is_initialized():
+        return None
+    group, _, name = match.group(1).rpartition("/")
+    try:
+        options = GlobalHydra.instance().config_loader().get_group_options(group)
+    except Exception:
+        return None
+    if not options:
+        return None
+    close = difflib.get_close_matches(name, options, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else "."
+    return f"{group}: there is no option {name!r}{hint} Available: {', '.join(options)}"
