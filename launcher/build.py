@@ -91,6 +91,32 @@ def _given(sub: Any) -> str:
     return f" (given {text[:300]})" if items else ""
 
 
+def _mistyped(full_key: str, sub: Any, target: Optional[str]) -> Optional[str]:
+    """The first given value whose type cannot be what ``target`` expects, judged by the parameter's
+    default (``optimizer.lr=abc`` where ``lr`` defaults to a float); None when all look right."""
+    if not isinstance(sub, DictConfig) or not target:
+        return None
+    try:
+        params = inspect.signature(get_object(target)).parameters
+    except Exception:
+        return None
+    for name in sub:
+        param = params.get(str(name))
+        if param is None or param.default is inspect.Parameter.empty or param.default is None:
+            continue
+        value = sub._get_node(name)._value()
+        default = param.default
+        if isinstance(default, bool):
+            wrong, wanted = not isinstance(value, bool), "true or false"
+        elif isinstance(default, (int, float)):
+            wrong, wanted = isinstance(value, bool) or not isinstance(value, (int, float)), "a number"
+        else:
+            continue
+        if wrong:
+            return f"{full_key}.{name}: {value!r} is not {wanted} (its default is {default!r})"
+    return None
+
+
 def explain(key: str, node: Any, err: BaseException) -> ConfigError:
     """Turn an exception raised while building ``node`` (at config ``key``) into a one-line ConfigError."""
     cause = err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
@@ -109,6 +135,9 @@ def explain(key: str, node: Any, err: BaseException) -> ConfigError:
         return ConfigError(f"{full_key}: no value given (??? in the config); set it, e.g. {full_key}=<value>")
     if isinstance(cause, (ValueError, TypeError)) and str(cause).startswith(GROUPS):
         return ConfigError(str(cause))  # the object's own check, already naming its key (data.shuffle ...)
+    mistyped = _mistyped(full_key, sub, target) if isinstance(cause, (ValueError, TypeError)) else None
+    if mistyped:
+        return ConfigError(f"{mistyped} ({target} raised {type(cause).__name__}: {cause})")
     where = f"{full_key} ({target})" if target else full_key
     return ConfigError(f"{where}: {type(cause).__name__}: {cause}{_given(sub)}")
 
