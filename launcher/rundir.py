@@ -45,6 +45,7 @@ def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:
 
 def _attempt_seconds(record: Mapping[str, Any]) -> float:
     """The run time a ``run.json`` accounts for: its ``seconds``, or (older records) its last attempt's span."""
+    # a record written at an attempt's start carries the earlier total in ``seconds``: right for a killed attempt
     if isinstance(record.get("seconds"), (int, float)):
         return float(record["seconds"])
     try:
@@ -84,7 +85,9 @@ class RunRecord:
             "pid": os.getpid(),
             "start_time": _now(),
             "first_start_time": previous.get("first_start_time") or previous.get("start_time"),
-            "seconds": None,  # run time over every attempt that recorded its end (gaps between attempts left out)
+            # run time over the attempts (gaps between them left out); an attempt killed before it
+            # recorded its end adds nothing, and the total so far is carried here until this one ends
+            "seconds": _attempt_seconds(previous),
             "attempt": int(previous.get("attempt", 0)) + 1,
             "end_time": None,
             "exit_code": None,
@@ -93,7 +96,7 @@ class RunRecord:
         }
 
         self._start = datetime.datetime.now().astimezone()
-        self._earlier_seconds = _attempt_seconds(previous)
+        self._earlier_seconds = self.data["seconds"]
 
     @staticmethod
     def submitit_job() -> Optional[Dict[str, Any]]:
@@ -214,9 +217,9 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
     defining = [c for c in changes if _defines(c[0])]
     if defining:
         raise ConfigError(
-            f"hydra.run.dir: {str(run_dir)!r} holds a run made with another config ({describe_changes(defining)}); its "
+            f"run dir {str(run_dir)!r} holds a run made with another config ({describe_changes(defining)}); its "
             f"checkpoints belong to that run. Rerun with that run's overrides (.hydra/overrides.yaml there) to "
-            f"resume it, or choose a new hydra.run.dir for this one")
+            f"resume it, or choose a new hydra.run.dir (hydra.sweep.dir for a sweep) for this one")
     return changes
 
 

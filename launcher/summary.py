@@ -24,6 +24,8 @@ STATUS = {"completed": "done", "stopped": "done", "failed": "failed", "aborted":
 
 def _seconds(record: Dict[str, Any]) -> Optional[float]:
     """Run time over the job's attempts (``run.json``'s ``seconds``; older records: first start to end)."""
+    if record.get("status") == "running":
+        return None  # its total comes when it ends
     if isinstance(record.get("seconds"), (int, float)):
         return float(record["seconds"])
     try:

@@ -150,3 +150,35 @@ def test_a_stopped_local_sweep_stops_its_jobs_with_checkpoints_and_a_rerun_finis
     for d in run_dirs(sweep):
         record = read_run(d)
         assert record["status"] == "completed" and record["attempt"] == 2 and record["resumed_from"]
+
+
+def test_run_time_sums_the_attempts_and_leaves_out_the_gaps_between_them(tmp_path, monkeypatch):
+    """The summary's seconds: attempts of 10 s and 5 s an hour apart, a killed one between them, make 15 s."""
+    from launcher import rundir
+    from launcher.summary import jobs
+
+    clock = [datetime.datetime(2026, 12, 3, 12, 0, tzinfo=datetime.timezone.utc)]
+
+    class FakeDatetime(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return clock[0]
+
+    monkeypatch.setattr(rundir.datetime, "datetime", FakeDatetime)
+    job = tmp_path / "0"
+    job.mkdir()
+
+    def attempt(seconds, ends=True):
+        record = rundir.RunRecord(job, seed=0)
+        record.start()
+        clock[0] += datetime.timedelta(seconds=seconds)
+        if ends:
+            record.finish("interrupted", 75, {})
+        clock[0] += datetime.timedelta(hours=1)  # nothing runs between attempts
+
+    attempt(10)
+    attempt(7, ends=False)  # killed -9: it never recorded its end
+    assert jobs(tmp_path)[0]["seconds"] is None  # still "running" as far as run.json knows
+    attempt(5)
+    (row,) = jobs(tmp_path)
+    assert row["seconds"] == 15.0 and read_run(job)["attempt"] == 3
