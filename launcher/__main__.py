@@ -67,6 +67,8 @@ def explain_unknown_keys() -> None:
 
     def run_and_report(func):  # type: ignore[no-untyped-def]
         def composed():  # type: ignore[no-untyped-def]
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                return func()  # the whole traceback, as asked
             try:
                 return func()
             except MissingConfigException as err:
@@ -80,8 +82,6 @@ def explain_unknown_keys() -> None:
                     raise
                 raise ConfigCompositionException(message) from None
             except ConfigError as err:  # a sweep job's: its one line, as a single run prints it (the sweep's report follows)
-                if os.environ.get("HYDRA_FULL_ERROR") == "1":
-                    raise
                 raise CompactHydraException(f"Config error: {err}") from None
 
         return report(composed)
