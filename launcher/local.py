@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 from unittest import mock
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Union
 
 from hydra.core.utils import JobReturn
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
@@ -35,19 +35,26 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _stat(pid: Union[int, str]) -> Optional[List[str]]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent pid, ...), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
 def child_pids() -> List[int]:
     """This process's children (Linux's /proc; elsewhere none are found)."""
-    me, found = os.getpid(), []
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rpartition(")")[2].split()
-            except OSError:
-                continue
-            if int(fields[1]) == me:
-                found.append(int(entry))
-    return found
+    me = str(os.getpid())
+    entries = os.listdir("/proc") if os.path.isdir("/proc") else []
+    return [int(e) for e in entries if e.isdigit() and (_stat(e) or ["", ""])[1] == me]
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, already ended, does not)."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 class StopJobsOnSignal:
@@ -55,13 +62,15 @@ class StopJobsOnSignal:
 
     Each job's submitit process hands SIGTERM to the job, which checkpoints at its next step
     boundary and exits; the sweep waits for them (``wait_s`` at most), says how to resume, and
-    exits 75. Without this, a SIGTERM (``timeout``, a CI step, ``kill``) ended the sweep and left
-    its jobs training with no parent.
+    exits 75. A second signal ends the wait at once (the jobs still finish their checkpoints).
+    Without this, a SIGTERM (``timeout``, a CI step, ``kill``) ended the sweep and left its jobs
+    training with no parent.
     """
 
     def __init__(self, sweep_dir: str, wait_s: float = 120.0) -> None:
         self.sweep_dir, self.wait_s = sweep_dir, wait_s
         self.previous: dict = {}
+        self.stopping = False
 
     def __enter__(self) -> "StopJobsOnSignal":
         if threading.current_thread() is threading.main_thread():
@@ -75,29 +84,22 @@ class StopJobsOnSignal:
             signal.signal(sig, handler)
 
     def _stop(self, signum: int, frame: Any) -> None:
-        for sig in self.previous:
-            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the wait for the checkpoints
         name = signal.Signals(signum).name
+        if self.stopping:
+            log.warning("%s again: not waiting for the jobs; each still writes its checkpoint and ends", name)
+            raise SystemExit(EXIT_INTERRUPTED)
+        self.stopping = True
         jobs = child_pids()
         log.warning("%s: stopping the sweep's %d running job(s); each saves a checkpoint first", name, len(jobs))
         for pid in jobs:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + self.wait_s
-        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") and _alive(p) for p in jobs):
+        while time.monotonic() < deadline and any(_alive(p) for p in jobs):
             time.sleep(0.2)
         log.warning("Sweep stopped by %s. Run the same command with hydra.sweep.dir=%s to resume it: finished jobs "
                     "are not run again, stopped ones resume from their checkpoints", name, self.sweep_dir)
         raise SystemExit(EXIT_INTERRUPTED)
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie, already ended, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 class CappedLocalLauncher(LocalLauncher):
