@@ -319,6 +319,9 @@ class TrainerBase:
             self.load_state_dict(state)
             self.resumed_from = path
             logger.info("Resumed from %s at iteration %d (epoch %d, step %d of it)", path, self.iter, self.epoch, self.inner_iter)
+            if self.iter > self.max_iters:
+                logger.warning("The checkpoint is at iteration %d, past this run's length (%d iterations): nothing is "
+                               "trained and the run ends there", self.iter, self.max_iters)
         elif self.load_from:
             self.load_weights(self.load_from)
 
