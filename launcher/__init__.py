@@ -100,7 +100,7 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
 
 
 def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Optional[List[str]] = None,
-        on_start: Optional[Callable[[], None]] = None) -> RunResult:
+        on_start: Optional[Callable[[], None]] = None, checked: bool = False) -> RunResult:
     """Build everything in ``cfg`` and train; ``run.json`` in ``run_dir`` records how it went.
 
     ``run_dir`` defaults to ``outputs/<date>/<time>`` under the current directory, as on the CLI.
@@ -111,7 +111,9 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     on from its final checkpoint. A run dir whose run was made with another model, optimizer, data,
     seed, trainer or workflow is refused. Raises :class:`ConfigError` (before any training, and
     before anything in the run dir changes) when the config cannot be built or does not fit the run
-    dir. ``on_start`` is called once the run will train (the CLI records its config there).
+    dir. ``on_start`` is called once the run will train (the CLI records its config there); under
+    DDP after the ranks have met, so that no rank checks against a record another rank rewrote.
+    ``checked``: the run dir was checked already (a worker of ``trainer.devices=N``).
     """
     from launcher.rundir import check_rerun, describe_changes, finished_result, ignore_outputs_in_git, lengthens
 
@@ -123,38 +125,44 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     ignore_outputs_in_git(run_dir)
-    changes = check_rerun(run_dir, cfg)
-    done = finished_result(run_dir) if cfg.trainer.get("resume", "auto") in ("auto", True) else None
-    if done is not None and not lengthens(changes):  # an explicit checkpoint path always trains on
-        logger.info("This run already finished (%s): %s = %s; not training again", done["status"],
-                    cfg.objective, done["metrics"].get(cfg.objective))
+    if not checked:
+        changes = check_rerun(run_dir, cfg)
+        done = finished_result(run_dir) if cfg.trainer.get("resume", "auto") in ("auto", True) else None
+        if done is not None and not lengthens(changes):  # an explicit checkpoint path always trains on
+            logger.info("This run already finished (%s): %s = %s; not training again", done["status"],
+                        cfg.objective, done["metrics"].get(cfg.objective))
+            if changes:
+                logger.warning("Not applied, as the run is over: %s. Raise trainer.max_epochs (or max_iters) to train "
+                               "it on, or choose a new hydra.run.dir", describe_changes(changes))
+            value = done["metrics"].get(cfg.objective, float("nan"))
+            return RunResult(objective=float(value), metrics=done["metrics"], status=done["status"], run_dir=run_dir)
+        if done is not None:
+            logger.warning("This run finished (%s) at iteration %s; training it on to the new length (its LR schedule "
+                           "goes on from its saved state, made for the old length)", done["status"], done.get("iter"))
         if changes:
-            logger.warning("Not applied, as the run is over: %s. Raise trainer.max_epochs (or max_iters) to train "
-                           "it on, or choose a new hydra.run.dir", describe_changes(changes))
-        value = done["metrics"].get(cfg.objective, float("nan"))
-        return RunResult(objective=float(value), metrics=done["metrics"], status=done["status"], run_dir=run_dir)
-    if done is not None:
-        logger.warning("This run finished (%s) at iteration %s; training it on to the new length (its LR schedule goes on "
-                       "from its saved state, made for the old length)", done["status"], done.get("iter"))
-    if changes:
-        logger.warning("This run dir's run was started with other settings; continuing with: %s", describe_changes(changes))
-    if on_start is not None:
-        on_start()
+            logger.warning("This run dir's run was started with other settings; continuing with: %s", describe_changes(changes))
 
     from launcher import distributed
 
     env = distributed.from_environment()
     devices = cfg.trainer.get("devices", 1)
     if env is None and isinstance(devices, int) and devices > 1:
+        if on_start is not None:
+            on_start()
         return _run_spawned(cfg, run_dir, overrides, devices)
     if env is not None and isinstance(devices, int) and devices > 1 and devices != env.world_size:
         logger.warning("trainer.devices=%d is ignored: this process is rank %d of %d started by %s",
                        devices, env.rank, env.world_size, env.source)
     if env is None:
+        if on_start is not None:
+            on_start()
         return _train(cfg, run_dir, overrides, main=True)
     if env.source == "slurm" and not env.is_main:  # Hydra pointed every task's log at the one train.log
         distributed.rank_log_files(env.rank, run_dir)
     distributed.init(env, str(cfg.trainer.get("device", "auto")))
+    if on_start is not None:
+        distributed.broadcast_object(None)  # every rank has checked the run dir against its record by now
+        on_start()
     try:
         result = _train(cfg, run_dir, overrides, main=env.is_main, before_chain=distributed.shutdown)
     except BaseException:
@@ -171,10 +179,10 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
     ``before_chain`` runs before an interrupted run hands the signal on (submitit's handler requeues
     the job and exits): under DDP, leaving the process group once every rank is done.
     """
-    from launcher.rundir import RunRecord
+    from launcher.rundir import RunRecord, plain_config
     from launcher.signals import EXIT_INTERRUPTED, GracefulStop
 
-    record = RunRecord(run_dir, cfg.seed, overrides, write=main)
+    record = RunRecord(run_dir, cfg.seed, overrides, write=main, config=plain_config(cfg) if main else None)
     record.start()
     trainer = None
     stopper = None
@@ -269,4 +277,4 @@ def _spawned_worker(rank: int, world_size: int, port: int, config: dict, run_dir
     distributed.worker_environment(rank, world_size, port)
     distributed.worker_logging(rank, Path(run_dir))
     register_configs()
-    run(OmegaConf.create(config), run_dir, overrides)
+    run(OmegaConf.create(config), run_dir, overrides, checked=True)  # the parent checked the run dir

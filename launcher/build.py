@@ -149,7 +149,15 @@ def build(key: str, node: Any, **kwargs: Any) -> Any:
     try:
         return instantiate(node, **kwargs)
     except Exception as err:
+        if _from_distributed(err):
+            raise  # a peer gone or a network fault while building (e.g. the trainer's broadcasts): not the config
         raise explain(key, node, err) from err
+
+
+def _from_distributed(err: BaseException) -> bool:
+    import torch.distributed as dist
+
+    return isinstance(err.__cause__ or err, getattr(dist, "DistError", ())) or isinstance(err, getattr(dist, "DistError", ()))
 
 
 def call(key: str, node: Any, factory: Any, *args: Any) -> Any:

@@ -59,7 +59,8 @@ def _attempt_seconds(record: Mapping[str, Any]) -> float:
 class RunRecord:
     """``run.json`` in the run dir: written when the run starts and rewritten when it ends."""
 
-    def __init__(self, run_dir: Path, seed: int, overrides: Optional[list] = None, write: bool = True) -> None:
+    def __init__(self, run_dir: Path, seed: int, overrides: Optional[list] = None, write: bool = True,
+                 config: Optional[Mapping[str, Any]] = None) -> None:
         import hydra
         import torch
 
@@ -93,6 +94,7 @@ class RunRecord:
             "exit_code": None,
             "metrics": {},
             "submitit": self.submitit_job(),
+            "config": dict(config) if config is not None else None,  # resolved: what a rerun is checked against
         }
 
         self._start = datetime.datetime.now().astimezone()
@@ -161,7 +163,7 @@ def _flat(node: Any, prefix: str = "") -> Dict[str, Any]:
     return {prefix[:-1]: node}
 
 
-def _plain(cfg: Any) -> Dict[str, Any]:
+def plain_config(cfg: Any) -> Dict[str, Any]:
     """A config as plain values, interpolations resolved where they resolve here."""
     from omegaconf import OmegaConf
 
@@ -172,14 +174,21 @@ def _plain(cfg: Any) -> Dict[str, Any]:
 
 
 def recorded_config(run_dir: Path) -> Optional[Dict[str, Any]]:
-    """The config the run in ``run_dir`` was last started with (``.hydra/config.yaml``), or None."""
+    """The config the run in ``run_dir`` was last started with, as resolved then (``run.json``), or
+    (older run dirs) ``.hydra/config.yaml`` resolved now; None without either."""
     from omegaconf import OmegaConf
 
+    try:
+        config = json.loads((Path(run_dir) / "run.json").read_text()).get("config")
+    except (OSError, ValueError, AttributeError):
+        config = None
+    if isinstance(config, dict):
+        return config
     path = Path(run_dir) / ".hydra" / "config.yaml"
     if not path.is_file():
         return None
     try:
-        return _plain(OmegaConf.load(path))
+        return plain_config(OmegaConf.load(path))
     except Exception:
         return None
 
@@ -189,7 +198,7 @@ def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
     old = recorded_config(run_dir)
     if old is None:
         return []
-    before, after = _flat(old), _flat(_plain(cfg))
+    before, after = _flat(old), _flat(plain_config(cfg))
     return [(k, before.get(k, _ABSENT), after.get(k, _ABSENT)) for k in sorted(set(before) | set(after))
             if before.get(k, _ABSENT) != after.get(k, _ABSENT)]
 
@@ -213,7 +222,9 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
     """
     from launcher.errors import ConfigError
 
-    changes = config_changes(run_dir, cfg)
+    if not any((Path(run_dir) / "checkpoints").glob("*.pt")):
+        return []  # nothing trained here yet (or a first attempt that failed to build): nothing to protect
+    changes = sorted(config_changes(run_dir, cfg), key=lambda c: (not _defines(c[0]), not c[0].startswith("trainer.")))
     defining = [c for c in changes if _defines(c[0])]
     if defining:
         raise ConfigError(

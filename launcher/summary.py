@@ -115,7 +115,7 @@ def _error_lines(path: str, job: int, n: int) -> List[str]:
             if line.startswith("[") and "][" in line[:30]:  # the next log record: the traceback is over
                 break
             block.append(line)
-        lines = block or lines
+        return block[-n:]  # none for a ConfigError: its message, in the job's line, is all there is
     return lines[-n:]
 
 

@@ -1,13 +1,20 @@
-"""A hook for tests: sleeps after each step so a test can interrupt a run at chosen moments."""
+"""A hook for tests: sleeps after each step so a test can interrupt a run at chosen moments, or
+signals its own process after a given iteration, so the stop lands exactly there."""
+import os
+import signal
 import time
+from typing import Optional
 
 from hooks import HookBase
 
 
 class Pace(HookBase):
-    def __init__(self, seconds: float = 0.01, priority=None):
+    def __init__(self, seconds: float = 0.01, signal_after: Optional[int] = None, priority=None):
         super().__init__(priority)
         self.seconds = seconds
+        self.signal_after = signal_after  # SIGTERM this process after this iteration (once: a resumed run is past it)
 
     def after_step(self):
+        if self.signal_after is not None and self.trainer.iter == self.signal_after:
+            os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(self.seconds)

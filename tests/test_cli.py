@@ -259,3 +259,18 @@ def test_sweep_summary_marks_the_best_job_and_keeps_going_past_a_failed_one(tmp_
     assert again.returncode == 0 and "**best**" in again.stdout and (sweep / "summary.csv").is_file()
     bad = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path / "nope")], capture_output=True, text=True)
     assert bad.returncode != 0 and "is not a directory" in bad.stderr
+
+
+def test_a_run_dir_is_checked_against_the_config_its_checkpoints_were_made_with(tmp_path):
+    run_dir = tmp_path / "run"
+    base = [*FAST, "trainer.max_epochs=1", f"hydra.run.dir={run_dir}"]
+    assert run_cli([*base, "optimizer.lr=abc"], tmp_path, timeout=120).returncode == 2
+    fixed = run_cli(base, tmp_path, timeout=120)  # the failed attempt trained nothing: nothing to protect
+    assert fixed.returncode == 0 and read_run(run_dir)["status"] == "completed", fixed.stderr[-2000:]
+
+    # a value from the environment is checked as it was resolved when the checkpoints were made
+    env_dir = tmp_path / "env_run"
+    args = [*FAST, f"hydra.run.dir={env_dir}", "model.dropout='${oc.decode:${oc.env:LAUNCHER_TEST_DROPOUT,0.0}}'"]
+    assert run_cli([*args, "trainer.max_epochs=1"], tmp_path, timeout=120).returncode == 0
+    proc = run_cli([*args, "trainer.max_epochs=2"], tmp_path, env={"LAUNCHER_TEST_DROPOUT": "0.5"}, timeout=120)
+    assert proc.returncode == 2 and "model.dropout: 0.0 -> 0.5" in proc.stdout + proc.stderr

@@ -215,3 +215,21 @@ def test_a_nan_on_one_rank_is_skipped_by_every_rank_together(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert read_run(tmp_path / "run")["metrics"]["skipped_batches"] == 1
     assert_bitwise(weights(tmp_path / "run" / "weights_rank0.pt"), weights(tmp_path / "run" / "weights_rank1.pt"))
+
+
+@pytest.mark.parametrize("start", ["devices", "torchrun"])
+def test_raising_max_epochs_of_a_finished_ddp_run_trains_it_on_on_every_rank(tmp_path, start):
+    """The run dir's record is checked by every rank before any rank rewrites it, and spawned workers follow
+    their parent's decision: a finished 1-epoch run asked for 2 trains its second epoch on both ranks."""
+    run_dir = tmp_path / "run"
+    base = ["data=synthetic", "data.train.size=320", "data.batch_size=32", f"hydra.run.dir={run_dir}",
+            "hooks.tensorboard.log_dir=${hydra:runtime.output_dir}/tb"]  # resolvable only inside Hydra's job
+    cmd = cli(*base, "trainer.devices=2") if start == "devices" else [*TORCHRUN, *base]
+    proc = launch([*cmd, "trainer.max_epochs=1"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = read_run(run_dir)["iter"]
+    proc = launch([*cmd, "trainer.max_epochs=2"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = read_run(run_dir)
+    assert record["status"] == "completed" and record["iter"] == 2 * first and record["attempt"] == 2
+    assert "not training again" not in proc.stdout + proc.stderr + "".join(p.read_text() for p in run_dir.glob("*.log"))

@@ -202,11 +202,10 @@ def test_a_stop_between_writes_adds_no_row_an_uninterrupted_run_lacks(tmp_path):
     reference = tmp_path / "ref"
     run_to_end(cmd(reference), tmp_path)
     run_dir = tmp_path / "run"
-    code = run_until(cmd(run_dir), tmp_path, lambda pid: last_iter(run_dir) >= 24, sig=signal.SIGTERM)
-    assert code == 75
-    stopped_at = read_run(run_dir)["iter"]
-    assert stopped_at % 5, "the stop should land between two writes"
-    run_to_end(cmd(run_dir), tmp_path)
+    stopped = subprocess.run([*cmd(run_dir), "+hooks.pace.signal_after=21"], cwd=tmp_path, env=ENV, capture_output=True)
+    assert stopped.returncode == 75
+    assert read_run(run_dir)["iter"] == 22  # 22 steps done; the writes came after steps 4, 9, 14 and 19
+    run_to_end([*cmd(run_dir), "+hooks.pace.signal_after=21"], tmp_path)
     assert_same_metrics(run_dir, reference)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -107,7 +107,9 @@ def test_failed_jobs_of_a_parallel_sweep_are_each_named_at_the_end_and_lose_no_o
     for job, lr in ((0, "-1"), (2, "-2")):
         assert f"job {job} [optimizer.lr={lr} " in report
         assert f"/{job}/train.log" in report
-        assert f"| launcher.errors.ConfigError: optimizer (torch.optim.SGD): ValueError: Invalid learning rate: {lr}" in report
+        assert f"job {job} [optimizer.lr={lr} trainer.max_epochs=1 {' '.join(FAST)}]: ConfigError: optimizer " \
+               f"(torch.optim.SGD): ValueError: Invalid learning rate: {lr}" in report
+    assert "completed successfully" not in report  # submitit's words for the job process, not for the run
     assert "job 1 [" not in report
     good = read_run(run_dirs(tmp_path / "outputs" / "multirun")[1])
     assert good["status"] == "completed" and "val/accuracy" in good["metrics"]
