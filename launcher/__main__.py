@@ -8,7 +8,7 @@ import sys
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import launcher
 from launcher.build import ConfigError
@@ -21,7 +21,8 @@ logger = logging.getLogger("launcher")
 def main(cfg: DictConfig) -> float:
     hc = HydraConfig.get()
     try:
-        result = launcher.run(cfg, hc.runtime.output_dir, list(hc.overrides.task), on_start=lambda: save_job_config(cfg))
+        overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)  # as typed: "x=${y}" stays text
+        result = launcher.run(cfg, hc.runtime.output_dir, overrides, on_start=lambda: save_job_config(cfg))
     except ConfigError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
             raise  # in a sweep, Hydra records this job as failed and the other jobs keep their results

@@ -104,7 +104,10 @@ def _mistyped(full_key: str, sub: Any, target: Optional[str]) -> Optional[str]:
         param = params.get(str(name))
         if param is None or param.default is inspect.Parameter.empty or param.default is None:
             continue
-        value = sub._get_node(name)._value()
+        try:
+            value = sub[name]  # interpolations resolved
+        except Exception:
+            continue
         default = param.default
         if isinstance(default, bool):
             wrong, wanted = not isinstance(value, bool), "true or false"

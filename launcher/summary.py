@@ -135,6 +135,7 @@ def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) 
 
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
+from omegaconf import OmegaConf
 
 logger = logging.getLogger("launcher")
 
@@ -162,7 +163,7 @@ class SweepSummary(Callback):  # type: ignore[misc]
             trace = "" if isinstance(err, ConfigError) else \
                 "\n" + "".join(traceback.format_exception(type(err), err, err.__traceback__)[-6:]).rstrip()
             logger.error("Sweep job %s failed (%s): %s: %s; log: %s%s", config.hydra.job.num,
-                         " ".join(config.hydra.overrides.task), type(err).__name__, last,
+                         " ".join(OmegaConf.to_container(config.hydra.overrides.task, resolve=False)), type(err).__name__, last,
                          Path(config.hydra.runtime.output_dir) / f"{config.hydra.job.name}.log", trace)
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:

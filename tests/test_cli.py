@@ -134,6 +134,7 @@ BAD_INPUTS = [
     (["+hooks.bad._target_=collections.OrderedDict"], ["hooks.bad", "OrderedDict", "HookBase"]),
     (["data.shuffle=no"], ["data.shuffle should be true or false, got 'no'"]),
     (["optimizer.lr=abc"], ["optimizer.lr: 'abc' is not a number (its default is 0.001)"]),
+    (["trainer.max_epochs=${nope}"], ["trainer", "Interpolation key 'nope' not found", "max_epochs=${nope}"]),
     (["model.hidden=256"], ["model.hidden should be a list of positive integers", "got 256"]),
     (["trainer.device=mps"], ["trainer.device: 'mps' is not usable here", "use auto, cpu, cuda or cuda:N"]),
     (["objective_mode=maximum"], ["objective_mode", "maximum", "[max, min]"]),
