@@ -64,7 +64,9 @@ def explain_unknown_keys() -> None:
 
     from launcher.build import missing_option_message, unknown_key_message
 
-    report = hydra_utils.run_and_report
+    report = getattr(hydra_utils, "run_and_report", None)
+    if report is None:  # a Hydra without it (a private function): its own messages, unchanged
+        return
 
     def run_and_report(func):  # type: ignore[no-untyped-def]
         def composed():  # type: ignore[no-untyped-def]
