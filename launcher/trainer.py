@@ -68,7 +68,7 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
         raise ConfigError(f"trainer.device: {device!r} is not a device; use auto, cpu, cuda or cuda:N") from e
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"trainer.device: {device!r} was asked for but CUDA is not available here; use auto or cpu")
-    if dev.type != "cpu":
+    if dev.type not in ("cpu", "cuda"):  # CUDA was checked above; probing it here would start its context early
         try:  # e.g. mps or xpu on a build or machine without them
             torch.empty(0, device=dev)
         except (RuntimeError, AssertionError) as e:
