@@ -160,7 +160,8 @@ def build(key: str, node: Any, **kwargs: Any) -> Any:
 def _from_distributed(err: BaseException) -> bool:
     import torch.distributed as dist
 
-    return isinstance(err.__cause__ or err, getattr(dist, "DistError", ())) or isinstance(err, getattr(dist, "DistError", ()))
+    dist_error = getattr(dist, "DistError", ())
+    return isinstance(err, dist_error) or isinstance(err.__cause__, dist_error)
 
 
 def call(key: str, node: Any, factory: Any, *args: Any) -> Any:

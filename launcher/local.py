@@ -14,7 +14,6 @@ import logging
 import os
 import signal
 import subprocess
-import threading
 import time
 from unittest import mock
 from typing import Any, List, Optional, Sequence, Union
@@ -23,7 +22,7 @@ from hydra.core.utils import JobReturn
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
 
 from launcher.plugins import as_plain
-from launcher.signals import EXIT_INTERRUPTED
+from launcher.signals import EXIT_INTERRUPTED, handlers
 
 log = logging.getLogger("launcher")
 
@@ -69,19 +68,16 @@ class StopJobsOnSignal:
 
     def __init__(self, sweep_dir: str, wait_s: float = 120.0) -> None:
         self.sweep_dir, self.wait_s = sweep_dir, wait_s
-        self.previous: dict = {}
         self.stopping = False
+        sigs = [s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)) if s is not None]
+        self._installed = handlers(self._stop, sigs)
 
     def __enter__(self) -> "StopJobsOnSignal":
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)):
-                if sig is not None:
-                    self.previous[sig] = signal.signal(sig, self._stop)
+        self._installed.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+        self._installed.__exit__(*exc)
 
     def _stop(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name

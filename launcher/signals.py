@@ -7,14 +7,29 @@ SIGINT (Ctrl-C twice) aborts at once.
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from types import FrameType
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional
 
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped on a signal with a checkpoint; rerun the same command to resume
 
 SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None)) if s is not None)
+
+
+@contextlib.contextmanager
+def handlers(handler: Callable[[int, Optional[FrameType]], Any], signals: Iterable[int]) -> Iterator[Dict[int, Any]]:
+    """``handler`` for ``signals`` while the block runs (main thread only: elsewhere Python cannot
+    install one), then the previous handlers back; yields them (empty off the main thread)."""
+    previous: Dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield previous
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 class GracefulStop:
@@ -26,9 +41,8 @@ class GracefulStop:
         self._previous: Dict[int, Any] = {}
 
     def __enter__(self) -> "GracefulStop":
-        if threading.current_thread() is threading.main_thread():
-            for sig in SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
+        self._installed = handlers(self._handle, SIGNALS)
+        self._previous = self._installed.__enter__()
         return self
 
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
@@ -39,8 +53,7 @@ class GracefulStop:
         self.trainer.request_stop(f"received {signal.Signals(signum).name}", interrupt=True)
 
     def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        self._installed.__exit__(*exc)
 
     @property
     def name(self) -> Optional[str]:

@@ -68,9 +68,10 @@ class AttachedSlurmLauncher(SlurmLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         import signal
-        import threading
 
         from submitit.core.core import Executor
+
+        from launcher.signals import handlers
 
         jobs: List[Any] = []
         submit = Executor.map_array
@@ -83,11 +84,8 @@ class AttachedSlurmLauncher(SlurmLauncher):
         def stop(signum: int, frame: Any) -> None:
             raise _Stop(signal.Signals(signum).name)
 
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            with mock.patch.object(Executor, "map_array", recording):
+            with handlers(stop, (signal.SIGINT, signal.SIGTERM)), mock.patch.object(Executor, "map_array", recording):
                 return super().launch(job_overrides, initial_job_idx)
         except (_Stop, KeyboardInterrupt) as err:
             name = str(err) or "SIGINT"
@@ -98,9 +96,6 @@ class AttachedSlurmLauncher(SlurmLauncher):
                         "stop them: scancel %s (each then writes a checkpoint, as on preemption)", name, len(running),
                         ", ".join(running) or "none submitted yet", sweep_dir, " ".join(arrays) or "<job id>")
             raise SystemExit(130 if name == "SIGINT" else 143) from None
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
     def __reduce__(self) -> Any:
         return (as_plain, (SlurmLauncher, dict(self.__dict__)))
