@@ -55,14 +55,15 @@ def save_job_config(cfg: DictConfig) -> None:
         atomic_write(os.path.join(out, name), OmegaConf.to_yaml(node).encode(), sync_dir=False)
 
 
-def explain_unknown_keys() -> None:
-    """Hydra's report of an override naming a missing key, in one line with the close match and the
-    accepted keys (Hydra's own says to add the key with ``+``, which a schema then refuses); and of a
-    sweep job's ConfigError, in its one line rather than a traceback."""
+def explain_config_errors() -> None:
+    """Errors in composing the config (a misspelled key or option, a value the schema refuses, a
+    bad override) in one line naming the key, the value and what is accepted, exit status 2 as for
+    any config error (Hydra prints several lines and exits 1); and a sweep job's ConfigError in its
+    one line rather than a traceback. ``HYDRA_FULL_ERROR=1`` gets Hydra's full report instead."""
     from hydra._internal import utils as hydra_utils
-    from hydra.errors import CompactHydraException, ConfigCompositionException, MissingConfigException
+    from hydra.errors import CompactHydraException, ConfigCompositionException, MissingConfigException, OverrideParseException
 
-    from launcher.build import missing_option_message, unknown_key_message
+    from launcher.build import composition_message
 
     report = getattr(hydra_utils, "run_and_report", None)
     if report is None:  # a Hydra without it (a private function): its own messages, unchanged
@@ -74,16 +75,13 @@ def explain_unknown_keys() -> None:
                 return func()  # the whole traceback, as asked
             try:
                 return func()
-            except MissingConfigException as err:
-                message = missing_option_message(err)
-                if message is None:
-                    raise
-                raise CompactHydraException(message) from None
-            except ConfigCompositionException as err:
-                message = unknown_key_message(err)
-                if message is None:
-                    raise
-                raise ConfigCompositionException(message) from None
+            except (MissingConfigException, ConfigCompositionException, OverrideParseException) as err:
+                try:
+                    message = composition_message(err)
+                except Exception:  # never hide the error behind a failure to explain it
+                    raise err from None
+                print(f"Config error: {message}", file=sys.stderr)
+                sys.exit(2)
             except ConfigError as err:  # a sweep job's: its one line, as a single run prints it (the sweep's report follows)
                 raise CompactHydraException(f"Config error: {err}") from None
 
@@ -93,7 +91,7 @@ def explain_unknown_keys() -> None:
 
 
 if __name__ == "__main__":
-    explain_unknown_keys()
+    explain_config_errors()
     if {"-m", "--multirun"} & set(sys.argv[1:]) or "hydra.mode=MULTIRUN" in sys.argv[1:]:
         from launcher import plugins
 

@@ -120,6 +120,43 @@ def _mistyped(full_key: str, sub: Any, target: Optional[str]) -> Optional[str]:
     return None
 
 
+# Annotations that admit only true or false (``from __future__ import annotations`` keeps them as text).
+_BOOL_ANNOTATIONS = (bool, "bool")
+
+
+def _not_bool(key: str, node: Any) -> Optional[str]:
+    """The first value, in ``node`` or a node with a ``_target_`` inside it, given for a parameter
+    annotated ``bool`` that is not true or false; None when there is none.
+
+    A constructor seldom checks its flags: ``optimizer.nesterov=maybe`` would train with a truthy
+    string. Only parameters annotated exactly ``bool`` count (not ``Union[bool, str]``, nor a
+    parameter merely defaulting to a bool), so an API that also takes a word is never refused.
+    """
+    if not isinstance(node, DictConfig):
+        return None
+    target = _target_of(node)
+    params: Any = {}
+    if target:
+        try:
+            params = inspect.signature(get_object(target)).parameters
+        except Exception:
+            params = {}
+    for name in node:
+        try:
+            value = node[name]  # interpolations resolved
+        except Exception:
+            continue
+        if isinstance(value, DictConfig):
+            found = _not_bool(f"{key}.{name}", value)
+            if found:
+                return found
+            continue
+        param = params.get(str(name))
+        if param is not None and param.annotation in _BOOL_ANNOTATIONS and not isinstance(value, bool):
+            return f"{key}.{name}: {value!r} is not true or false ({target} takes a bool there)"
+    return None
+
+
 def explain(key: str, node: Any, err: BaseException) -> ConfigError:
     """Turn an exception raised while building ``node`` (at config ``key``) into a one-line ConfigError."""
     cause = err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
@@ -149,6 +186,9 @@ def build(key: str, node: Any, **kwargs: Any) -> Any:
     """``instantiate(node, **kwargs)``; any failure becomes a :class:`ConfigError` naming ``key``."""
     if isinstance(node, DictConfig) and "_target_" not in node:
         raise ConfigError(f"{key}: no _target_ given; set {key}._target_ to the class or function to build")
+    not_bool = _not_bool(key, node)
+    if not_bool:
+        raise ConfigError(not_bool)
     try:
         return instantiate(node, **kwargs)
     except Exception as err:
@@ -211,3 +251,52 @@ def missing_option_message(err: BaseException) -> Optional[str]:
     close = difflib.get_close_matches(name, options, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else "."
     return f"{group}: there is no option {name!r}{hint} Available: {', '.join(options)}"
+
+
+def _missing_key_listing(path: str) -> str:
+    """`` <parent> has: a, b, c`` for the keys at the parent of ``path`` in the config composed from
+    the command line's other overrides (or from the defaults alone); empty when it cannot be told."""
+    import sys
+
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    parent = path.rpartition(".")[0]
+    others = [a for a in sys.argv[1:] if "=" in a and not a.startswith(("-", "~"))]
+    for overrides in (others, []):
+        try:
+            cfg = GlobalHydra.instance().config_loader().load_configuration("config", overrides, RunMode.RUN)
+            node = OmegaConf.select(cfg, parent) if parent else cfg
+        except Exception:
+            continue
+        if isinstance(node, DictConfig):
+            keys = [str(k) for k in node.keys() if not str(k).startswith("_") and (parent or k != "hydra")]
+            close = difflib.get_close_matches(path.rpartition(".")[2], keys, n=1)
+            hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else "."
+            return f"{hint} {parent or 'The config'} has: {', '.join(keys)}"
+    return ""
+
+
+def composition_message(err: BaseException) -> str:
+    """Any error Hydra raises while composing the config (before anything runs), in one line that
+    names the key and the value and says what is accepted there."""
+    for special in (unknown_key_message, missing_option_message):
+        message = special(err)
+        if message:
+            return message
+    text = str(err)
+    cause = err.__cause__
+    full_key = getattr(cause, "full_key", None)
+    if full_key and getattr(cause, "msg", None):  # a value the schema refuses: trainer.max_epochs=ten
+        return f"{full_key}: {str(cause.msg).strip().splitlines()[0]}"
+    deleted = re.match(r"Could not delete from config\. '([^']+)' does not exist", text)
+    if deleted:
+        path = deleted.group(1)
+        return f"~{path}: nothing to delete, {path} is not in the config{_missing_key_listing(path) or '.'}"
+    appended = re.match(r"Could not append to config\. An item is already at '([^']+)'\.\s*Either remove \+ prefix: '([^']+)'", text)
+    if appended:
+        key, plain = appended.groups()
+        return f"+{plain}: {key} is in the config already; set it with {plain}, or add-or-set it with ++{plain}"
+    override = getattr(err, "override", None)  # a bad override's grammar: name the override
+    lines = re.sub(r"\s*\n\s*", "; ", text.strip())  # Hydra's own lines, joined
+    return f"{override}: {lines}" if override and override not in lines else lines

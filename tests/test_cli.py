@@ -132,8 +132,12 @@ BAD_INPUTS = [
       "~data.train.val_fraction", "data.val=null"], ["data.train", "/no/such/file.npz", "does not exist"]),
     (["trainer.workflow=[[train,1],[test,1]]"], ["trainer.workflow", "test", "phase in ['train', 'val']"]),
     (["+hooks.bad._target_=collections.OrderedDict"], ["hooks.bad", "OrderedDict", "HookBase"]),
-    (["data.shuffle=no"], ["data.shuffle should be true or false, got 'no'"]),
+    (["data.shuffle=no"], ["data.shuffle: 'no' is not true or false"]),
     (["optimizer.lr=abc"], ["optimizer.lr: 'abc' is not a number (its default is 0.001)"]),
+    (["optimizer.nesterov=maybe"], ["optimizer.nesterov: 'maybe' is not true or false (torch.optim.SGD takes a bool there)"]),
+    (["~hooks.consol"], ["~hooks.consol: nothing to delete", "did you mean hooks.console?", "hooks has: timer"]),
+    (["+trainer.max_epochs=3"], ["trainer.max_epochs is in the config already; set it with trainer.max_epochs=3"]),
+    (["model.hidden=[1,"], ["model.hidden=[1,: no viable alternative"]),
     (["trainer.max_epochs=${nope}"], ["trainer", "Interpolation key 'nope' not found", "max_epochs=${nope}"]),
     (["model.hidden=256"], ["model.hidden should be a list of positive integers", "got 256"]),
     (["trainer.device=mps"], ["trainer.device: 'mps' is not usable here", "use auto, cpu, cuda or cuda:N"]),
@@ -189,6 +193,15 @@ def test_load_from_never_unpickles_code_and_says_how_to_load_a_trusted_file(tmp_
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in out
     assert f"trainer.load_from: checkpoint '{truncated}' is unreadable (truncated or corrupt)" in out
+
+
+@pytest.mark.parametrize("override", ["trainer.max_epoch=3", "trainer.max_epochs=ten", "trainer=epok", "~hooks.consol",
+                                      "+trainer.max_epochs=3", "model.hidden=[1,"])
+def test_a_config_that_does_not_compose_gets_one_line_and_exit_status_2(override, tmp_path):
+    proc = run_cli([override], tmp_path, timeout=120)
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("Config error: "), proc.stdout + proc.stderr
+    assert not (tmp_path / "outputs").exists()  # nothing ran
 
 
 def test_full_error_env_still_shows_the_traceback(tmp_path):
