@@ -5,7 +5,8 @@ Hydra takes launchers only from the ``hydra_plugins`` namespace package, which a
 this project cannot add to. So ``python -m launcher`` calls :func:`register` before a multirun: each
 module is made importable as the ``hydra_plugins.<name>`` module its config's ``_target_`` names (the
 class's ``__module__``), and the class is registered with Hydra's plugin registry. The jobs are pickled
-as the plugin's plain classes (each class's ``__reduce__``), so a job process needs none of this.
+as the plugin's plain classes (each class's ``__reduce__``; the SLURM jobs as
+:class:`launcher.slurm.SlurmJob`, importable without registering), so a job process needs none of this.
 """
 from __future__ import annotations
 

@@ -2,15 +2,19 @@
 
 The submission is hydra-submitit-launcher's own; only the wait for the results is left out.
 
-Registered with Hydra by :func:`launcher.plugins.register` (see there); the jobs receive the plain
-``SlurmLauncher`` (pickled as one), which runs them exactly as the ``slurm`` option does. Each job
+Registered with Hydra by :func:`launcher.plugins.register` (see there); the jobs receive a
+:class:`SlurmJob` (the plugin's ``SlurmLauncher`` but for its exit status), which runs them exactly
+as the ``slurm`` option does. Each job
 dir gets ``submitted.json`` (its SLURM job id, overrides and log files) so that
 ``python -m launcher.summary <sweep dir>`` lists the jobs as pending before they start.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import Any, List, Sequence
 from unittest import mock
@@ -22,6 +26,38 @@ from launcher.checkpoint import atomic_write
 from launcher.plugins import as_plain
 
 log = logging.getLogger("launcher")
+
+
+class SlurmJob(SlurmLauncher):
+    """What each SLURM job runs (both our slurm launchers pickle themselves as one): the plugin's
+    ``SlurmLauncher``, except that a job whose run failed ends with exit status 1.
+
+    Hydra catches a job's error into its result, and submitit pickles that result and exits 0, so
+    SLURM recorded every failed run as COMPLETED: ``sacct``, ``--mail-type=FAIL`` and ``afterok``
+    dependencies all took it for a success. The result is still pickled as before (the waiting
+    sweep reads it); only the process's exit status changes, once submitit is done with it.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
+        ret = super().__call__(*args, **kwargs)
+        if ret.status == JobStatus.FAILED and os.environ.get("SLURM_JOB_ID"):
+            exit_failed_at_exit()
+        return ret
+
+
+def exit_failed_at_exit() -> None:
+    """Make this process exit with status 1 once it ends normally (after submitit has written the
+    result): logs and output are flushed first; exit handlers registered before this one do not run."""
+    def end() -> None:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(1)
+
+    atexit.register(end)
 
 
 class DetachedSlurmLauncher(SlurmLauncher):
@@ -54,8 +90,8 @@ class DetachedSlurmLauncher(SlurmLauncher):
         return returns
 
     def __reduce__(self) -> Any:
-        """Pickled for the jobs as the plugin's SlurmLauncher: the jobs need nothing of this class."""
-        return (as_plain, (SlurmLauncher, dict(self.__dict__)))
+        """Pickled for the jobs as a :class:`SlurmJob`: the jobs need nothing else of this class."""
+        return (as_plain, (SlurmJob, dict(self.__dict__)))
 
 
 class _Stop(Exception):
@@ -98,7 +134,7 @@ class AttachedSlurmLauncher(SlurmLauncher):
             raise SystemExit(130 if name == "SIGINT" else 143) from None
 
     def __reduce__(self) -> Any:
-        return (as_plain, (SlurmLauncher, dict(self.__dict__)))
+        return (as_plain, (SlurmJob, dict(self.__dict__)))
 
 
 # the names conf/hydra/launcher/slurm.yaml and slurm_detached.yaml give

@@ -51,6 +51,30 @@ def test_sweep_runs_as_a_slurm_job_array(tmp_path, cluster_env):
     assert (dirs[0].parent / "summary.md").is_file()
 
 
+def _job_state(job: str, env) -> tuple:
+    out = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, env=env, timeout=60).stdout
+    fields = dict(item.split("=", 1) for item in out.split() if "=" in item)
+    return fields.get("JobState"), fields.get("ExitCode")
+
+
+def test_a_failed_run_is_a_failed_slurm_job_and_the_sweep_names_it(tmp_path, cluster_env):
+    """sacct, --mail-type=FAIL and afterok dependencies go by the job's state: a run that failed
+    must not be COMPLETED with exit code 0 there."""
+    proc = launch(["-m", *SLURM, "optimizer.lr=0.05,-1", "trainer.max_epochs=1", *FAST], tmp_path, cluster_env)
+    assert proc.returncode != 0
+    assert "1 of 2 sweep job(s) failed" in proc.stderr and "Invalid learning rate: -1" in proc.stderr, proc.stderr[-3000:]
+    good, bad = run_dirs(tmp_path / "outputs" / "multirun")
+    assert read_run(good)["status"] == "completed" and read_run(bad)["status"] == "failed"
+    states = {}
+    deadline = time.monotonic() + 60  # scontrol shows the final state once slurmd reports the step's end
+    while time.monotonic() < deadline:
+        states = {d.name: _job_state(read_run(d)["submitit"]["job_id"], cluster_env) for d in (good, bad)}
+        if all(state not in ("RUNNING", "COMPLETING") for state, _ in states.values()):
+            break
+        time.sleep(0.2)
+    assert states == {good.name: ("COMPLETED", "0:0"), bad.name: ("FAILED", "1:0")}
+
+
 def _node_state(env) -> str:
     out = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, env=env, timeout=60)
     return out.stdout.strip().split("\n")[0].rstrip("*~#")
