@@ -41,13 +41,14 @@ def timed_process(cmd: List[str], cwd: Path, env: dict) -> float:
 
 def launcher_to_first_step(cwd: Path, env: dict) -> Callable[[], float]:
     mark = cwd / "first_step.txt"
+    counter = iter(range(10**9))
 
     def run() -> float:
         mark.unlink(missing_ok=True)
         start = time.time()
         subprocess.run(
             [sys.executable, "-m", "launcher", "trainer=epoch", "hooks=default", "trainer.max_epochs=1",
-             f"hydra.run.dir={cwd / 'run'}", "trainer.resume=false",
+             f"hydra.run.dir={cwd / f'run{next(counter)}'}",
              "+hooks.first_step._target_=first_step.FirstStepMark", f"+hooks.first_step.path={mark}"],
             cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )

@@ -99,11 +99,27 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     return build("trainer", cfg.trainer, model=model, optimizer=optimizer, data=data, hooks=hooks, work_dir=Path(run_dir))
 
 
+def new_run_dir(root: Union[str, Path] = "outputs") -> Path:
+    """A new, empty ``<root>/<date>/<time to the microsecond>``, as the CLI names a single run's dir;
+    created here, so that runs started at the same moment (threads, processes) never share one."""
+    import datetime
+
+    while True:
+        now = datetime.datetime.now()
+        path = Path(root) / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S-%f")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+
+
 def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Optional[List[str]] = None,
         on_start: Optional[Callable[[], None]] = None, checked: bool = False) -> RunResult:
     """Build everything in ``cfg`` and train; ``run.json`` in ``run_dir`` records how it went.
 
-    ``run_dir`` defaults to ``outputs/<date>/<time>`` under the current directory, as on the CLI.
+    ``run_dir`` defaults to a new ``outputs/<date>/<time>`` under the current directory, as on the CLI.
 
     Running again in the same ``run_dir`` resumes from its newest valid checkpoint
     (``trainer.resume=auto``), and a run that already finished returns its recorded result
@@ -117,11 +133,8 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     """
     from launcher.rundir import check_rerun, describe_changes, finished_result, ignore_outputs_in_git, lengthens
 
-    if run_dir is None:  # as the CLI names a single run's directory
-        import datetime
-
-        now = datetime.datetime.now()
-        run_dir = Path("outputs") / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
+    if run_dir is None:
+        run_dir = new_run_dir()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     ignore_outputs_in_git(run_dir)

@@ -223,6 +223,11 @@ def brief(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[:cut] if len(text) > 160 and cut > 0 else text}"
 
 
+def resume_off(value: Any) -> bool:
+    """Whether a ``trainer.resume`` value says to ignore the run dir's checkpoints (false, no, none)."""
+    return value is None or value is False or (isinstance(value, str) and value.lower() in ("false", "no", "none", ""))
+
+
 def candidates(directory: PathLike) -> List[Path]:
     """Checkpoints in ``directory``, newest first: the one ``last`` names, then by modification time."""
     directory = Path(directory)

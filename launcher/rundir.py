@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.checkpoint import atomic_write
+from launcher.checkpoint import atomic_write, candidates, resume_off
 
 
 def git_state(cwd: Path) -> Dict[str, Any]:
@@ -218,12 +218,21 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
     """Refuse to continue a run dir's run under a config that defines another experiment.
 
     Returns the other changes (logged by the caller); raises :class:`ConfigError` naming the keys
-    that define the run when those differ, before anything in the run dir is touched.
+    that define the run when those differ, or when ``trainer.resume=false`` would start a new run over
+    the dir's checkpoints, before anything in the run dir is touched.
     """
     from launcher.errors import ConfigError
 
-    if not any((Path(run_dir) / "checkpoints").glob("*.pt")):
+    saved = candidates(Path(run_dir) / "checkpoints")
+    if not saved:
         return []  # nothing trained here yet (or a first attempt that failed to build): nothing to protect
+    resume = cfg.trainer.get("resume", "auto") if "trainer" in cfg else "auto"
+    if resume_off(resume):
+        raise ConfigError(
+            f"trainer.resume={str(resume).lower() if isinstance(resume, bool) or resume is None else resume}: run dir {str(run_dir)!r} holds checkpoints of an earlier run "
+            f"({', '.join(p.name for p in saved[:3])}{', ...' if len(saved) > 3 else ''}) that a fresh start would "
+            f"overwrite; choose a new hydra.run.dir (hydra.sweep.dir for a sweep), or delete "
+            f"{str(Path(run_dir) / 'checkpoints')!r} to start over there (trainer.resume=auto resumes them)")
     changes = sorted(config_changes(run_dir, cfg), key=lambda c: (not _defines(c[0]), not c[0].startswith("trainer.")))
     defining = [c for c in changes if _defines(c[0])]
     if defining:

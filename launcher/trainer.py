@@ -49,7 +49,7 @@ from torch import nn
 
 from hooks.base import EVENTS, HookBase
 from launcher import distributed
-from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid
+from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
 from launcher.errors import ConfigError
 from launcher.storage import EventStorage, to_le_bytes, unpack_le
 
@@ -291,7 +291,7 @@ class TrainerBase:
     # -- resume -----------------------------------------------------------------------------------
     @staticmethod
     def _check_resume(resume: Union[str, bool, None]) -> Union[str, bool]:
-        if resume is None or resume is False or (isinstance(resume, str) and resume.lower() in ("false", "no", "none", "")):
+        if resume_off(resume):
             return False
         if resume is True or resume == "auto":
             return "auto"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +62,25 @@ def test_python_api_compose_and_run_without_argv(project, monkeypatch):
     result = launcher.run(cfg, project / "api_run")
     assert result.status == "completed" and result.run_dir == project / "api_run"
     assert result.metrics["train/loss_cls"] > 0 and isinstance(result.objective, float)
+
+
+def test_python_api_runs_started_at_once_get_their_own_default_run_dirs(tmp_path, monkeypatch):
+    import threading
+
+    import launcher
+
+    monkeypatch.chdir(tmp_path)
+    made = []
+    threads = [threading.Thread(target=lambda: made.append(launcher.new_run_dir())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(made)) == 8 and all(p.is_dir() and not any(p.iterdir()) for p in made)
+    cfg = launcher.compose(["hooks=minimal", "data=synthetic", "data.train.size=256", "trainer.max_epochs=1"])
+    first, second = launcher.run(cfg), launcher.run(cfg)
+    assert first.run_dir != second.run_dir and first.run_dir.parent.parent == Path("outputs")
+    assert read_run(second.run_dir)["attempt"] == 1 and second.status == "completed"
 
 
 def test_help_lists_groups_options_and_examples(tmp_path):
