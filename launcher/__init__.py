@@ -210,7 +210,10 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
         status = trainer.status if trainer is not None and trainer.status not in ("created", "running") else "failed"
         if isinstance(err, KeyboardInterrupt):
             status = "aborted"
-        record.finish(status, 1, trainer.final_metrics(sync=False) if trainer else {}, error=f"{type(err).__name__}: {err}")
+        elif not isinstance(err, (ConfigError, SystemExit)):
+            log_to_files_only(err)
+        record.finish(status, 2 if isinstance(err, ConfigError) else 1, trainer.final_metrics(sync=False) if trainer else {},
+                      error=f"{type(err).__name__}: {err}")
         raise
     objective = metrics.get(cfg.objective)
     if objective is None:
@@ -232,6 +235,16 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
     else:
         logger.info("Finished (%s): %s = %.4f", trainer.status, cfg.objective, objective)
     return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=run_dir)
+
+
+def log_to_files_only(err: BaseException) -> None:
+    """The error that ends a run, with its traceback, in the run's log files (``train.log``): the
+    console gets it from Hydra's report, but a log read later (a SLURM job's) should say how the run ended."""
+    record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "Run failed: %s: %s", (type(err).__name__, err),
+                               (type(err), err, err.__traceback__))
+    for handler in logging.getLogger().handlers + logger.handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def warn_if_objective_never_recorded(trainer: Any, objective: str) -> None:

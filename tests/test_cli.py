@@ -157,8 +157,24 @@ def test_bad_input_gives_one_clear_message_and_no_successful_looking_run(overrid
         assert word in out, out
     for d in run_dirs(tmp_path):
         record = read_run(d)
-        assert record["status"] == "failed" and record["exit_code"] != 0
+        assert record["status"] == "failed" and record["exit_code"] == proc.returncode
         assert not (d / "checkpoints" / "final.pt").exists()
+
+
+def test_a_run_that_fails_mid_training_says_why_in_its_train_log(tmp_path):
+    """The console has Hydra's report; the run dir's log, read later (a SLURM job's), must too."""
+    (tmp_path / "boom.py").write_text(
+        "from hooks import HookBase\n\n\nclass Boom(HookBase):\n    def after_step(self):\n"
+        "        if self.trainer.iter == 3:\n            raise RuntimeError('boom at step 3')\n")
+    proc = run_cli([*FAST, "+hooks.boom._target_=boom.Boom"], tmp_path, timeout=120)
+    assert proc.returncode == 1 and "RuntimeError: boom at step 3" in proc.stderr
+    (run_dir,) = run_dirs(tmp_path / "outputs")
+    log = (run_dir / "train.log").read_text()
+    assert "[ERROR] Run failed: RuntimeError: boom at step 3" in log
+    assert "Traceback" in log and "boom.py\", line 7, in after_step" in log
+    assert proc.stderr.count("boom at step 3") == log.count("boom at step 3") - 1  # the console's report, unchanged
+    record = read_run(run_dir)
+    assert (record["status"], record["exit_code"], record["error"]) == ("failed", 1, "RuntimeError: boom at step 3")
 
 
 class _RunsCodeWhenUnpickled:
