@@ -102,15 +102,28 @@ def batch_size_of(batch: Any) -> int:
 
 def _as_tensor_dict(out: Any, model: nn.Module, mode: str) -> Dict[str, torch.Tensor]:
     if isinstance(out, torch.Tensor):
-        out = {"loss": out}
-    if isinstance(out, Mapping) and all(isinstance(v, torch.Tensor) and v.numel() == 1 for v in out.values()):
-        if out:
-            return dict(out)
-    raise TypeError(
-        f"{type(model).__name__}.forward returned {type(out).__name__} in {mode} mode; the trainer accepts a "
-        f"scalar loss tensor or a non-empty dict of scalar tensors (README: 'Model contract')"
-        + (f"; got keys {sorted(out)}" if isinstance(out, Mapping) else "")
-    )
+        if out.numel() == 1:
+            return {"loss": out}
+    elif isinstance(out, Mapping) and out and all(isinstance(v, torch.Tensor) and v.numel() == 1 for v in out.values()):
+        return dict(out)
+    raise TypeError(f"{type(model).__name__}.forward returned {_describe_output(out)} in {mode} mode; the trainer "
+                    f"accepts a scalar loss tensor or a non-empty dict of scalar tensors"
+                    + (f" (outputs such as logits? in {mode} mode forward computes "
+                       f"{'the loss' if mode == 'train' else 'the loss or a dict of metrics'} from the batch; "
+                       if isinstance(out, torch.Tensor) else " (") + "README: 'Model contract')")
+
+
+def _describe_output(out: Any) -> str:
+    """What a model returned that is not a loss (or metrics), named so that the fix is plain."""
+    def what(v: Any) -> str:
+        return f"a tensor of shape {tuple(v.shape)}" if isinstance(v, torch.Tensor) else f"a {type(v).__name__}"
+
+    if isinstance(out, Mapping):
+        if not out:
+            return "an empty dict"
+        bad = [f"{k!r}: {what(v)}" for k, v in out.items() if not (isinstance(v, torch.Tensor) and v.numel() == 1)]
+        return f"a dict whose values are not all scalar tensors ({', '.join(bad)})"
+    return what(out)
 
 
 class TrainerBase:
@@ -556,8 +569,12 @@ class TrainerBase:
     def state_dict(self) -> Dict[str, Any]:
         """Everything needed to continue exactly from the current step boundary.
 
-        Under DDP every rank calls this at the same boundary (it gathers the ranks' RNG states).
+        Under DDP every rank calls this at the same boundary: it gathers the ranks' RNG states, and
+        averages the metrics recorded since the last write first, as that write would have (the
+        checkpoint is rank 0's; a resumed run's first write must not take its values for the average).
         """
+        if self.dist is not None:
+            self.storage.synchronize()
         rng = get_rng_state()
         return {
             "model": self.model.state_dict(),

@@ -15,6 +15,15 @@ class DumpWeights(HookBase):
         torch.save({k: v.detach().cpu() for k, v in t.model.state_dict().items()}, t.work_dir / f"weights_rank{t.rank}.pt")
 
 
+class RankValue(HookBase):
+    """Puts ``probe/rank`` = rank x (iter + 1) each step, smoothed like a loss: logged rows hold the
+    median of its rank averages, and any value one rank kept for its own shows in them."""
+
+    def after_step(self):
+        t = self.trainer
+        t.storage.put_scalar("probe/rank", float(t.rank * (t.iter + 1)))
+
+
 class KillRank(HookBase):
     """SIGKILLs rank ``rank`` itself after step ``at`` (no Python cleanup runs, as when the OOM killer strikes)."""
 

@@ -178,8 +178,26 @@ def test_model_returning_something_else_is_named_in_the_error():
         def forward(self, batch):
             return [self.lin(batch[0])]
 
-    with pytest.raises(TypeError, match=r"Logits.forward returned list in train mode; the trainer accepts a scalar loss"):
+    with pytest.raises(TypeError, match=r"Logits.forward returned a list in train mode; the trainer accepts a scalar loss"):
         make_trainer("iter", model=Logits()).train()
+
+    class RawLogits(ToyModel):
+        def forward(self, batch):
+            return self.lin(batch[0])
+
+    with pytest.raises(TypeError, match=r"RawLogits.forward returned a tensor of shape \(4, 2\) in train mode; the trainer "
+                                        r"accepts .* \(outputs such as logits\? in train mode forward computes the loss "
+                                        r"from the batch; README: 'Model contract'\)"):
+        make_trainer("iter", model=RawLogits(), data=ToyData(n=40, batch=4)).train()
+
+    class PerSample(ToyModel):
+        def forward(self, batch):
+            loss = super().forward(batch)
+            return {"cls": loss, "per_sample": self.lin(batch[0]).sum(1), "note": "x"}
+
+    with pytest.raises(TypeError, match=r"returned a dict whose values are not all scalar tensors \('per_sample': a tensor "
+                                        r"of shape \(4,\), 'note': a str\) in train mode"):
+        make_trainer("iter", model=PerSample(), data=ToyData(n=40, batch=4)).train()
 
 
 def test_loss_dict_is_summed_and_each_loss_recorded():
