@@ -70,11 +70,30 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def check_hooks_package() -> None:
+    """Raise :class:`ConfigError` when ``import hooks`` would not find this project's ``hooks`` package:
+    a ``hooks.py`` or ``hooks/`` of the user's own, first on ``sys.path`` (``python -m`` puts the
+    current directory there), would shadow it and fail later with a puzzling ImportError."""
+    import importlib.util
+    import sys
+
+    ours = Path(__file__).resolve().parent.parent / "hooks"
+    module = sys.modules.get("hooks")
+    spec = module.__spec__ if module is not None else importlib.util.find_spec("hooks")
+    origin = getattr(spec, "origin", None)
+    if origin is not None and Path(origin).resolve().parent == ours:
+        return
+    theirs = origin or (list(spec.submodule_search_locations or []) if spec is not None else "nothing")
+    raise ConfigError(f"'import hooks' finds {theirs}, not the launcher's hooks package ({ours}): rename your "
+                      f"hooks module or package (e.g. my_hooks) and point _target_ at the new name")
+
+
 def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     """Seed, then build the model, optimizer, data, hooks and trainer of ``cfg`` (nothing runs).
 
     Raises :class:`ConfigError`, naming the key, for anything that cannot be built.
     """
+    check_hooks_package()
     from hooks.base import HookBase
 
     seed_everything(cfg.seed)

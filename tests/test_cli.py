@@ -161,6 +161,20 @@ def test_bad_input_gives_one_clear_message_and_no_successful_looking_run(overrid
         assert not (d / "checkpoints" / "final.pt").exists()
 
 
+@pytest.mark.parametrize("shadow", ["hooks.py", "hooks/__init__.py", "hooks/mine.py"])
+def test_a_hooks_module_of_the_users_own_is_named_instead_of_a_puzzling_import_error(shadow, tmp_path):
+    """python -m puts the current directory first on sys.path: a project's own hooks.py (or hooks/)
+    would hide the launcher's hooks package."""
+    path = tmp_path / shadow
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("X = 1\n")
+    proc = run_cli([*FAST], tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out
+    assert "Config error: 'import hooks' finds" in out and str(tmp_path / "hooks") in out
+    assert "not the launcher's hooks package" in out and "rename your hooks module or package" in out
+
+
 def test_a_run_that_fails_mid_training_says_why_in_its_train_log(tmp_path):
     """The console has Hydra's report; the run dir's log, read later (a SLURM job's), must too."""
     (tmp_path / "boom.py").write_text(
