@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
@@ -68,7 +69,15 @@ class LRScheduler(HookBase):
                     factory = functools.partial(factory, **{name: max(horizon, 1)})
                     break
             optimizer = self.trainer.optimizer
-            main = factory(optimizer)
+            try:
+                main = factory(optimizer)
+            except (TypeError, ValueError) as err:  # e.g. StepLR without step_size: the config's, named as such
+                key = f"hooks.{self.name or 'lr_scheduler'}.scheduler"
+                what = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', target)}"
+                missing = re.findall(r"'(\w+)'", str(err).partition("missing")[2])
+                hint = "; add " + " ".join(f"+{key}.{m}=<value>" for m in missing) if missing else ""
+                given_text = f" (given {', '.join(f'{k}={v!r}' for k, v in given.items())})" if given else ""
+                raise ConfigError(f"{key} ({what}): {type(err).__name__}: {err}{given_text}{hint}") from err
             if self.warmup_iters and not isinstance(main, torch.optim.lr_scheduler.ReduceLROnPlateau):
                 sched = torch.optim.lr_scheduler
                 kind = sched.LinearLR if self.warmup == "linear" else sched.ConstantLR

@@ -10,7 +10,7 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from omegaconf import DictConfig
 
@@ -222,6 +222,19 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
         trainer = build_trainer(cfg, run_dir)
         trainer.meta = {"overrides": list(overrides or []), "seed": cfg.seed, "objective": cfg.objective}
         warn_if_objective_never_recorded(trainer, str(cfg.objective))
+        if trainer.is_main and str(cfg.objective).startswith("val/"):
+            from hooks.base import HookBase
+
+            class ObjectiveCheck(HookBase):  # a misspelt objective is named at the first validation, not at the end
+                checked = False
+
+                def after_val(self) -> None:
+                    if not self.checked:
+                        self.checked = True
+                        warn_if_objective_unknown(str(cfg.objective), self.trainer.last_val, "the validation metrics",
+                                                  "The run will return NaN unless something records it later")
+
+            trainer.register_hooks({"objective_check": ObjectiveCheck()})
         logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters, trainer.device, run_dir)
         with GracefulStop(trainer) as stopper:
             metrics = trainer.train()
@@ -236,18 +249,20 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
         raise
     objective = metrics.get(cfg.objective)
     if objective is None:
-        logger.warning("objective %r was not recorded; recorded metrics: %s", cfg.objective, sorted(metrics))
+        warn_if_objective_unknown(str(cfg.objective), metrics, "the run's metrics", "The run returns NaN")
         objective = float("nan")
     exit_code = EXIT_INTERRUPTED if trainer.status == "interrupted" else 0
     record.finish(trainer.status, exit_code, metrics, objective={"name": cfg.objective, "value": objective},
                   stop_reason=trainer.stop_reason if trainer.status != "completed" else None, iter=trainer.iter,
                   resumed_from=str(trainer.resumed_from) if trainer.resumed_from else None)
     if trainer.status == "interrupted":
-        last = trainer.checkpoint_dir / "last"
-        saved = last.is_file() and last.read_text().strip() == f"iter_{trainer.iter:07d}.pt"
-        advice = "Run the same command again to resume." if saved else "No checkpoint was written (no checkpointer hook): a rerun starts over."
-        logger.warning("Interrupted at iteration %d (%s); exit code %d. %s",
-                       trainer.iter, stopper.name if stopper else trainer.stop_reason, EXIT_INTERRUPTED, advice)
+        if main:  # rank 0 wrote the checkpoint; the other ranks cannot tell whether it is on disk yet
+            last = trainer.checkpoint_dir / "last"
+            saved = last.is_file() and last.read_text().strip() == f"iter_{trainer.iter:07d}.pt"
+            advice = "Run the same command again to resume." if saved else "No checkpoint was written (no checkpointer hook): a rerun starts over."
+            logger.warning("Interrupted at iteration %d (%s); exit code %d. %s", trainer.iter,
+                           (stopper.name if stopper is not None and stopper.name else None) or trainer.stop_reason,
+                           EXIT_INTERRUPTED, advice)
         if stopper is not None:
             before_chain()
             stopper.chain()  # e.g. submitit's handler, which requeues the job: the checkpoint is on disk now
@@ -264,6 +279,17 @@ def log_to_files_only(err: BaseException) -> None:
     for handler in logging.getLogger().handlers + logger.handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
+
+
+def warn_if_objective_unknown(objective: str, recorded: Mapping[str, Any], among: str, outcome: str) -> None:
+    """Warn, with the closest recorded name, when ``objective`` is not among the ``recorded`` metrics."""
+    import difflib
+
+    if objective in recorded:
+        return
+    close = difflib.get_close_matches(objective, list(recorded), n=1)
+    logger.warning("objective %r is not among %s (%s)%s %s.", objective, among, ", ".join(sorted(recorded)) or "none",
+                   f"; did you mean objective={close[0]}?" if close else ".", outcome)
 
 
 def warn_if_objective_never_recorded(trainer: Any, objective: str) -> None:
@@ -286,6 +312,7 @@ def warn_if_objective_never_recorded(trainer: Any, objective: str) -> None:
 def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], devices: int) -> RunResult:
     """``trainer.devices=N``: train in N worker processes on this machine (DDP), rank 0 recording the run."""
     import json
+    import signal
 
     from omegaconf import OmegaConf
 
@@ -297,6 +324,9 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     config = OmegaConf.to_container(cfg, resolve=True)
     try:
         received, previous = distributed.spawn(_spawned_worker, (config, str(run_dir), list(overrides or [])), devices)
+    except KeyboardInterrupt:
+        mark_failed(run_dir, "KeyboardInterrupt: stopped by Ctrl-C", status="aborted", exit_code=130)
+        raise
     except Exception as err:  # torch.multiprocessing's ProcessRaisedException / ProcessExitedException
         message = distributed.describe_worker_failure(err)
         mark_failed(run_dir, message)
@@ -306,19 +336,23 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     except (OSError, ValueError) as err:
         raise RuntimeError(f"the workers ended but {run_dir / 'run.json'} cannot be read: {err}") from err
     status = data.get("status", "failed")
+    if received == signal.SIGINT and status in ("aborted", "running"):  # torch's workers exit 0 on KeyboardInterrupt
+        mark_failed(run_dir, "KeyboardInterrupt: stopped by Ctrl-C", status="aborted", exit_code=130)
+        raise KeyboardInterrupt
     metrics = data.get("metrics", {})
     value = metrics.get(cfg.objective, float("nan"))
-    if status == "interrupted" and callable(previous):
+    if status == "interrupted" and callable(previous) and previous is not signal.default_int_handler:
         previous(received, None)  # e.g. submitit's handler, which requeues the job: rank 0's checkpoint is on disk
     return RunResult(objective=float(value), metrics=metrics, status=status, run_dir=run_dir)
 
 
-def _spawned_worker(rank: int, world_size: int, port: int, config: dict, run_dir: str, overrides: List[str]) -> None:
+def _spawned_worker(rank: int, world_size: int, port: int, parent: int, config: dict, run_dir: str, overrides: List[str]) -> None:
     """One worker of ``trainer.devices=N``: joins the process group and trains its share."""
     from omegaconf import OmegaConf
 
     from launcher import distributed
 
+    distributed.detach_worker(parent)
     distributed.worker_environment(rank, world_size, port)
     distributed.worker_logging(rank, Path(run_dir))
     register_configs()

@@ -63,7 +63,7 @@ def explain_config_errors() -> None:
     from hydra._internal import utils as hydra_utils
     from hydra.errors import CompactHydraException, ConfigCompositionException, MissingConfigException, OverrideParseException
 
-    from launcher.build import composition_message
+    from launcher.build import composition_message, group_value_message
 
     report = getattr(hydra_utils, "run_and_report", None)
     if report is None:  # a Hydra without it (a private function): its own messages, unchanged
@@ -75,15 +75,17 @@ def explain_config_errors() -> None:
                 return func()  # the whole traceback, as asked
             try:
                 return func()
-            except (MissingConfigException, ConfigCompositionException, OverrideParseException) as err:
+            except (MissingConfigException, ConfigCompositionException, OverrideParseException, ValueError) as err:
+                if isinstance(err, ConfigError):  # a sweep job's: its one line, as a single run prints it (the sweep's report follows)
+                    raise CompactHydraException(f"Config error: {err}") from None
+                if isinstance(err, ValueError) and not group_value_message(err):
+                    raise  # not one of composition's: an error of the run, reported as Hydra reports it
                 try:
                     message = composition_message(err)
                 except Exception:  # never hide the error behind a failure to explain it
                     raise err from None
                 print(f"Config error: {message}", file=sys.stderr)
                 sys.exit(2)
-            except ConfigError as err:  # a sweep job's: its one line, as a single run prints it (the sweep's report follows)
-                raise CompactHydraException(f"Config error: {err}") from None
 
         return report(composed)
 

@@ -194,7 +194,18 @@ def build(key: str, node: Any, **kwargs: Any) -> Any:
     except Exception as err:
         if _from_distributed(err):
             raise  # a peer gone or a network fault while building (e.g. the trainer's broadcasts): not the config
+        _raise_code_error(err)
         raise explain(key, node, err) from err
+
+
+# Raised by the code being built, never by a config value: shown with the traceback that says where.
+CODE_ERRORS = (NameError, SyntaxError)
+
+
+def _raise_code_error(err: BaseException) -> None:
+    cause = err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
+    if isinstance(cause, CODE_ERRORS):
+        raise cause from None
 
 
 def _from_distributed(err: BaseException) -> bool:
@@ -209,6 +220,7 @@ def call(key: str, node: Any, factory: Any, *args: Any) -> Any:
     try:
         return factory(*args)
     except Exception as err:
+        _raise_code_error(err)
         raise explain(key, node, err) from err
 
 
@@ -230,7 +242,8 @@ def unknown_key_message(err: BaseException) -> Optional[str]:
     hint = f"; did you mean {where + '.' if where else ''}{close[0]}?" if close else "."
     fixed = isinstance(cause.object_type, type) and is_dataclass(cause.object_type)  # a schema: no new keys
     add = "" if fixed else f" (a new key is added with +{full}=...)"
-    return f"{full}: no such key in {where or 'the config'}{hint} Accepted there: {', '.join(keys)}{add}"
+    accepted = f"Accepted there: {', '.join(keys)}" if keys else f"{where or 'The config'} has no keys yet"
+    return f"{full}: no such key in {where or 'the config'}{hint} {accepted}{add}"
 
 
 def missing_option_message(err: BaseException) -> Optional[str]:
@@ -251,6 +264,34 @@ def missing_option_message(err: BaseException) -> Optional[str]:
     close = difflib.get_close_matches(name, options, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else "."
     return f"{group}: there is no option {name!r}{hint} Available: {', '.join(options)}"
+
+
+def group_value_message(err: BaseException) -> Optional[str]:
+    """One line for a config group given a value that is no option name (``model=null``,
+    ``optimizer=3``): Hydra's ValueError names neither the override nor the options; else None."""
+    import sys
+
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not re.match(r"Config group override must be a string or a list", str(err)):
+        return None
+    parser = OverridesParser.create()
+    for arg in sys.argv[1:]:
+        try:
+            override = parser.parse_override(arg)
+            value = override.value()
+        except Exception:
+            continue
+        if override.is_delete() or isinstance(value, (str, list, dict)):
+            continue
+        try:
+            options = GlobalHydra.instance().config_loader().get_group_options(override.key_or_group)
+        except Exception:
+            options = []
+        if options:
+            return f"{arg}: {override.key_or_group} is a config group; give one of its options: {', '.join(options)}"
+    return f"{err}: a config group takes an option name"
 
 
 def _missing_key_listing(path: str) -> str:
@@ -280,7 +321,7 @@ def _missing_key_listing(path: str) -> str:
 def composition_message(err: BaseException) -> str:
     """Any error Hydra raises while composing the config (before anything runs), in one line that
     names the key and the value and says what is accepted there."""
-    for special in (unknown_key_message, missing_option_message):
+    for special in (unknown_key_message, missing_option_message, group_value_message):
         message = special(err)
         if message:
             return message

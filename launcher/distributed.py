@@ -17,6 +17,7 @@ import datetime
 import logging
 import os
 import socket
+import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,33 +283,37 @@ def free_port() -> int:
 def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Optional[int], Any]:
     """Start ``worker(rank, nprocs, port, *args)`` in ``nprocs`` processes here and wait for all of them.
 
-    SIGTERM and SIGUSR2 sent to this process are passed on to the workers (each checkpoints and
-    stops at the same step boundary); Ctrl-C reaches them from the terminal, so this process only
-    waits for them. When one worker fails the others are stopped (SIGTERM, then SIGKILL) and
-    torch's ``ProcessRaisedException``/``ProcessExitedException`` is raised, naming its rank.
-    Returns the signal forwarded (or None) and the handler it replaced, for the caller to chain.
+    SIGTERM, SIGUSR2 and SIGINT sent to this process are passed on to the workers (each checkpoints
+    and stops at the same step boundary; a second SIGINT aborts them, a third stops the wait). The
+    workers have process groups of their own (:func:`detach_worker`), so a Ctrl-C in the terminal
+    reaches this process alone and each worker gets it once, through here, as with ``kill -INT``.
+    When one worker fails the others are stopped (SIGTERM, then SIGKILL) and torch's
+    ``ProcessRaisedException``/``ProcessExitedException`` is raised, naming its rank; after a
+    Ctrl-C, KeyboardInterrupt instead. Returns the signal forwarded (or None) and the handler it
+    replaced, for the caller to chain.
     """
     import signal
 
     import torch.multiprocessing as mp
 
     port = free_port()
-    context = mp.start_processes(worker, args=(nprocs, port, *args), nprocs=nprocs, join=False, start_method="spawn")
+    context = mp.start_processes(worker, args=(nprocs, port, os.getpid(), *args), nprocs=nprocs, join=False,
+                                 start_method="spawn")
     received: List[int] = []
 
     def forward(signum: int, frame: Any) -> None:
+        if received.count(signal.SIGINT) >= 2 and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a third Ctrl-C: stop waiting (the workers are killed below)
         received.append(signum)
         for process in context.processes:
             if process.is_alive() and process.pid:
-                os.kill(process.pid, signum)
-
-    def wait_for_workers(signum: int, frame: Any) -> None:
-        if signal.SIGINT in received:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop waiting (the workers are killed below)
-        received.append(signum)
+                try:
+                    os.kill(process.pid, signum)
+                except ProcessLookupError:
+                    pass
 
     previous: Dict[int, Any] = {}
-    handlers = {signal.SIGTERM: forward, signal.SIGINT: wait_for_workers}
+    handlers = {signal.SIGTERM: forward, signal.SIGINT: forward}
     if hasattr(signal, "SIGUSR2"):
         handlers[signal.SIGUSR2] = forward
     try:
@@ -319,6 +324,10 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
     try:
         while not context.join(timeout=1.0, grace_period=10.0):
             pass
+    except Exception:
+        if signal.SIGINT in received:  # a worker ended by the Ctrl-C (e.g. before training): an abort, not a failure
+            raise KeyboardInterrupt from None
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -365,6 +374,23 @@ def worker_logging(rank: int, run_dir: "Path") -> None:
     for handler in (console, file):
         handler.setFormatter(fmt)
         root.addHandler(handler)
+
+
+def detach_worker(parent: int) -> None:
+    """In a worker of :func:`spawn`: a process group of its own, so that a Ctrl-C in the terminal
+    reaches the parent alone (which passes it on once); and, on Linux, killed when the parent dies
+    (a parent killed with SIGKILL would otherwise leave its workers training, unseen)."""
+    os.setpgrp()
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
 
 
 def worker_environment(rank: int, world_size: int, port: int) -> DistEnv:

@@ -132,15 +132,16 @@ class RunRecord:
         self._write()
 
 
-def mark_failed(run_dir: Path, error: str) -> None:
-    """Record in ``run.json`` that the run failed with ``error`` (when its workers could not say so)."""
+def mark_failed(run_dir: Path, error: str, status: str = "failed", exit_code: int = 1) -> None:
+    """Record in ``run.json`` that the run failed with ``error`` (or was aborted: ``status``) when its
+    workers could not say so."""
     path = Path(run_dir) / "run.json"
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         data = {}
     if data.get("status") in (None, "running", "interrupted", "failed"):
-        data.update(status="failed", exit_code=1, end_time=_now(), error=error)
+        data.update(status=status, exit_code=exit_code, end_time=_now(), error=error)
         text = json.dumps(data, indent=2, default=str) + "\n"
         atomic_write(path, text.encode())
 

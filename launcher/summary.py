@@ -65,6 +65,13 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
     return rows
 
 
+def best_row(rows: List[Dict[str, Any]], objective: str, mode: Any) -> Optional[Dict[str, Any]]:
+    """The finished job with the best ``objective`` (``mode``: max or min, or the config's enum); None if none."""
+    mode = getattr(mode, "value", mode)
+    scored = [r for r in rows if r["status"] == "done" and isinstance(r["metrics"].get(objective), (int, float))]
+    return (max if mode == "max" else min)(scored, key=lambda r: r["metrics"][objective]) if scored else None
+
+
 def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = "max") -> List[Dict[str, Any]]:
     """Write ``summary.csv`` and ``summary.md`` into ``sweep_dir``; returns the rows."""
     mode = getattr(mode, "value", mode)  # the config's ObjectiveMode enum, or a string
@@ -72,8 +79,7 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
         raise ValueError(f"mode should be min or max, got {mode!r}")
     sweep_dir = Path(sweep_dir)
     rows = jobs(sweep_dir)
-    scored = [r for r in rows if r["status"] == "done" and isinstance(r["metrics"].get(objective), (int, float))]
-    best = (max if mode == "max" else min)(scored, key=lambda r: r["metrics"][objective]) if scored else None
+    best = best_row(rows, objective, mode)
     keys = sorted({k for r in rows for k in r["metrics"] if k.startswith(("val/", "train/"))})
     header = ["job", "overrides", "status", "seconds", *keys, "best"]
 
@@ -133,6 +139,17 @@ def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) 
     return "\n".join(out)
 
 
+def done_report(rows: List[Dict[str, Any]], sweep_dir: Path, objective: str, mode: Any) -> str:
+    """One line at the end of a sweep without failures: how many jobs, the best, where the summary is."""
+    counts: Dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    best = best_row(rows, objective, mode)
+    state = ", ".join(f"{n} {status}" for status, n in counts.items())
+    top = f"; best: job {best['job']} [{best['overrides']}] {objective} = {best['metrics'][objective]:.4g}" if best else ""
+    return f"Sweep of {len(rows)} job(s): {state}{top}; summary: {Path(sweep_dir) / 'summary.md'}"
+
+
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import OmegaConf
@@ -188,6 +205,9 @@ class SweepSummary(Callback):  # type: ignore[misc]
         if report:
             sys.stderr.write(report + "\n")
             sys.stderr.flush()
+        elif rows:
+            sys.stdout.write(done_report(rows, sweep_dir, objective, mode) + "\n")
+            sys.stdout.flush()
 
 
 def main() -> None:
@@ -198,6 +218,10 @@ def main() -> None:
     args = parser.parse_args()
     if not args.sweep_dir.is_dir():
         raise SystemExit(f"launcher.summary: {args.sweep_dir} is not a directory (expected outputs/multirun/<date>/<time>)")
+    if not jobs(args.sweep_dir):
+        what = "a single run's dir (its record is run.json there)" if (args.sweep_dir / "run.json").is_file() else \
+            "not a sweep dir: it holds no job dirs (0/, 1/, ...)"
+        raise SystemExit(f"launcher.summary: {args.sweep_dir} is {what}; give a sweep dir, e.g. outputs/multirun/<date>/<time>")
     write_summary(args.sweep_dir, args.objective, args.mode)
     print((args.sweep_dir / "summary.md").read_text(), end="")
 

@@ -329,6 +329,10 @@ class TrainerBase:
                 raise ConfigError(f"trainer.resume: {err}") from err
         if found is not None:
             path, state = found
+            mismatch = self._weights_mismatch(state.get("model", {}), "there")
+            if mismatch:
+                raise ConfigError(f"trainer.resume: checkpoint {str(path)!r} does not fit this model: {mismatch}; resume "
+                                  f"it with the config it was made with (its run dir's .hydra/config.yaml)")
             self.load_state_dict(state)
             self.resumed_from = path
             logger.info("Resumed from %s at iteration %d (epoch %d, step %d of it)", path, self.iter, self.epoch, self.inner_iter)
@@ -337,6 +341,20 @@ class TrainerBase:
                                "trained and the run ends there", self.iter, self.max_iters)
         elif self.load_from:
             self.load_weights(self.load_from)
+
+    def _weights_mismatch(self, weights: Mapping[str, Any], where: str, missing_ok: bool = False) -> Optional[str]:
+        """How ``weights`` (a state_dict) differ from the model's: the first parameter whose shape
+        differs, or (unless ``missing_ok``) the parameters one has and the other lacks; None if they fit."""
+        own = self.model.state_dict()
+        for name, tensor in weights.items():
+            if name in own and hasattr(tensor, "shape") and tensor.shape != own[name].shape:
+                return f"parameter {name!r} has shape {tuple(tensor.shape)} {where} but {tuple(own[name].shape)} in the model"
+        if missing_ok:
+            return None
+        missing, unexpected = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
+        if missing or unexpected:
+            return f"the model has {missing[:5]} that it lacks, and it has {unexpected[:5]} that the model lacks"
+        return None
 
     def load_weights(self, path: str) -> None:
         """Model weights only (fine-tuning); a shape mismatch names the parameter and both shapes."""
@@ -350,13 +368,9 @@ class TrainerBase:
         except (OSError, RuntimeError) as err:
             raise ConfigError(f"trainer.load_from: {err}") from err
         weights = state.get("model", state)
-        own = self.model.state_dict()
-        for name, tensor in weights.items():
-            if name in own and hasattr(tensor, "shape") and tensor.shape != own[name].shape:
-                raise ConfigError(
-                    f"trainer.load_from: parameter {name!r} has shape {tuple(tensor.shape)} in {path} but "
-                    f"{tuple(own[name].shape)} in the model"
-                )
+        mismatch = self._weights_mismatch(weights, f"in {path}", missing_ok=True)
+        if mismatch:
+            raise ConfigError(f"trainer.load_from: {mismatch}")
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
         if missing or unexpected:
             raise ConfigError(

@@ -92,6 +92,10 @@ def test_two_job_sweep_makes_two_run_dirs_with_their_objective(cli, tmp_path):
         assert record["status"] == "completed" and f"optimizer.lr={lr}" in record["overrides"]
         assert 0.0 <= record["objective"]["value"] <= 1.0
     assert not (tmp_path / "multirun").exists()
+    best = max(dirs, key=lambda d: read_run(d)["objective"]["value"])
+    value = read_run(best)["objective"]["value"]
+    assert f"Sweep of 2 job(s): 2 done; best: job {best.name} [" in proc.stdout
+    assert f"val/accuracy = {value:.4g}; summary: {dirs[0].parent.relative_to(tmp_path) / 'summary.md'}" in proc.stdout
 
 
 def test_main_returns_the_objective_as_a_float(tmp_path):
@@ -143,6 +147,11 @@ BAD_INPUTS = [
     (["trainer.device=mps"], ["trainer.device: 'mps' is not usable here", "use auto, cpu, cuda or cuda:N"]),
     (["objective_mode=maximum"], ["objective_mode", "maximum", "[max, min]"]),
     (["data=arrays"], ["data.train.path: no value given"]),
+    (["model=null"], ["model=null: model is a config group; give one of its options: cnn, mlp"]),
+    (["optimizer=3"], ["optimizer=3: optimizer is a config group; give one of its options: adamw, sgd"]),
+    (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.StepLR"],
+     ["hooks.lr_scheduler.scheduler (torch.optim.lr_scheduler.StepLR)", "missing 1 required positional argument: 'step_size'",
+      "add +hooks.lr_scheduler.scheduler.step_size=<value>"]),
 ]
 
 
@@ -173,6 +182,28 @@ def test_a_hooks_module_of_the_users_own_is_named_instead_of_a_puzzling_import_e
     assert proc.returncode == 2 and "Traceback" not in out
     assert "Config error: 'import hooks' finds" in out and str(tmp_path / "hooks") in out
     assert "not the launcher's hooks package" in out and "rename your hooks module or package" in out
+
+
+def test_a_bug_in_the_users_model_code_is_shown_with_its_traceback_not_as_a_config_error(tmp_path):
+    (tmp_path / "mymodel.py").write_text(
+        "import torch\n\n\nclass Net(torch.nn.Module):\n    def __init__(self, **kwargs):\n        super().__init__()\n"
+        "        self.scale = undefined_scale\n")
+    proc = run_cli([*FAST, "model._target_=mymodel.Net"], tmp_path, timeout=120)
+    assert proc.returncode == 1 and "Config error" not in proc.stdout + proc.stderr
+    assert "mymodel.py\", line 7, in __init__" in proc.stderr and "NameError: name 'undefined_scale' is not defined" in proc.stderr
+
+
+def test_a_misspelt_objective_is_named_with_the_close_match_at_the_first_validation(tmp_path):
+    proc = run_cli([*FAST, "trainer.max_epochs=3", "objective=val/acuracy"], tmp_path, timeout=120)
+    assert proc.returncode == 0
+    (run_dir,) = run_dirs(tmp_path / "outputs")
+    log = (run_dir / "train.log").read_text().splitlines()
+    first = next(i for i, line in enumerate(log) if "is not among the validation metrics" in line)
+    assert "objective 'val/acuracy' is not among the validation metrics (val/accuracy, val/loss); did you mean " \
+           "objective=val/accuracy? The run will return NaN unless something records it later." in log[first]
+    assert [i for i, line in enumerate(log) if line.split("]")[-1].strip().startswith("epoch ")][-1] > first  # before training ends
+    assert sum("is not among the validation metrics" in line for line in log) == 1  # said once, not every epoch
+    assert math.isnan(read_run(run_dir)["objective"]["value"])
 
 
 def test_a_run_that_fails_mid_training_says_why_in_its_train_log(tmp_path):
@@ -226,7 +257,7 @@ def test_load_from_never_unpickles_code_and_says_how_to_load_a_trusted_file(tmp_
 
 
 @pytest.mark.parametrize("override", ["trainer.max_epoch=3", "trainer.max_epochs=ten", "trainer=epok", "~hooks.consol",
-                                      "+trainer.max_epochs=3", "model.hidden=[1,"])
+                                      "+trainer.max_epochs=3", "model.hidden=[1,", "model=null"])
 def test_a_config_that_does_not_compose_gets_one_line_and_exit_status_2(override, tmp_path):
     proc = run_cli([override], tmp_path, timeout=120)
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
@@ -303,6 +334,9 @@ def test_sweep_summary_marks_the_best_job_and_keeps_going_past_a_failed_one(tmp_
     assert again.returncode == 0 and "**best**" in again.stdout and (sweep / "summary.csv").is_file()
     bad = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path / "nope")], capture_output=True, text=True)
     assert bad.returncode != 0 and "is not a directory" in bad.stderr
+    single = subprocess.run([sys.executable, "-m", "launcher.summary", str(run_dirs(sweep)[0])], capture_output=True, text=True)
+    assert single.returncode != 0 and "is a single run's dir (its record is run.json there); give a sweep dir" in single.stderr
+    assert not (run_dirs(sweep)[0] / "summary.md").exists()
 
 
 def test_a_run_dir_is_checked_against_the_config_its_checkpoints_were_made_with(tmp_path):

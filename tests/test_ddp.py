@@ -180,6 +180,59 @@ def test_sigterm_under_ddp_checkpoints_on_rank0_and_resumes_bitwise(tmp_path, un
     _assert_same_run(tmp_path / "run", uninterrupted)
 
 
+def test_ctrl_c_reaches_each_worker_once_whoever_it_is_sent_to(tmp_path, uninterrupted):
+    """kill -INT to the launcher alone (as an IDE's stop button does) and Ctrl-C in the terminal (the
+    whole foreground process group) both stop the workers at one boundary with a checkpoint, exit 75."""
+    for group in (False, True):
+        run_dir = tmp_path / f"run_{'group' if group else 'parent'}"
+        proc = subprocess.Popen(cli(*RESUMABLE, f"hydra.run.dir={run_dir}"), cwd=tmp_path, env=ENV, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        _wait_for(run_dir / "checkpoints" / "iter_0000020.pt", proc)
+        if group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 75, err[-3000:]
+        record = read_run(run_dir)
+        assert record["status"] == "interrupted" and 20 < record["iter"] < 60, record
+        assert "Interrupted at iteration" in err and "(SIGINT)" in err and "Traceback" not in err
+    again = launch(cli(*RESUMABLE, f"hydra.run.dir={run_dir}"), tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    _assert_same_run(run_dir, uninterrupted)
+
+
+def test_ctrl_c_at_start_up_aborts_and_a_killed_launcher_takes_its_workers_along(tmp_path):
+    args = [*DATA, "data.batch_size=32", "trainer=iter", "trainer.max_iters=100000", "trainer.devices=2"]
+    proc = subprocess.Popen(cli(*args, "hydra.run.dir=early"), cwd=tmp_path, env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for(tmp_path / "early" / "run.json", proc)  # the workers are starting; none trains yet
+    proc.send_signal(signal.SIGINT)
+    start = time.monotonic()
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0 and time.monotonic() - start < 20  # it was ignored: the run trained on to its end
+    assert read_run(tmp_path / "early")["status"] == "aborted"
+
+    proc = subprocess.Popen(cli(*args, "hydra.run.dir=killed"), cwd=tmp_path, env=ENV, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(tmp_path / "killed" / "metrics.jsonl", proc)
+    workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()]
+    assert len(workers) >= 2
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 20
+
+    def running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"  # a zombie waits for a reaper only
+        except (OSError, IndexError):
+            return False
+
+    while any(running(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(running(w) for w in workers), "the workers outlived the launcher killed with SIGKILL"
+
+
 def test_killed_ddp_job_resumes_from_its_last_checkpoint_bitwise(tmp_path, uninterrupted):
     proc = subprocess.Popen(cli(*RESUMABLE, "hydra.run.dir=run"), cwd=tmp_path, env=ENV, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)

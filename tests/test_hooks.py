@@ -217,6 +217,16 @@ def test_bad_resume_and_load_from_name_the_key_and_the_shapes(tmp_path):
     with pytest.raises(ValueError, match=r"parameter 'lin.weight' has shape \(2, 5\) in .*w.pt but \(2, 4\) in the model"):
         trainer.train()
 
+    other = make_trainer("iter", model=ToyModel(features=5), max_iters=2, work_dir=tmp_path / "other",
+                         hooks={"ckpt": PeriodicCheckpointer()}, data=ToyData(n=40, batch=4, features=5))
+    other.train()
+    final = tmp_path / "other" / "checkpoints" / "final.pt"
+    trainer = make_trainer(resume=str(final))
+    with pytest.raises(ValueError, match=rf"trainer.resume: checkpoint '{final}' does not fit this model: parameter "
+                                         r"'lin.weight' has shape \(2, 5\) there but \(2, 4\) in the model; resume it with "
+                                         r"the config it was made with"):
+        trainer.train()
+
 
 def test_signal_stops_at_a_boundary_then_chains_the_previous_handler_after_the_checkpoint(tmp_path):
     import os
