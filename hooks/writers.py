@@ -78,6 +78,17 @@ class PeriodicWriter(HookBase):
         self._written = dict(state["written"])
 
 
+def _hparam_value(text: str) -> Any:
+    """An override's value as TensorBoard's HParams tab should sort and filter it: a number or a
+    bool where the text is one (``optimizer.lr=0.1``, ``data.shuffle=false``), else the text."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
 def memory_mb() -> Tuple[str, float]:
     """Peak CUDA memory allocated on this device where present, else the process's peak RSS."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -271,7 +282,7 @@ class TensorBoardWriter(BufferedFileWriter):
         for override in self.trainer.meta.get("overrides", []):
             key, sep, value = override.lstrip("+~").partition("=")
             if sep and not key.startswith("hydra."):
-                hparams[key] = value
+                hparams[key] = _hparam_value(value)
         metrics = {f"hparam/{k}": v for k, v in self.trainer.final_metrics(sync=False).items() if k.startswith(("val/", "train/"))}
         if metrics:
             self._writer.add_hparams(hparams, metrics, run_name="hparams")

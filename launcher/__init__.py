@@ -328,9 +328,17 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
         mark_failed(run_dir, "KeyboardInterrupt: stopped by Ctrl-C", status="aborted", exit_code=130)
         raise
     except Exception as err:  # torch.multiprocessing's ProcessRaisedException / ProcessExitedException
+        import re
+
         message = distributed.describe_worker_failure(err)
+        config_error = re.match(r"rank \d+ failed: (?:launcher\.errors\.)?ConfigError: (.*)", message)
+        if config_error:  # the config, as a single process would report it
+            mark_failed(run_dir, f"ConfigError: {config_error.group(1)}", exit_code=2)
+            raise ConfigError(config_error.group(1)) from None
+        rank = getattr(err, "error_index", None)
+        log = run_dir / ("train.log" if not rank else f"train_rank{rank}.log")
         mark_failed(run_dir, message)
-        raise RuntimeError(message) from None
+        raise distributed.WorkerFailed(f"{message} (log: {log})") from None
     try:
         data = json.loads((run_dir / "run.json").read_text())
     except (OSError, ValueError) as err:

@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import launcher
 from launcher.build import ConfigError
+from launcher.distributed import WorkerFailed
 from launcher.signals import EXIT_INTERRUPTED
 
 logger = logging.getLogger("launcher")
@@ -28,6 +29,11 @@ def main(cfg: DictConfig) -> float:
             raise  # in a sweep, Hydra records this job as failed and the other jobs keep their results
         logger.error("Config error: %s", err)
         sys.exit(2)
+    except WorkerFailed as err:  # its traceback is in the worker's log; this process's says nothing more
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
+            raise
+        logger.error("Run failed: %s", err)
+        sys.exit(1)
     if result.status == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
     return result.objective

@@ -34,6 +34,10 @@ class DistributedError(RuntimeError):
     """The process group could not be set up (names the master address and port)."""
 
 
+class WorkerFailed(RuntimeError):
+    """A worker of ``trainer.devices=N`` failed; the message names its rank, its error and its log."""
+
+
 @dataclass(frozen=True)
 class DistEnv:
     rank: int

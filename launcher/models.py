@@ -18,6 +18,10 @@ class Classifier(nn.Module):
     net: nn.Module
 
     def forward(self, batch: Any) -> Union[torch.Tensor, Dict[str, torch.Tensor]]:
+        if isinstance(batch, dict):  # two keys would unpack as two strings, and fail far from here
+            raise TypeError(f"{type(self).__name__} takes batches of (inputs, labels); the data loader gave a dict "
+                            f"with keys {sorted(batch)}: use a dataset of (x, y) pairs, or a model whose forward reads "
+                            f"your dict (README: 'Model contract')")
         inputs, labels = batch
         # Not ``self.net`` first: a submodule read as an attribute fails the normal lookup and builds
         # an AttributeError before Module.__getattr__ finds it, ~9k instructions a step on the

@@ -75,8 +75,10 @@ def test_each_run_logs_its_hyperparameters_and_final_metrics_to_tensorboard_hpar
         acc.Reload()
         content = acc.PluginTagToContent("hparams")
         data = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
-        hp = {k: (v.string_value or v.number_value) for k, v in data.session_start_info.hparams.items()}
-        assert hp["optimizer.lr"] == lr and hp["trainer.max_epochs"] == "2"
+        hp = {k: (v.WhichOneof("kind"), v.string_value or v.number_value) for k, v in data.session_start_info.hparams.items()}
+        # numbers as numbers: the HParams tab sorts and filters them by value
+        assert hp["optimizer.lr"] == ("number_value", float(lr)) and hp["trainer.max_epochs"] == ("number_value", 2)
+        assert hp["data"] == ("string_value", "synthetic")
         accuracy = acc.Scalars("hparam/val/accuracy")[-1].value
         assert abs(accuracy - read_run(sweep / job)["metrics"]["val/accuracy"]) < 1e-6
 

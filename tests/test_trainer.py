@@ -200,6 +200,15 @@ def test_model_returning_something_else_is_named_in_the_error():
         make_trainer("iter", model=PerSample(), data=ToyData(n=40, batch=4)).train()
 
 
+def test_a_built_in_model_given_dict_batches_says_what_it_takes():
+    from launcher.models import MLP
+
+    batch = {"x": torch.randn(4, 64), "y": torch.zeros(4, dtype=torch.long)}
+    with pytest.raises(TypeError, match=r"MLP takes batches of \(inputs, labels\); the data loader gave a dict with keys "
+                                        r"\['x', 'y'\]: use a dataset of \(x, y\) pairs"):
+        MLP()(batch)
+
+
 def test_loss_dict_is_summed_and_each_loss_recorded():
     class TwoLosses(ToyModel):
         def forward(self, batch):
