@@ -23,7 +23,9 @@ class LRScheduler(HookBase):
     the hook passes the number of scheduler steps in the run, so a cosine schedule spans the
     run whatever ``max_epochs`` or ``max_iters`` is. ``ReduceLROnPlateau`` is stepped after
     each validation with the metric named by ``monitor``. The lr each step used is recorded
-    as ``lr``.
+    as ``lr``. With gradient accumulation (``hooks.optimizer_step.accumulate``) the schedule is
+    stepped once per optimizer step, and its horizon and ``warmup_iters`` are counted in optimizer
+    steps, so it matches the same run on batches ``accumulate`` times larger.
     """
 
     priority = Priority.HIGH
@@ -53,6 +55,7 @@ class LRScheduler(HookBase):
         self.monitor = monitor
         self.scheduler: Any = None
         self._plateau = False
+        self._every = 1  # iterations per optimizer step (gradient accumulation)
 
     def _build(self) -> Any:
         if self.scheduler is None:
@@ -63,7 +66,9 @@ class LRScheduler(HookBase):
                 params = inspect.signature(target).parameters
             except (TypeError, ValueError):
                 params = {}
-            horizon = self.trainer.max_epochs if self.by_epoch else self.trainer.max_iters - self.warmup_iters
+            accumulate = self._accumulate()
+            warmup = -(-self.warmup_iters // accumulate)  # in optimizer steps, as the schedule is stepped
+            horizon = self.trainer.max_epochs if self.by_epoch else -(-self.trainer.max_iters // accumulate) - warmup
             for name in _HORIZON_PARAMS:
                 if name in params and name not in given:
                     factory = functools.partial(factory, **{name: max(horizon, 1)})
@@ -82,14 +87,21 @@ class LRScheduler(HookBase):
                 sched = torch.optim.lr_scheduler
                 kind = sched.LinearLR if self.warmup == "linear" else sched.ConstantLR
                 kwargs = {"start_factor": self.warmup_factor} if self.warmup == "linear" else {"factor": self.warmup_factor}
-                first = kind(optimizer, total_iters=self.warmup_iters, **kwargs)
-                main = sched.SequentialLR(optimizer, [first, main], milestones=[self.warmup_iters])
+                first = kind(optimizer, total_iters=warmup, **kwargs)
+                main = sched.SequentialLR(optimizer, [first, main], milestones=[warmup])
             self.scheduler = main
             self._plateau = isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
         return self.scheduler
 
+    def _accumulate(self) -> int:
+        """Iterations per optimizer step (gradient accumulation in the hook that owns the step), else 1."""
+        owner = getattr(self.trainer, "_step_hook", None)
+        accumulate = getattr(owner, "accumulate", 1)
+        return accumulate if isinstance(accumulate, int) and accumulate > 1 else 1
+
     def before_train(self) -> None:
         self._build()
+        self._every = self._accumulate()
 
     def after_step(self) -> None:
         groups = self.trainer.optimizer.param_groups
@@ -97,7 +109,9 @@ class LRScheduler(HookBase):
         if self.log_all_groups:
             for i, group in enumerate(groups):
                 self.trainer.storage.put_scalar(f"lr/group{i}", group["lr"], smoothing_hint=False)
-        if not self.by_epoch and not self._plateau:
+        # With gradient accumulation the schedule moves with the optimizer steps, not the micro-batches:
+        # it then matches the same run on batches `accumulate` times larger (and torch's order of steps).
+        if not self.by_epoch and not self._plateau and (self._every == 1 or (self.trainer.iter + 1) % self._every == 0):
             self.scheduler.step()
 
     def after_epoch(self) -> None:

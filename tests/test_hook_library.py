@@ -33,6 +33,33 @@ def test_accumulating_4_micro_batches_of_16_equals_one_batch_of_64():
     assert not torch.equal(model.lin.weight, ToyModel().lin.weight)
 
 
+def test_with_accumulation_the_lr_schedule_moves_with_the_optimizer_steps():
+    """2 micro-batches of 16 under a cosine schedule with 4 iterations of warmup train as batches of 32 do
+    with 2 (warmup counts iterations, as the run's length does), and torch
+    never warns that the schedule stepped before the optimizer (its first value would be lost)."""
+    import functools
+    import warnings
+
+    def schedule(warmup_iters):
+        return LRScheduler(functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR), warmup_iters=warmup_iters)
+
+    torch.manual_seed(0)
+    model = ToyModel()
+    twin = copy.deepcopy(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "Detected call of `lr_scheduler.step()` before `optimizer.step()`"
+        small = make_trainer("iter", model=model, data=ToyData(n=64, batch=16, val=False), max_iters=16,
+                             hooks=[OptimizerStep(accumulate=2), schedule(4)])
+        small.train()
+    big = make_trainer("iter", model=twin, data=ToyData(n=64, batch=32, val=False), max_iters=8, hooks=[schedule(2)])
+    big.train()
+    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+        assert torch.allclose(a, b, atol=1e-6), (name, (a - b).abs().max().item())
+    lrs_small = [v for v, _ in small.storage.history("lr").values()]
+    lrs_big = [v for v, _ in big.storage.history("lr").values()]
+    assert lrs_small[1::2] == lrs_big and lrs_small[0::2] == lrs_big  # each micro-batch of a step logs its step's lr
+
+
 def test_clipping_bounds_the_gradient_norm_and_records_it_unclipped():
     seen = []
 
