@@ -175,11 +175,15 @@ class EventStorage:
     writes the storage during a step sees the trainer's iteration.
     """
 
-    def __init__(self, start_iter: int = 0, max_length: int = 1000, reduce: Optional[Reducer] = None) -> None:
+    def __init__(self, start_iter: int = 0, max_length: int = 1000, reduce: Optional[Reducer] = None,
+                 gather: Optional[Callable[[Any], List[Any]]] = None) -> None:
         self.iter = start_iter
         # Under DDP: averages the values put since the last read over the ranks (launcher.distributed).
         # Every rank reads at the same points (writers at their period, the end), so the ranks meet there.
         self._reduce = reduce
+        # Under DDP: every rank's value of an object (all_gather_object), to find the scalars all ranks
+        # recorded when some rank recorded others too (only then: one more collective).
+        self._gather = gather
         self._warned = False
         self.epoch = 0
         self._max_length = max_length
@@ -248,14 +252,30 @@ class EventStorage:
         flat = torch.tensor([v for chunk in chunks for v in chunk], dtype=torch.float64)
         from launcher.distributed import layout_id
 
-        averaged = self._reduce(flat, layout_id([(k, len(c)) for k, c in zip(keys, chunks)]))
-        if averaged is None:  # the ranks recorded different scalars: keep each rank's own
-            if not self._warned:
-                logger.warning("The ranks recorded different scalars since the last write; logging rank-local values")
+        layout = [(k, len(c)) for k, c in zip(keys, chunks)]
+        averaged = self._reduce(flat, layout_id(layout))
+        if averaged is None:  # the ranks recorded different scalars (every rank is here): average those all have
+            common = set(layout)
+            if self._gather is not None:
+                for other in self._gather(layout):
+                    common &= {tuple(entry) for entry in other}
+            else:
+                common = set()
+            local = [k for k, n in layout if (k, n) not in common]
+            if local and not self._warned:
+                logger.warning("The ranks recorded different scalars since the last write (%s): logging this rank's own "
+                               "values of those; the others are averaged over the ranks", ", ".join(local))
                 self._warned = True
-            for k in keys:
+            for k in local:
                 self._history[k].mark_synced()
-            return
+            shared = [(k, c) for k, c in zip(keys, chunks) if (k, len(c)) in common]  # the same list on every rank
+            averaged = self._reduce(torch.tensor([v for _, c in shared for v in c], dtype=torch.float64),
+                                    layout_id([(k, len(c)) for k, c in shared])) if shared else None
+            if averaged is None:
+                for k, _ in shared:
+                    self._history[k].mark_synced()
+                return
+            keys, chunks = [k for k, _ in shared], [c for _, c in shared]
         values = averaged.tolist()
         start = 0
         for k, chunk in zip(keys, chunks):

@@ -176,7 +176,8 @@ class TrainerBase:
         self.load_from = load_from
         if load_from is not None and not Path(load_from).is_file():
             raise ConfigError(f"trainer.load_from: {load_from!r} does not exist (expected a checkpoint or state_dict file)")
-        self.storage = EventStorage(reduce=distributed.mean_across_ranks if self.dist else None)
+        self.storage = EventStorage(reduce=distributed.mean_across_ranks if self.dist else None,
+                                    gather=distributed.all_gather_object if self.dist else None)
         self._stop_wanted = 0  # under DDP: 1 stop, 2 interrupt, asked for on this rank and not yet agreed
         self._stop_asked_reason: Optional[str] = None
         self.iter = 0

@@ -95,6 +95,27 @@ def test_ranks_average_each_value_once_also_across_a_cut_back():
     assert s.history("x").values() == [(105.0, 5), (106.0, 6), (107.0, 7)]
 
 
+def test_a_scalar_only_this_rank_records_stays_its_own_and_the_others_are_still_averaged(caplog):
+    """A hook that records on rank 0 only must not turn every logged value rank-local."""
+    from launcher.distributed import layout_id
+
+    def reduce(values, layout):  # the other rank recorded train/loss = 3.0 and nothing else
+        return None if layout != layout_id([("train/loss", 1)]) else (values + 3.0) / 2
+
+    def gather(layout):
+        return [layout, [("train/loss", 1)]]
+
+    s = EventStorage(reduce=reduce, gather=gather)
+    s.put_scalar("train/loss", 1.0)
+    s.put_scalar("rank0/only", 5.0)
+    with caplog.at_level("WARNING"):
+        assert s.latest() == {"train/loss": (2.0, 0), "rank0/only": (5.0, 0)}
+    assert "different scalars since the last write (rank0/only)" in caplog.text
+    s.iter = 1
+    s.put_scalar("train/loss", 5.0)  # the next write has the same keys on both ranks again
+    assert s.latest()["train/loss"] == (4.0, 1)
+
+
 def test_state_dict_round_trip():
     s = EventStorage()
     for i in range(5):
