@@ -10,7 +10,7 @@ import importlib
 import inspect
 import pkgutil
 import re
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
@@ -35,8 +35,9 @@ def _node_at(root: Any, key: str, full_key: str) -> Any:
     return OmegaConf.select(root, rel) if rel else root
 
 
-def _accepted(target: Optional[str]) -> str:
-    """The keyword arguments ``target`` accepts, following ``**kwargs`` up a class's bases."""
+def _accepted(target: Optional[str], supplied: Sequence[str] = ()) -> str:
+    """The keyword arguments ``target`` accepts, following ``**kwargs`` up a class's bases; less
+    ``supplied``, those the launcher passes itself (a trainer's model, optimizer, data...)."""
     try:
         obj = get_object(target) if target else None
     except Exception:
@@ -48,7 +49,8 @@ def _accepted(target: Optional[str]) -> str:
             params = inspect.signature(func).parameters
         except (TypeError, ValueError):
             break
-        names += [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n != "self" and n not in names]
+        names += [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n != "self"
+                  and n not in names and n not in supplied]
         if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             break
     return f"; {target} accepts: {', '.join(names)}" if names else ""
@@ -116,7 +118,7 @@ def _mistyped(full_key: str, sub: Any, target: Optional[str]) -> Optional[str]:
         else:
             continue
         if wrong:
-            return f"{full_key}.{name}: {value!r} is not {wanted} (its default is {default!r})"
+            return f"{full_key}.{name}: {value!r} is not {wanted}"
     return None
 
 
@@ -157,8 +159,9 @@ def _not_bool(key: str, node: Any) -> Optional[str]:
     return None
 
 
-def explain(key: str, node: Any, err: BaseException) -> ConfigError:
-    """Turn an exception raised while building ``node`` (at config ``key``) into a one-line ConfigError."""
+def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = ()) -> ConfigError:
+    """Turn an exception raised while building ``node`` (at config ``key``) into a one-line ConfigError;
+    ``supplied``: the arguments the launcher passed itself, not the config's."""
     cause = err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
     message = str(err)
     match = re.search(r"full_key: (\S+)", message)
@@ -168,7 +171,7 @@ def explain(key: str, node: Any, err: BaseException) -> ConfigError:
     if isinstance(err, InstantiationException) and message.startswith("Error locating target"):
         return ConfigError(f"{full_key}._target_: cannot import {target!r}: {why_not_importable(str(target))}")
     if isinstance(cause, TypeError) and "argument" in str(cause):
-        return ConfigError(f"{full_key}: {target} rejected the config: {cause}{_accepted(target)}")
+        return ConfigError(f"{full_key}: {target} rejected the config: {cause}{_accepted(target, supplied)}")
     if isinstance(cause, ConfigError):
         return cause
     if isinstance(cause, MissingMandatoryValue):
@@ -195,7 +198,7 @@ def build(key: str, node: Any, **kwargs: Any) -> Any:
         if _from_distributed(err):
             raise  # a peer gone or a network fault while building (e.g. the trainer's broadcasts): not the config
         _raise_code_error(err)
-        raise explain(key, node, err) from err
+        raise explain(key, node, err, supplied=list(kwargs)) from err
 
 
 # Raised by the code being built, never by a config value: shown with the traceback that says where.
