@@ -5,12 +5,13 @@ From Python (notebooks, tests): ``cfg = launcher.compose(["trainer=iter"])`` the
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from omegaconf import DictConfig
 
@@ -134,6 +135,27 @@ def new_run_dir(root: Union[str, Path] = "outputs") -> Path:
             continue
 
 
+@contextlib.contextmanager
+def _log_to_run_dir(run_dir: Path) -> Iterator[None]:
+    """The launcher's and hooks' log records (INFO and up) in ``<run_dir>/train.log`` while the block
+    runs, as the CLI's logging config writes them; loggers are left as they were afterwards."""
+    handler = logging.FileHandler(run_dir / "train.log")
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(levelname)s] %(message)s", "%H:%M:%S"))
+    loggers = [logging.getLogger("launcher"), logging.getLogger("hooks")]
+    levels = [each.level for each in loggers]
+    for each in loggers:
+        each.addHandler(handler)
+        if each.level == logging.NOTSET:
+            each.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for each, level in zip(loggers, levels):
+            each.removeHandler(handler)
+            each.setLevel(level)
+        handler.close()
+
+
 def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Optional[List[str]] = None,
         on_start: Optional[Callable[[], None]] = None, checked: bool = False) -> RunResult:
     """Build everything in ``cfg`` and train; ``run.json`` in ``run_dir`` records how it went.
@@ -150,12 +172,19 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     DDP after the ranks have met, so that no rank checks against a record another rank rewrote.
     ``checked``: the run dir was checked already (a worker of ``trainer.devices=N``).
     """
-    from launcher.rundir import check_rerun, describe_changes, finished_result, ignore_outputs_in_git, lengthens
+    from hydra.core.hydra_config import HydraConfig
+
+    from launcher.rundir import (check_rerun, describe_changes, finished_result, ignore_outputs_in_git, lengthens,
+                                 save_config_files)
 
     if run_dir is None:
         run_dir = new_run_dir()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if not checked and on_start is None and not HydraConfig.initialized():  # the Python API, outside a Hydra job
+        with _log_to_run_dir(run_dir):  # train.log and .hydra/ as the CLI leaves them
+            return run(cfg, run_dir, overrides, checked=False, on_start=lambda: save_config_files(
+                run_dir, {"config.yaml": cfg, "overrides.yaml": list(overrides or [])}))
     ignore_outputs_in_git(run_dir)
     if not checked:
         changes = check_rerun(run_dir, cfg)

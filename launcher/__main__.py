@@ -46,19 +46,15 @@ def save_job_config(cfg: DictConfig) -> None:
     here, once the run dir's earlier run is known to fit this config, they always describe the
     config its checkpoints were made with: a rerun that is refused or trains nothing changes none.
     """
-    from omegaconf import OmegaConf
-
     from launcher import distributed
-    from launcher.checkpoint import atomic_write
+    from launcher.rundir import save_config_files
 
     env = distributed.from_environment()
     if env is not None and not env.is_main:
         return
     hc = HydraConfig.instance().cfg
-    out = os.path.join(hc.hydra.runtime.output_dir, ".hydra")
-    os.makedirs(out, exist_ok=True)
-    for name, node in (("config.yaml", cfg), ("hydra.yaml", hc), ("overrides.yaml", hc.hydra.overrides.task)):
-        atomic_write(os.path.join(out, name), OmegaConf.to_yaml(node).encode(), sync_dir=False)
+    save_config_files(hc.hydra.runtime.output_dir,
+                      {"config.yaml": cfg, "hydra.yaml": hc, "overrides.yaml": hc.hydra.overrides.task})
 
 
 def explain_config_errors() -> None:

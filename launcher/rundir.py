@@ -249,6 +249,17 @@ def lengthens(changes: Sequence[Tuple[str, Any, Any]]) -> bool:
     return any(k in LENGTH and isinstance(a, int) and isinstance(b, int) and b > a for k, a, b in changes)
 
 
+def save_config_files(run_dir: Path, files: Mapping[str, Any]) -> None:
+    """``.hydra/<name>`` in the run dir for each ``{name: config or list}``, as YAML, as Hydra writes them."""
+    from omegaconf import OmegaConf
+
+    out = Path(run_dir) / ".hydra"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, node in files.items():
+        node = node if OmegaConf.is_config(node) else OmegaConf.create(node)
+        atomic_write(out / name, OmegaConf.to_yaml(node).encode(), sync_dir=False)
+
+
 def ignore_outputs_in_git(run_dir: Path) -> None:
     """``outputs/.gitignore`` (ignore all) when the run dir is under ``./outputs`` and it has none.
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -78,9 +79,17 @@ def test_python_api_runs_started_at_once_get_their_own_default_run_dirs(tmp_path
         t.join()
     assert len(set(made)) == 8 and all(p.is_dir() and not any(p.iterdir()) for p in made)
     cfg = launcher.compose(["hooks=minimal", "data=synthetic", "data.train.size=256", "trainer.max_epochs=1"])
-    first, second = launcher.run(cfg), launcher.run(cfg)
+    handlers = list(logging.getLogger("launcher").handlers)
+    first, second = launcher.run(cfg), launcher.run(cfg, overrides=["hooks=minimal"])
     assert first.run_dir != second.run_dir and first.run_dir.parent.parent == Path("outputs")
     assert read_run(second.run_dir)["attempt"] == 1 and second.status == "completed"
+    # the run dir as the CLI leaves it: train.log and .hydra/, and the process's logging as it was
+    log = (second.run_dir / "train.log").read_text()
+    assert "Training EpochTrainer" in log and "Finished (completed)" in log
+    assert str(second.run_dir) not in (first.run_dir / "train.log").read_text()  # each run's log holds its own run
+    assert "max_epochs: 1" in (second.run_dir / ".hydra" / "config.yaml").read_text()
+    assert (second.run_dir / ".hydra" / "overrides.yaml").read_text() == "- hooks=minimal\n"
+    assert logging.getLogger("launcher").handlers == handlers and logging.getLogger("launcher").level == logging.NOTSET
 
 
 def test_help_lists_groups_options_and_examples(tmp_path):
