@@ -139,7 +139,12 @@ def new_run_dir(root: Union[str, Path] = "outputs") -> Path:
 def _log_to_run_dir(run_dir: Path) -> Iterator[None]:
     """The launcher's and hooks' log records (INFO and up) in ``<run_dir>/train.log`` while the block
     runs, as the CLI's logging config writes them; loggers are left as they were afterwards."""
-    handler = logging.FileHandler(run_dir / "train.log")
+    path = (run_dir / "train.log").resolve()
+    for each in logging.getLogger().handlers + logging.getLogger("launcher").handlers:
+        if isinstance(each, logging.FileHandler) and Path(each.baseFilename) == path:
+            yield  # written already (a Hydra app of the user's own whose job dir this is)
+            return
+    handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(levelname)s] %(message)s", "%H:%M:%S"))
     loggers = [logging.getLogger("launcher"), logging.getLogger("hooks")]
     levels = [each.level for each in loggers]
@@ -172,8 +177,6 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     DDP after the ranks have met, so that no rank checks against a record another rank rewrote.
     ``checked``: the run dir was checked already (a worker of ``trainer.devices=N``).
     """
-    from hydra.core.hydra_config import HydraConfig
-
     from launcher.rundir import (check_rerun, describe_changes, finished_result, ignore_outputs_in_git, lengthens,
                                  save_config_files)
 
@@ -181,7 +184,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
         run_dir = new_run_dir()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not checked and on_start is None and not HydraConfig.initialized():  # the Python API, outside a Hydra job
+    if not checked and on_start is None:  # the Python API (the CLI passes on_start; spawned workers, checked)
         with _log_to_run_dir(run_dir):  # train.log and .hydra/ as the CLI leaves them
             return run(cfg, run_dir, overrides, checked=False, on_start=lambda: save_config_files(
                 run_dir, {"config.yaml": cfg, "overrides.yaml": list(overrides or [])}))

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from launcher.checkpoint import atomic_write
 
+FAILURE = "failure.json"  # in a job dir: its last attempt in a sweep failed (error, overrides); gone once one succeeds
 STATUS = {"completed": "done", "stopped": "done", "failed": "failed", "aborted": "failed",
           "running": "running", "interrupted": "interrupted"}
 
@@ -57,11 +58,17 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
             except OSError:
                 overrides = []
         submitit = record.get("submitit") or {}
-        rows.append({
+        row = {
             "job": int(d.name), "dir": str(d), "overrides": " ".join(overrides), "stderr": submitit.get("stderr"),
             "status": STATUS.get(record.get("status", ""), "pending"), "seconds": _seconds(record),
             "metrics": record.get("metrics", {}), "error": record.get("error", ""),
-        })
+        }
+        try:  # the job's last attempt failed where run.json could not say so (e.g. refused: another config's run dir)
+            failure = json.loads((d / FAILURE).read_text())
+            row.update(status="failed", error=failure["error"], overrides=" ".join(failure["overrides"]), metrics={}, seconds=None)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        rows.append(row)
     return rows
 
 
@@ -166,9 +173,11 @@ class SweepSummary(Callback):  # type: ignore[misc]
         write_summary(Path(config.hydra.sweep.dir), config.get("objective", "val/accuracy"), config.get("objective_mode", "max"))
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
-        self._write(config)
         from hydra.core.utils import JobStatus
 
+        if config.hydra.mode == RunMode.MULTIRUN:
+            self._record_failure(config, job_return)
+        self._write(config)
         if config.hydra.mode == RunMode.MULTIRUN and job_return.status == JobStatus.FAILED:
             err = job_return._return_value
             last = str(err).strip().splitlines()[-1] if str(err).strip() else ""
@@ -182,6 +191,23 @@ class SweepSummary(Callback):  # type: ignore[misc]
             logger.error("Sweep job %s failed (%s): %s: %s; log: %s%s", config.hydra.job.num,
                          " ".join(OmegaConf.to_container(config.hydra.overrides.task, resolve=False)), type(err).__name__, last,
                          Path(config.hydra.runtime.output_dir) / f"{config.hydra.job.name}.log", trace)
+
+    @staticmethod
+    def _record_failure(config: Any, job_return: Any) -> None:
+        """``failure.json`` in the job dir after a failed job, removed after one that succeeds: run.json
+        cannot always say (a rerun refused for another config's run dir leaves that run's record as it was)."""
+        from hydra.core.utils import JobStatus
+
+        path = Path(config.hydra.runtime.output_dir) / FAILURE
+        if job_return.status != JobStatus.FAILED:
+            path.unlink(missing_ok=True)
+            return
+        err = job_return._return_value
+        overrides = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
+        try:
+            atomic_write(path, json.dumps({"error": f"{type(err).__name__}: {err}", "overrides": overrides}, indent=2).encode())
+        except OSError:
+            pass
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         # Hydra's sweeper raises at the first failed job, so on_multirun_end never runs then: the

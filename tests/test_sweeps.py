@@ -64,6 +64,24 @@ def test_rerunning_a_sweep_skips_finished_jobs_and_resumes_unfinished_ones(tmp_p
     assert read_run(unfinished)["metrics"]["val/accuracy"] == want  # as if never interrupted
 
 
+def test_a_sweep_rerun_whose_job_is_refused_reports_it_failed_in_the_summary_too(tmp_path):
+    """Rerun into an old sweep dir with another value: job 0's dir holds another config's run and is
+    refused (left as it was); the summary must not show that old run as this job's result."""
+    sweep = tmp_path / "sweep"
+    base = ["-m", f"hydra.sweep.dir={sweep}", "trainer.max_epochs=1", *FAST]
+    assert run_cli([*base, "optimizer.lr=0.05,0.1"], tmp_path).returncode == 0
+    proc = run_cli([*base, "optimizer.lr=0.07,0.1"], tmp_path)
+    assert proc.returncode != 0
+    assert "1 of 2 sweep job(s) failed" in proc.stderr and "2 done" not in proc.stdout
+    md = (sweep / "summary.md").read_text()
+    assert "optimizer.lr=0.07` | failed |" in md and "holds a run made with another config (optimizer.lr: 0.05 -> 0.07)" in md
+    assert read_run(sweep / "0")["status"] == "completed"  # the refused job's dir: the old run's record, untouched
+
+    again = run_cli([*base, "optimizer.lr=0.05,0.1"], tmp_path)  # the sweep it holds: nothing to train, all done
+    assert again.returncode == 0 and "Sweep of 2 job(s): 2 done" in again.stdout
+    assert "| failed |" not in (sweep / "summary.md").read_text()
+
+
 def test_each_run_logs_its_hyperparameters_and_final_metrics_to_tensorboard_hparams(tmp_path):
     sweep = tmp_path / "sweep"
     assert run_cli(["-m", "optimizer.lr=0.05,0.2", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST], tmp_path).returncode == 0
