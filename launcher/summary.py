@@ -64,6 +64,8 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
             "metrics": record.get("metrics", {}), "error": record.get("error", ""),
         }
         try:  # the job's last attempt failed where run.json could not say so (e.g. refused: another config's run dir)
+            if (d / "run.json").is_file() and (d / "run.json").stat().st_mtime_ns > (d / FAILURE).stat().st_mtime_ns:
+                raise ValueError("run.json is newer: it tells the last attempt")
             failure = json.loads((d / FAILURE).read_text())
             row.update(status="failed", error=failure["error"], overrides=" ".join(failure["overrides"]), metrics={}, seconds=None)
         except (OSError, ValueError, KeyError, TypeError):
