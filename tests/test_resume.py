@@ -255,32 +255,27 @@ def test_explicit_resume_path_trains_on_even_when_the_run_finished(tmp_path, ref
     assert torch.load(final, weights_only=False)["iter"] == 110
 
 
-def test_a_rerun_with_another_model_is_refused_and_leaves_the_run_dir_as_it_was(tmp_path, references, tmp_path_factory):
+REFUSED = [
+    ("model.hidden=[32]", ["model.hidden: [256] -> [32]"]),
+    # a fresh start would overwrite the dir's checkpoints and mix its metrics with the new run's
+    ("trainer.resume=false", ["trainer.resume=false: run dir {run_dir!r} holds checkpoints of an earlier run (final.pt"]),
+]
+
+
+@pytest.mark.parametrize("override, words", REFUSED, ids=[o for o, _ in REFUSED])
+def test_a_rerun_that_does_not_fit_the_run_dir_is_refused_and_leaves_it_as_it_was(override, words, tmp_path, references,
+                                                                                  tmp_path_factory):
     reference = reference_for(references, tmp_path_factory, "iter", 0)
     run_dir = tmp_path / "run"
     shutil.copytree(reference, run_dir)
     files = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"}
-    proc = subprocess.run([*command(run_dir, "iter", 0), "model.hidden=[32]"], cwd=tmp_path, env=ENV,
+    proc = subprocess.run([*command(run_dir, "iter", 0), override], cwd=tmp_path, env=ENV,
                           capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in out
-    assert "model.hidden: [256] -> [32]" in out and "choose a new hydra.run.dir" in out
-    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"} == files
-
-
-def test_a_fresh_start_over_a_run_dirs_checkpoints_is_refused(tmp_path, references, tmp_path_factory):
-    """trainer.resume=false in a dir that holds a run would overwrite its checkpoints and mix its
-    metrics with the new run's: refused, the dir left as it was."""
-    reference = reference_for(references, tmp_path_factory, "iter", 0)
-    run_dir = tmp_path / "run"
-    shutil.copytree(reference, run_dir)
-    files = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"}
-    proc = subprocess.run([*command(run_dir, "iter", 0), "trainer.resume=false"], cwd=tmp_path, env=ENV,
-                          capture_output=True, text=True, timeout=300)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 2 and "Traceback" not in out
-    assert f"trainer.resume=false: run dir {str(run_dir)!r} holds checkpoints of an earlier run (final.pt" in out
     assert "choose a new hydra.run.dir" in out
+    for word in words:
+        assert word.format(run_dir=str(run_dir)) in out, out[-2000:]
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"} == files
 
 
