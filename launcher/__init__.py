@@ -360,17 +360,7 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
         mark_failed(run_dir, "KeyboardInterrupt: stopped by Ctrl-C", status="aborted", exit_code=130)
         raise
     except Exception as err:  # torch.multiprocessing's ProcessRaisedException / ProcessExitedException
-        import re
-
-        message = distributed.describe_worker_failure(err)
-        config_error = re.match(r"rank \d+ failed: (?:launcher\.errors\.)?ConfigError: (.*)", message)
-        if config_error:  # the config, as a single process would report it
-            mark_failed(run_dir, f"ConfigError: {config_error.group(1)}", exit_code=2)
-            raise ConfigError(config_error.group(1)) from None
-        rank = getattr(err, "error_index", None)
-        log = run_dir / ("train.log" if not rank else f"train_rank{rank}.log")
-        mark_failed(run_dir, message)
-        raise distributed.WorkerFailed(f"{message} (log: {log})") from None
+        received, previous = _after_worker_failure(err, run_dir), None
     try:
         data = json.loads((run_dir / "run.json").read_text())
     except (OSError, ValueError) as err:
@@ -384,6 +374,31 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     if status == "interrupted" and callable(previous) and previous is not signal.default_int_handler:
         previous(received, None)  # e.g. submitit's handler, which requeues the job: rank 0's checkpoint is on disk
     return RunResult(objective=float(value), metrics=metrics, status=status, run_dir=run_dir)
+
+
+def _after_worker_failure(err: Exception, run_dir: Path) -> int:
+    """Raise what a worker's failure means for the run: a ConfigError (one line, exit 2, as in one
+    process) or :class:`WorkerFailed` naming the rank, its error and its log. But when a signal passed
+    on to the workers ended one after rank 0 had recorded the run's end, the run stands: say so and
+    return that signal."""
+    import re
+
+    from launcher import distributed
+    from launcher.rundir import finished_result, mark_failed
+
+    message = distributed.describe_worker_failure(err)
+    forwarded = getattr(err, "forwarded", None)
+    if forwarded and finished_result(run_dir) is not None:
+        logger.warning("%s, after the run had finished: its record and final checkpoint stand", message)
+        return int(forwarded[0])
+    config_error = re.match(r"rank \d+ failed: (?:launcher\.errors\.)?ConfigError: (.*)", message)
+    if config_error:  # the config, as a single process would report it
+        mark_failed(run_dir, f"ConfigError: {config_error.group(1)}", exit_code=2)
+        raise ConfigError(config_error.group(1)) from None
+    rank = getattr(err, "error_index", None)
+    log = run_dir / ("train.log" if not rank else f"train_rank{rank}.log")
+    mark_failed(run_dir, message)
+    raise distributed.WorkerFailed(f"{message} (log: {log})") from None
 
 
 def _spawned_worker(rank: int, world_size: int, port: int, parent: int, config: dict, run_dir: str, overrides: List[str]) -> None:

@@ -328,9 +328,10 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
     try:
         while not context.join(timeout=1.0, grace_period=10.0):
             pass
-    except Exception:
+    except Exception as err:
         if signal.SIGINT in received:  # a worker ended by the Ctrl-C (e.g. before training): an abort, not a failure
             raise KeyboardInterrupt from None
+        err.forwarded = list(received)  # type: ignore[attr-defined]  # a signal may have ended a worker that was done
         raise
     finally:
         for sig, handler in previous.items():

@@ -24,6 +24,19 @@ class RankValue(HookBase):
         t.storage.put_scalar("probe/rank", float(t.rank * (t.iter + 1)))
 
 
+class SigtermAfterTheEnd(HookBase):
+    """Rank 0 sends SIGTERM to the launcher a second after training ended: the launcher passes it on to
+    workers that have recorded the run's end and are leaving (as a scheduler's signal at time-out may)."""
+
+    priority = 100  # after every other hook, the checkpointer's final save included
+
+    def after_train(self):
+        if self.trainer.rank == 0:
+            import threading
+
+            threading.Timer(1.0, os.kill, (os.getppid(), signal.SIGTERM)).start()
+
+
 class KillRank(HookBase):
     """SIGKILLs rank ``rank`` itself after step ``at`` (no Python cleanup runs, as when the OOM killer strikes)."""
 

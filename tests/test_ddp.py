@@ -243,6 +243,16 @@ def test_ctrl_c_at_start_up_aborts_and_a_killed_launcher_takes_its_workers_along
     assert not any(running(w) for w in workers), "the workers outlived the launcher killed with SIGKILL"
 
 
+def test_a_sigterm_as_the_workers_leave_a_finished_run_leaves_it_finished(tmp_path):
+    proc = launch(cli(*DATA, "trainer.max_epochs=1", "trainer.devices=2", "+hooks.late._target_=ddp_probe.SigtermAfterTheEnd",
+                      "hydra.run.dir=run"), tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "after the run had finished: its record and final checkpoint stand" in out
+    record = read_run(tmp_path / "run")
+    assert record["status"] == "completed" and (tmp_path / "run" / "checkpoints" / "final.pt").is_file()
+
+
 def test_killed_ddp_job_resumes_from_its_last_checkpoint_bitwise(tmp_path, uninterrupted):
     proc = subprocess.Popen(cli(*RESUMABLE, "hydra.run.dir=run"), cwd=tmp_path, env=ENV, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
