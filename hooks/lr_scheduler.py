@@ -55,7 +55,7 @@ class LRScheduler(HookBase):
         self.monitor = monitor
         self.scheduler: Any = None
         self._plateau = False
-        self._every = 1  # iterations per optimizer step (gradient accumulation)
+        self._every = 1  # iterations per optimizer step (gradient accumulation), set when the scheduler is built
 
     def _build(self) -> Any:
         if self.scheduler is None:
@@ -66,7 +66,7 @@ class LRScheduler(HookBase):
                 params = inspect.signature(target).parameters
             except (TypeError, ValueError):
                 params = {}
-            accumulate = self._accumulate()
+            accumulate = self._every = self._accumulate()
             warmup = -(-self.warmup_iters // accumulate)  # in optimizer steps, as the schedule is stepped
             horizon = self.trainer.max_epochs if self.by_epoch else -(-self.trainer.max_iters // accumulate) - warmup
             for name in _HORIZON_PARAMS:
@@ -101,7 +101,6 @@ class LRScheduler(HookBase):
 
     def before_train(self) -> None:
         self._build()
-        self._every = self._accumulate()
 
     def after_step(self) -> None:
         groups = self.trainer.optimizer.param_groups

@@ -354,10 +354,14 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     logger.info("Starting %d worker processes (trainer.devices=%d); their logs: %s/train.log (rank 0), "
                 "train_rank<N>.log (others)", devices, devices, run_dir)
     config = OmegaConf.to_container(cfg, resolve=True)
+
+    def mark_aborted() -> None:
+        mark_failed(run_dir, "KeyboardInterrupt: stopped by Ctrl-C", status="aborted", exit_code=130)
+
     try:
         received, previous = distributed.spawn(_spawned_worker, (config, str(run_dir), list(overrides or [])), devices)
     except KeyboardInterrupt:
-        mark_failed(run_dir, "KeyboardInterrupt: stopped by Ctrl-C", status="aborted", exit_code=130)
+        mark_aborted()
         raise
     except Exception as err:  # torch.multiprocessing's ProcessRaisedException / ProcessExitedException
         received, previous = _after_worker_failure(err, run_dir), None
@@ -367,7 +371,7 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
         raise RuntimeError(f"the workers ended but {run_dir / 'run.json'} cannot be read: {err}") from err
     status = data.get("status", "failed")
     if received == signal.SIGINT and status in ("aborted", "running"):  # torch's workers exit 0 on KeyboardInterrupt
-        mark_failed(run_dir, "KeyboardInterrupt: stopped by Ctrl-C", status="aborted", exit_code=130)
+        mark_aborted()
         raise KeyboardInterrupt
     metrics = data.get("metrics", {})
     value = metrics.get(cfg.objective, float("nan"))

@@ -159,10 +159,15 @@ def _not_bool(key: str, node: Any) -> Optional[str]:
     return None
 
 
+def _cause(err: BaseException) -> BaseException:
+    """What the built object raised, under Hydra's InstantiationException wrapper."""
+    return err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
+
+
 def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = ()) -> ConfigError:
     """Turn an exception raised while building ``node`` (at config ``key``) into a one-line ConfigError;
     ``supplied``: the arguments the launcher passed itself, not the config's."""
-    cause = err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
+    cause = _cause(err)
     message = str(err)
     match = re.search(r"full_key: (\S+)", message)
     full_key = match.group(1) if match else key
@@ -206,7 +211,7 @@ CODE_ERRORS = (NameError, SyntaxError)
 
 
 def _raise_code_error(err: BaseException) -> None:
-    cause = err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
+    cause = _cause(err)
     if isinstance(cause, CODE_ERRORS):
         raise cause from None
 
