@@ -111,11 +111,28 @@ class LRScheduler(HookBase):
         # With gradient accumulation the schedule moves with the optimizer steps, not the micro-batches:
         # it then matches the same run on batches `accumulate` times larger (and torch's order of steps).
         if not self.by_epoch and not self._plateau and (self._every == 1 or (self.trainer.iter + 1) % self._every == 0):
-            self.scheduler.step()
+            self._step()
 
     def after_epoch(self) -> None:
         if self.by_epoch and not self._plateau:
+            self._step()
+
+    def _step(self) -> None:
+        try:
             self.scheduler.step()
+        except (ZeroDivisionError, ValueError, TypeError, OverflowError) as err:
+            # torch checks few of a schedule's arguments when it is built (StepLR(step_size=0) divides by zero here)
+            raise ConfigError(f"{self._describe()}: stepping the schedule failed with {type(err).__name__}: {err}; "
+                              f"check its arguments") from err
+
+    def _describe(self) -> str:
+        """``hooks.<name>.scheduler (module.Class, given k=v, ...)``: the config that built the schedule."""
+        factory = self._factory
+        target = factory.func if isinstance(factory, functools.partial) else factory
+        given = factory.keywords if isinstance(factory, functools.partial) else {}
+        what = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', target)}"
+        given_text = f", given {', '.join(f'{k}={v!r}' for k, v in given.items())}" if given else ""
+        return f"hooks.{self.name or 'lr_scheduler'}.scheduler ({what}{given_text})"
 
     def after_val(self) -> None:
         if self._plateau:

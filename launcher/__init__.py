@@ -180,6 +180,9 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     from launcher.rundir import (check_rerun, describe_changes, finished_result, ignore_outputs_in_git, lengthens,
                                  save_config_files)
 
+    from launcher.trainer import check_devices
+
+    devices = check_devices(cfg.trainer.get("devices", 1))  # before the run dir or the data: a typo costs nothing
     if run_dir is None:
         run_dir = new_run_dir()
     run_dir = Path(run_dir)
@@ -209,12 +212,11 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     from launcher import distributed
 
     env = distributed.from_environment()
-    devices = cfg.trainer.get("devices", 1)
-    if env is None and isinstance(devices, int) and devices > 1:
+    if env is None and devices > 1:
         if on_start is not None:
             on_start()
         return _run_spawned(cfg, run_dir, overrides, devices)
-    if env is not None and isinstance(devices, int) and devices > 1 and devices != env.world_size:
+    if env is not None and devices > 1 and devices != env.world_size:
         logger.warning("trainer.devices=%d is ignored: this process is rank %d of %d started by %s",
                        devices, env.rank, env.world_size, env.source)
     if env is None:

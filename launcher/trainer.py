@@ -100,6 +100,13 @@ def batch_size_of(batch: Any) -> int:
     return 0
 
 
+def check_devices(devices: Any) -> int:
+    """``trainer.devices``, or a ConfigError naming it: asked before anything is built."""
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise ConfigError(f"trainer.devices should be an integer of at least 1 (processes to train with), got {devices!r}")
+    return devices
+
+
 def _as_tensor_dict(out: Any, model: nn.Module, mode: str) -> Dict[str, torch.Tensor]:
     if isinstance(out, torch.Tensor):
         if out.numel() == 1:
@@ -151,9 +158,7 @@ class TrainerBase:
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        if not isinstance(devices, int) or devices < 1:
-            raise ConfigError(f"trainer.devices should be an integer of at least 1 (processes to train with), got {devices!r}")
-        self.devices = devices  # launcher.run spawns that many workers; each builds a trainer in the process group
+        self.devices = check_devices(devices)  # launcher.run spawns that many workers; each builds a trainer in the process group
         self.dist = distributed.current()  # None in a single process
         self.rank = self.dist.rank if self.dist else 0
         self.world_size = self.dist.world_size if self.dist else 1

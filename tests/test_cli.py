@@ -153,6 +153,9 @@ BAD_INPUTS = [
     (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.StepLR"],
      ["hooks.lr_scheduler.scheduler (torch.optim.lr_scheduler.StepLR)", "missing 1 required positional argument: 'step_size'",
       "add +hooks.lr_scheduler.scheduler.step_size=<value>"]),
+    (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.StepLR", "+hooks.lr_scheduler.scheduler.step_size=0"],
+     ["hooks.lr_scheduler.scheduler (torch.optim.lr_scheduler.StepLR, given step_size=0)", "ZeroDivisionError"]),
+    (["trainer.devices=0", "data=arrays"], ["trainer.devices should be an integer of at least 1", "got 0"]),  # before the data
 ]
 
 
