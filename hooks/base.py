@@ -1,7 +1,9 @@
 """HookBase: one task of a training run (timing, logging, checkpointing...) as a set of events.
 
 Every event is a no-op here; a hook overrides only the events it needs, and the trainer
-calls a hook only for the events it overrides.
+calls a hook only for the events it overrides. A hook that needs an event only in some
+settings sets it to ``None`` on the instance before it is registered (the checkpointer's
+``self.after_step = None`` when it saves by epoch): the trainer then never calls it.
 
 Order: lower ``priority`` runs first; hooks of equal priority keep registration order.
 

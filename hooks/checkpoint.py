@@ -45,6 +45,10 @@ class PeriodicCheckpointer(HookBase):
         self._saved: List[str] = []  # periodic checkpoints on disk, oldest first
         self._interrupt_file: Optional[str] = None  # the interrupt checkpoint this run resumed from
         self._writer = BackgroundWriter()
+        if by_epoch:  # one of the two periodic events has nothing to do: the trainer skips it (see HookBase)
+            self.after_step = None  # type: ignore[assignment]
+        else:
+            self.after_epoch = None  # type: ignore[assignment]
 
     def save(self, name: str, background: bool = False, then_remove: Sequence[str] = ()) -> Path:
         directory = self.trainer.checkpoint_dir

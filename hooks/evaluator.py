@@ -26,6 +26,10 @@ class Evaluator(HookBase):
         self.by_epoch = by_epoch
         self.at_end = at_end
         self._enabled = True  # false when the data has no val set
+        if by_epoch:  # the other periodic event has nothing to do: the trainer skips it (see HookBase)
+            self.after_step = None  # type: ignore[assignment]
+        else:
+            self.after_epoch = None  # type: ignore[assignment]
 
     def before_train(self) -> None:
         if self.trainer.val_loader is None:

@@ -249,9 +249,10 @@ class TrainerBase:
             hook.trainer = weakref.proxy(self)
             self._hooks.append(hook)
         self._hooks.sort(key=lambda h: h.priority)  # stable: equal priorities keep their order
-        for event in EVENTS:  # call a hook only for the events it overrides
+        for event in EVENTS:  # call a hook only for the events it overrides and has not set to None
             self._handlers[event] = [
-                getattr(h, event) for h in self._hooks if getattr(type(h), event) is not getattr(HookBase, event)
+                getattr(h, event) for h in self._hooks
+                if getattr(type(h), event) is not getattr(HookBase, event) and getattr(h, event) is not None
             ]
         owners = [h for h in self._hooks if callable(getattr(h, "optimizer_step", None))]
         if len(owners) > 1:

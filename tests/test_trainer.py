@@ -56,6 +56,29 @@ def test_hook_is_called_only_for_events_it_overrides():
     assert all(not trainer._handlers[e] for e in trainer._handlers if e != "after_step")
 
 
+def test_an_event_a_hook_sets_to_none_is_never_called():
+    class EitherOr(HookBase):
+        def __init__(self, by_epoch):
+            super().__init__()
+            self.calls = []
+            if by_epoch:
+                self.after_step = None
+            else:
+                self.after_epoch = None
+
+        def after_step(self):
+            self.calls.append("step")
+
+        def after_epoch(self):
+            self.calls.append("epoch")
+
+    by_epoch, by_step = EitherOr(True), EitherOr(False)
+    trainer = make_trainer("epoch", hooks={"e": by_epoch, "s": by_step}, max_epochs=2)
+    trainer.train()
+    assert by_epoch.calls == ["epoch"] * 2
+    assert by_step.calls == ["step"] * trainer.iter
+
+
 def test_non_hook_is_rejected_with_its_type():
     with pytest.raises(TypeError, match="collections.OrderedDict.*not a hooks.HookBase"):
         make_trainer(hooks={"x": __import__("collections").OrderedDict()})
