@@ -290,7 +290,8 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
     SIGTERM, SIGUSR2 and SIGINT sent to this process are passed on to the workers (each checkpoints
     and stops at the same step boundary; a second SIGINT aborts them, a third stops the wait). The
     workers have process groups of their own (:func:`detach_worker`), so a Ctrl-C in the terminal
-    reaches this process alone and each worker gets it once, through here, as with ``kill -INT``.
+    reaches this process alone and each worker gets it once, through here, as with ``kill -INT``;
+    a Ctrl-Z (SIGTSTP) stops the workers with this process, and they go on when it does.
     When one worker fails the others are stopped (SIGTERM, then SIGKILL) and torch's
     ``ProcessRaisedException``/``ProcessExitedException`` is raised, naming its rank; after a
     Ctrl-C, KeyboardInterrupt instead. Returns the signal forwarded (or None) and the handler it
@@ -299,6 +300,8 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
     import signal
 
     import torch.multiprocessing as mp
+
+    from launcher.signals import suspend_along
 
     port = free_port()
     context = mp.start_processes(worker, args=(nprocs, port, os.getpid(), *args), nprocs=nprocs, join=False,
@@ -320,6 +323,8 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
     handlers = {signal.SIGTERM: forward, signal.SIGINT: forward}
     if hasattr(signal, "SIGUSR2"):
         handlers[signal.SIGUSR2] = forward
+    if hasattr(signal, "SIGTSTP"):  # Ctrl-Z: the workers stop with this process, and go on with it
+        handlers[signal.SIGTSTP] = suspend_along(lambda: [p.pid for p in context.processes if p.is_alive() and p.pid])
     try:
         for sig, handler in handlers.items():
             previous[sig] = signal.signal(sig, handler)

@@ -16,13 +16,13 @@ import signal
 import subprocess
 import time
 from unittest import mock
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from hydra.core.utils import JobReturn
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
 
 from launcher.plugins import as_plain
-from launcher.signals import EXIT_INTERRUPTED, handlers
+from launcher.signals import EXIT_INTERRUPTED, handlers, suspend_along
 
 log = logging.getLogger("launcher")
 
@@ -50,6 +50,21 @@ def child_pids() -> List[int]:
     return [int(e) for e in entries if e.isdigit() and (_stat(e) or ["", ""])[1] == me]
 
 
+def descendants() -> List[int]:
+    """This process's children, theirs, and so on (Linux's /proc; elsewhere none are found)."""
+    parents: Dict[str, List[int]] = {}
+    for entry in (os.listdir("/proc") if os.path.isdir("/proc") else []):
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields:
+            parents.setdefault(fields[1], []).append(int(entry))
+    found, todo = [], [os.getpid()]
+    while todo:
+        children = parents.get(str(todo.pop()), [])
+        found += children
+        todo += children
+    return found
+
+
 def _alive(pid: int) -> bool:
     """Whether ``pid`` still runs (a zombie, already ended, does not)."""
     fields = _stat(pid)
@@ -63,7 +78,7 @@ class StopJobsOnSignal:
     boundary and exits; the sweep waits for them (``wait_s`` at most), says how to resume, and
     exits 75. A second signal ends the wait at once (the jobs still finish their checkpoints).
     Without this, a SIGTERM (``timeout``, a CI step, ``kill``) ended the sweep and left its jobs
-    training with no parent.
+    training with no parent. A SIGTSTP (Ctrl-Z) stops the jobs with the sweep until it is continued.
     """
 
     def __init__(self, sweep_dir: str, wait_s: float = 120.0) -> None:
@@ -71,12 +86,16 @@ class StopJobsOnSignal:
         self.stopping = False
         sigs = [s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)) if s is not None]
         self._installed = handlers(self._stop, sigs)
+        # Ctrl-Z: the jobs (in sessions of their own, which the terminal does not reach) stop with the sweep
+        self._suspend = handlers(suspend_along(descendants), [signal.SIGTSTP] if hasattr(signal, "SIGTSTP") else [])
 
     def __enter__(self) -> "StopJobsOnSignal":
         self._installed.__enter__()
+        self._suspend.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._suspend.__exit__(*exc)
         self._installed.__exit__(*exc)
 
     def _stop(self, signum: int, frame: Any) -> None:

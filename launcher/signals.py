@@ -32,6 +32,32 @@ def handlers(handler: Callable[[int, Optional[FrameType]], Any], signals: Iterab
             signal.signal(sig, old)
 
 
+def suspend_along(processes: Callable[[], Iterable[int]]) -> Callable[[int, Optional[FrameType]], None]:
+    """A SIGTSTP (Ctrl-Z) handler for a process whose children run in process groups or sessions of
+    their own, which the terminal's signals do not reach: it stops ``processes()`` with SIGSTOP, then
+    this process as SIGTSTP would, and continues them when this process is continued (``fg``, ``bg``).
+    Where the kernel discards the stop (a process group no shell controls), they go on at once.
+    """
+    import os
+
+    def suspend(signum: int, frame: Optional[FrameType]) -> None:
+        stopped = []
+        for pid in processes():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        try:
+            os.kill(os.getpid(), signal.SIGTSTP)  # stops here until SIGCONT
+        finally:
+            signal.signal(signal.SIGTSTP, suspend)
+            for pid in stopped:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGCONT)
+
+    return suspend
+
+
 class GracefulStop:
     """Context manager installing the handlers around ``trainer.train()``."""
 

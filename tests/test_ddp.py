@@ -212,6 +212,46 @@ def test_ctrl_c_reaches_each_worker_once_whoever_it_is_sent_to(tmp_path, uninter
     _assert_same_run(run_dir, uninterrupted)
 
 
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (T: stopped, Z: zombie), or "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _until(condition, timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+def test_ctrl_z_stops_the_workers_with_the_launcher_and_fg_goes_on(tmp_path, uninterrupted):
+    """The workers have process groups of their own: the terminal's SIGTSTP reaches the launcher alone,
+    which stops them with it; the SIGCONT of `fg` reaches it alone too, and the run goes on unchanged."""
+    run_dir = tmp_path / "run"
+    # A process group of its own in this session, as a shell's job: in a new session the group would be
+    # orphaned, and the kernel discards a SIGTSTP's stop there (nothing could ever continue it).
+    proc = subprocess.Popen(cli(*RESUMABLE, f"hydra.run.dir={run_dir}"), cwd=tmp_path, env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0)
+    _wait_for(run_dir / "checkpoints" / "iter_0000020.pt", proc)
+    workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()]
+    workers = [w for w in workers if os.getpgid(w) != proc.pid]  # the two ranks (not torch's helper processes)
+    assert len(workers) == 2
+    os.killpg(proc.pid, signal.SIGTSTP)  # Ctrl-Z: the terminal signals its foreground process group
+    assert _until(lambda: _state(proc.pid) == "T" and all(_state(w) == "T" for w in workers)), \
+        [_state(p) for p in (proc.pid, *workers)]
+    metrics = (run_dir / "metrics.jsonl").read_text()
+    time.sleep(1.0)
+    assert (run_dir / "metrics.jsonl").read_text() == metrics, "training went on while stopped"
+    os.killpg(proc.pid, signal.SIGCONT)  # fg
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    assert read_run(run_dir)["status"] == "completed"
+    _assert_same_run(run_dir, uninterrupted)
+
+
 def test_ctrl_c_at_start_up_aborts_and_a_killed_launcher_takes_its_workers_along(tmp_path):
     args = [*DATA, "data.batch_size=32", "trainer=iter", "trainer.max_iters=100000", "trainer.devices=2"]
     proc = subprocess.Popen(cli(*args, "hydra.run.dir=early"), cwd=tmp_path, env=ENV, text=True,

@@ -204,3 +204,48 @@ def test_run_time_sums_the_attempts_and_leaves_out_the_gaps_between_them(tmp_pat
     attempt(5)
     (row,) = jobs(tmp_path)
     assert row["seconds"] == 15.0 and read_run(job)["attempt"] == 3
+
+
+def test_ctrl_z_stops_a_local_sweeps_jobs_with_it_and_fg_lets_them_finish(tmp_path):
+    """The jobs run in sessions of their own (so that Ctrl-C reaches them once, through the sweep); the
+    terminal's SIGTSTP reaches the sweep alone, which must stop them with it, and continue them with it."""
+    import signal
+    import time
+
+    from launcher.local import _stat
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "launcher", "-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=3",
+            f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", "hooks.jsonl.flush_secs=0",
+            "hooks.jsonl.period=1", *FAST]
+    # a process group of its own in this session, as a shell's job (a new session's group would be orphaned,
+    # and the kernel discards a SIGTSTP's stop there)
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            process_group=0)
+    metrics = [sweep / str(j) / "metrics.jsonl" for j in (0, 1)]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(m.is_file() and m.stat().st_size for m in metrics):
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        time.sleep(0.1)  # both jobs are training
+    os.killpg(proc.pid, signal.SIGTSTP)
+
+    def states():
+        return {pid: (_stat(pid) or ["gone"])[0] for pid in [proc.pid, *_tree(proc.pid)]}
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and set(states().values()) - {"T"}:
+        time.sleep(0.05)
+    assert set(states().values()) == {"T"}, states()
+    sizes = [m.stat().st_size for m in metrics]
+    time.sleep(1.0)
+    assert [m.stat().st_size for m in metrics] == sizes, "the jobs trained on while the sweep was stopped"
+    os.killpg(proc.pid, signal.SIGCONT)  # fg
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert [read_run(d)["status"] for d in run_dirs(sweep)] == ["completed", "completed"]
+
+
+def _tree(pid: int) -> list:
+    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(c) for c in children] + [d for c in children for d in _tree(int(c))]
