@@ -83,7 +83,12 @@ class LRScheduler(HookBase):
                 hint = "; add " + " ".join(f"+{key}.{m}=<value>" for m in missing) if missing else ""
                 given_text = f" (given {', '.join(f'{k}={v!r}' for k, v in given.items())})" if given else ""
                 raise ConfigError(f"{key} ({what}): {type(err).__name__}: {err}{given_text}{hint}") from err
-            if self.warmup_iters and not isinstance(main, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            if self.warmup_iters and isinstance(main, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                # torch cannot chain a plateau schedule (SequentialLR refuses it): say so, rather than train without warmup
+                raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.warmup_iters={self.warmup_iters}: a warmup cannot "
+                                  f"go in front of ReduceLROnPlateau (torch's SequentialLR does not take it); "
+                                  f"set warmup_iters=0 or use another scheduler")
+            if self.warmup_iters:
                 sched = torch.optim.lr_scheduler
                 kind = sched.LinearLR if self.warmup == "linear" else sched.ConstantLR
                 kwargs = {"start_factor": self.warmup_factor} if self.warmup == "linear" else {"factor": self.warmup_factor}
@@ -122,8 +127,11 @@ class LRScheduler(HookBase):
             self.scheduler.step()
         except (ZeroDivisionError, ValueError, TypeError, OverflowError) as err:
             # torch checks few of a schedule's arguments when it is built (StepLR(step_size=0) divides by zero here)
-            raise ConfigError(f"{self._describe()}: stepping the schedule failed with {type(err).__name__}: {err}; "
-                              f"check its arguments") from err
+            resumed = self.trainer.resumed_from
+            hint = (f"; this run trains on from {resumed}, and its schedule, restored from there, was made for the "
+                    f"earlier length (a fixed-length one such as OneCycleLR cannot run past it): start a new run dir "
+                    f"for the longer run" if resumed is not None and resumed.name == "final.pt" else "; check its arguments")
+            raise ConfigError(f"{self._describe()}: stepping the schedule failed with {type(err).__name__}: {err}{hint}") from err
 
     def _describe(self) -> str:
         """``hooks.<name>.scheduler (module.Class, given k=v, ...)``: the config that built the schedule."""

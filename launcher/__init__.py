@@ -95,6 +95,8 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     Raises :class:`ConfigError`, naming the key, for anything that cannot be built.
     """
     check_hooks_package()
+    from omegaconf import OmegaConf
+
     from hooks.base import HookBase
 
     seed_everything(cfg.seed)
@@ -108,6 +110,17 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     data = build("data", cfg.data)
     hooks: Dict[str, Any] = {}
     for name, node in cfg.hooks.items():
+        if name == "_target_":  # an option file written like a model's, its hook not under a name
+            raise ConfigError(
+                f"hooks._target_: {node} is not under a hook's name; each entry of hooks is one hook "
+                f"(name: {{_target_: ..., options}}), so a file conf/hooks/<option>.yaml nests its hook: a line "
+                f"'<option>:' and its '_target_: ...' indented below it, as conf/hooks/console.yaml does"
+            )
+        if node is None:  # hooks.<name>=null leaves it out, as ~hooks.<name> does
+            continue
+        if not OmegaConf.is_dict(node):
+            raise ConfigError(f"hooks.{name}: {node!r} is not a hook; each entry of hooks is one hook: "
+                              f"name: {{_target_: ..., options}}, or null to leave it out")
         hook = build(f"hooks.{name}", node)
         if not isinstance(hook, HookBase):
             raise ConfigError(
@@ -146,19 +159,30 @@ def _log_to_run_dir(run_dir: Path) -> Iterator[None]:
             return
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(levelname)s] %(message)s", "%H:%M:%S"))
+    handlers: List[logging.Handler] = [handler]
+    if not logging.getLogger().handlers:
+        # Logging left unconfigured: Python would print warnings and errors on stderr (its last-resort
+        # handler), but only while no logger has a handler; the file's handler would silence them.
+        console = logging.StreamHandler()
+        console.setLevel(logging.WARNING)
+        console.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+        handlers.append(console)
     loggers = [logging.getLogger("launcher"), logging.getLogger("hooks")]
     levels = [each.level for each in loggers]
     for each in loggers:
-        each.addHandler(handler)
+        for one in handlers:
+            each.addHandler(one)
         if each.level == logging.NOTSET:
             each.setLevel(logging.INFO)
     try:
         yield
     finally:
         for each, level in zip(loggers, levels):
-            each.removeHandler(handler)
+            for one in handlers:
+                each.removeHandler(one)
             each.setLevel(level)
-        handler.close()
+        for one in handlers:
+            one.close()
 
 
 def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Optional[List[str]] = None,

@@ -140,7 +140,12 @@ class HistoryBuffer:
         return vals
 
     def median(self, window: int) -> float:
-        vals = sorted(self._window(window))
+        """The median of the last ``window`` values; NaN when one of them is NaN (sorting cannot place a
+        NaN, so a median of the others would come out of an arbitrary order, and hide the NaN)."""
+        vals = self._window(window)
+        if any(map(math.isnan, vals)):
+            return math.nan
+        vals = sorted(vals)
         mid = len(vals) // 2
         return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
 

@@ -270,6 +270,11 @@ class TrainerBase:
         """0-based index of the last step run (0 before any): what scalars recorded now are keyed by."""
         return self.iter if self._in_step else max(self.iter - 1, 0)
 
+    @property
+    def last_epoch(self) -> int:
+        """0-based epoch of :attr:`last_step`: between epochs (a workflow's ``val`` phase, the end), the one just trained."""
+        return self.epoch if self._in_step or self.inner_iter > 0 else max(self.epoch - 1, 0)
+
     def _call(self, event: str) -> None:
         for handler in self._handlers[event]:
             handler()
@@ -412,9 +417,31 @@ class TrainerBase:
             raise
         finally:
             self._in_step = False
-            self.storage.iter, self.storage.epoch = self.last_step, self.epoch
-            self._call("after_train")
+            self.storage.iter, self.storage.epoch = self.last_step, self.last_epoch
+            self._after_train()
         return self.final_metrics()
+
+    def _after_train(self) -> None:
+        """Every hook's ``after_train``, even when one raises (each closes its files, writes its checkpoint).
+
+        A run that had ended well is ``failed`` from the first error on (the hooks after it see that:
+        no ``final.pt`` for a failed run), and that error is raised after all of them; when training
+        itself failed, its error stands and a hook's error is logged.
+        """
+        failed = self.status in ("failed", "aborted")
+        first: Optional[BaseException] = None
+        for handler in self._handlers["after_train"]:
+            try:
+                handler()
+            except Exception as err:  # noqa: PERF203 -- once per run
+                if failed or first is not None:
+                    logger.error("Hook %s failed in after_train as well: %s: %s",
+                                 getattr(handler, "__self__", handler).name, type(err).__name__, err, exc_info=err)
+                else:
+                    first = err
+                    self.status = "failed"
+        if first is not None:
+            raise first
 
     def run(self) -> None:
         raise NotImplementedError
@@ -555,7 +582,7 @@ class TrainerBase:
         """One pass over the validation data in eval mode; records and returns ``val/*``."""
         if self.val_loader is None:
             raise RuntimeError("validation was asked for but the data config has no val set (data.val is null)")
-        self.storage.iter, self.storage.epoch = self.last_step, self.epoch
+        self.storage.iter, self.storage.epoch = self.last_step, self.last_epoch
         self._call("before_val")
         was_training = self.model.training
         self.model.eval()

@@ -155,6 +155,11 @@ BAD_INPUTS = [
       "add +hooks.lr_scheduler.scheduler.step_size=<value>"]),
     (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.StepLR", "+hooks.lr_scheduler.scheduler.step_size=0"],
      ["hooks.lr_scheduler.scheduler (torch.optim.lr_scheduler.StepLR, given step_size=0)", "ZeroDivisionError"]),
+    (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.ReduceLROnPlateau", "hooks.lr_scheduler.warmup_iters=10"],
+     ["hooks.lr_scheduler.warmup_iters=10: a warmup cannot go in front of ReduceLROnPlateau", "set warmup_iters=0"]),
+    (["+hooks._target_=hooks.timer.IterationTimer"], ["hooks._target_: hooks.timer.IterationTimer is not under a hook's name",
+                                                       "a file conf/hooks/<option>.yaml nests its hook"]),
+    (["+hooks.mine=3"], ["hooks.mine: 3 is not a hook; each entry of hooks is one hook"]),
     (["trainer.devices=0", "data=arrays"], ["trainer.devices should be an integer of at least 1", "got 0"]),  # before the data
 ]
 
@@ -356,3 +361,23 @@ def test_a_run_dir_is_checked_against_the_config_its_checkpoints_were_made_with(
     assert run_cli([*args, "trainer.max_epochs=1"], tmp_path, timeout=120).returncode == 0
     proc = run_cli([*args, "trainer.max_epochs=2"], tmp_path, env={"LAUNCHER_TEST_DROPOUT": "0.5"}, timeout=120)
     assert proc.returncode == 2 and "model.dropout: 0.0 -> 0.5" in proc.stdout + proc.stderr
+
+
+def test_a_fixed_length_schedule_that_cannot_train_on_past_its_end_says_so(tmp_path):
+    """A finished run trains on when max_epochs is raised; OneCycleLR, restored with its old length, cannot:
+    the message names the cause (the longer run), not the schedule's arguments."""
+    args = [*FAST, "hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.OneCycleLR",
+            "+hooks.lr_scheduler.scheduler.max_lr=0.1", "hydra.run.dir=run"]
+    assert run_cli([*args, "trainer.max_epochs=1"], tmp_path).returncode == 0
+    proc = run_cli([*args, "trainer.max_epochs=2"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out
+    assert "OneCycleLR" in out and "was made for the earlier length" in out
+    assert "start a new run dir for the longer run" in out and "check its arguments" not in out
+
+
+def test_a_hook_set_to_null_is_left_out(tmp_path):
+    proc = run_cli([*FAST, "trainer.max_epochs=1", "hooks.console=null", "hooks.tensorboard=null", "hydra.run.dir=run"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Hooks: timer, lr_scheduler, evaluator, checkpointer, jsonl\n" in (tmp_path / "run" / "train.log").read_text()
+    assert not list((tmp_path / "run").glob("events.out.tfevents*"))

@@ -92,6 +92,20 @@ def test_python_api_runs_started_at_once_get_their_own_default_run_dirs(tmp_path
     assert logging.getLogger("launcher").handlers == handlers and logging.getLogger("launcher").level == logging.NOTSET
 
 
+def test_python_api_warnings_reach_stderr_when_logging_is_left_unconfigured(tmp_path):
+    """Python prints warnings of an unconfigured program on stderr; the run's train.log must not swallow them."""
+    import subprocess
+    import sys
+
+    script = ("import launcher; launcher.run(launcher.compose(['hooks=minimal', 'data=synthetic', 'data.train.size=256', "
+              "'trainer.max_epochs=1']), 'run')")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "objective 'val/accuracy' will not be recorded" in proc.stderr  # a warning
+    assert "Training EpochTrainer" not in proc.stderr  # INFO stays in train.log, as logging's defaults have it
+    assert "objective 'val/accuracy' will not be recorded" in (tmp_path / "run" / "train.log").read_text()
+
+
 def test_help_lists_groups_options_and_examples(tmp_path):
     proc = run_cli(["--help"], tmp_path)
     assert proc.returncode == 0

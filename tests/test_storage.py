@@ -19,6 +19,20 @@ def test_median_and_mean_over_a_window_and_latest():
     assert s.latest()["train/loss"] == (3.0, 4)
 
 
+def test_a_nan_in_the_window_makes_the_smoothed_value_nan_not_an_arbitrary_one():
+    """sorted() cannot order a NaN: the median of [3, nan, 1] came out as whatever the order left in the middle."""
+    import math
+
+    s = EventStorage()
+    for i, v in enumerate([3.0, float("nan"), 1.0, 2.0, 5.0]):
+        s.iter = i
+        s.put_scalar("train/loss", v)
+    h = s.history("train/loss")
+    assert math.isnan(h.median(3)) is False and h.median(3) == 2.0  # of 1, 2, 5: the NaN left the window
+    assert math.isnan(h.median(4)) and math.isnan(h.median(5))
+    assert math.isnan(s.latest_with_smoothing_hint(window=5)["train/loss"][0])
+
+
 def test_unsmoothed_keys_report_their_latest_value():
     s = EventStorage()
     for i, v in enumerate([0.5, 0.9]):

@@ -141,6 +141,53 @@ def test_epoch_workflow_validates_between_training_epochs_in_eval_mode():
     assert set(trainer.last_val) == {"val/loss", "val/accuracy"}
 
 
+def test_rows_written_between_epochs_carry_the_epoch_just_trained(tmp_path):
+    """A workflow's val phase and the end of the run come after ``epoch`` moved on: their rows, in
+    metrics.jsonl and on the console, are labelled with the epoch they follow (0-based in the file),
+    as the Evaluator's validations after an epoch are."""
+    import json
+
+    from hooks.writers import JSONWriter
+
+    trainer = make_trainer("epoch", hooks={"jsonl": JSONWriter(period=1, flush_secs=0)}, work_dir=tmp_path, max_epochs=4,
+                           workflow=[["train", 2], ["val", 1]])
+    trainer.train()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["iter"], r["epoch"]) for r in rows if "val/loss" in r] == [(7, 1), (15, 3)]
+    assert [(r["iter"], r["epoch"]) for r in rows if "train/loss" in r] == [(i, i // 4) for i in range(16)]
+
+
+def test_a_hook_failing_in_after_train_fails_the_run_and_the_other_hooks_still_end(tmp_path):
+    calls = []
+
+    class Raises(HookBase):
+        priority = Priority.LOW
+
+        def after_train(self):
+            raise ValueError("report upload failed")
+
+    class Later(HookBase):
+        priority = Priority.LOWEST
+
+        def after_train(self):
+            calls.append(self.trainer.status)
+
+    trainer = make_trainer("epoch", hooks={"raises": Raises(), "later": Later()}, work_dir=tmp_path)
+    with pytest.raises(ValueError, match="report upload failed"):
+        trainer.train()
+    assert trainer.status == "failed" and calls == ["failed"]  # the later hook still ran, told the run failed
+
+    class Diverges(ToyModel):
+        def forward(self, batch):
+            return super().forward(batch) * float("nan")
+
+    calls.clear()
+    trainer = make_trainer("epoch", hooks={"raises": Raises(), "later": Later()}, model=Diverges(), work_dir=tmp_path)
+    with pytest.raises(FloatingPointError):  # the training's own error stands; the hook's is logged
+        trainer.train()
+    assert trainer.status == "failed" and calls == ["failed"]
+
+
 @pytest.mark.parametrize(
     "workflow, message",
     [([["train", 0]], "greater than zero"), ([["test", 1]], "phase in"), ([["val", 1]], "no 'train' phase"), (["train"], "bad entry")],
