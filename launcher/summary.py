@@ -13,6 +13,7 @@ import datetime
 import io
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -75,9 +76,14 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
 
 
 def best_row(rows: List[Dict[str, Any]], objective: str, mode: Any) -> Optional[Dict[str, Any]]:
-    """The finished job with the best ``objective`` (``mode``: max or min, or the config's enum); None if none."""
+    """The finished job with the best ``objective`` (``mode``: max or min, or the config's enum); None if none.
+
+    A NaN (a diverged run, an objective never recorded) is never best: ``max`` cannot compare it, and
+    would return it or skip past better jobs depending on where it sits.
+    """
     mode = getattr(mode, "value", mode)
-    scored = [r for r in rows if r["status"] == "done" and isinstance(r["metrics"].get(objective), (int, float))]
+    scored = [r for r in rows if r["status"] == "done" and isinstance(r["metrics"].get(objective), (int, float))
+              and not math.isnan(r["metrics"][objective])]
     return (max if mode == "max" else min)(scored, key=lambda r: r["metrics"][objective]) if scored else None
 
 
@@ -104,7 +110,9 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
         return f"{v:.4g}" if isinstance(v, float) else str(v)
 
     lines = [f"# Sweep {sweep_dir}", "", f"Objective: `{objective}` ({mode}); best: "
-             + (f"job {best['job']} (`{best['overrides']}`), {objective} = {cell(best['metrics'][objective])}" if best else "none yet"),
+             + (f"job {best['job']} (`{best['overrides']}`), {objective} = {cell(best['metrics'][objective])}" if best
+                else "none yet" if any(r["status"] in ("pending", "running") for r in rows)
+                else f"none (no finished job has a number for {objective})"),
              "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         values = [r["job"], f"`{r['overrides']}`", r["status"], "" if r["seconds"] is None else f"{r['seconds']:.1f}",

@@ -249,3 +249,21 @@ def test_ctrl_z_stops_a_local_sweeps_jobs_with_it_and_fg_lets_them_finish(tmp_pa
 def _tree(pid: int) -> list:
     children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
     return [int(c) for c in children] + [d for c in children for d in _tree(int(c))]
+
+
+def test_a_job_whose_objective_is_nan_is_never_the_best(tmp_path):
+    """max() cannot compare a NaN: it returned the diverged job as best when it came first."""
+    from launcher.summary import write_summary
+
+    for job, value in enumerate([float("nan"), 0.5, 0.7, float("nan")]):
+        (tmp_path / str(job)).mkdir()
+        (tmp_path / str(job) / "run.json").write_text(json.dumps(
+            {"status": "completed", "overrides": [f"seed={job}"], "seconds": 1.0, "metrics": {"val/accuracy": value}}))
+    rows = write_summary(tmp_path, "val/accuracy", "max")
+    assert [r["job"] for r in rows] == [0, 1, 2, 3]
+    assert "best: job 2 (`seed=2`)" in (tmp_path / "summary.md").read_text()
+    for job in (1, 2):
+        (tmp_path / str(job) / "run.json").unlink()
+    (tmp_path / "1").rmdir(), (tmp_path / "2").rmdir()
+    write_summary(tmp_path, "val/accuracy", "max")
+    assert "best: none (no finished job has a number for val/accuracy)" in (tmp_path / "summary.md").read_text()
