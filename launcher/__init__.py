@@ -204,6 +204,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     from launcher.rundir import (check_rerun, describe_changes, finished_result, ignore_outputs_in_git, lengthens,
                                  save_config_files)
 
+    check_hooks_package()  # before importing the trainer, which imports the hooks package
     from launcher.trainer import check_devices
 
     devices = check_devices(cfg.trainer.get("devices", 1))  # before the run dir or the data: a typo costs nothing
