@@ -14,7 +14,8 @@ Profiler                    0         marks step ends before other hooks add wor
 IterationTimer              10        time the step before others add to it
 OptimizerStep               30        (owns the optimizer step; see hooks/optim.py)
 LRScheduler, ParamSchedule  30        record the values the step used, then step
-EMA, PreciseBN              40        weights and BN statistics ready for validation
+EMA                         40        weights ready for validation (EMA's put in)
+PreciseBN                   41        BN statistics of the weights to be validated
 Evaluator                   50        validate before anything reads val/*
 EarlyStopping               60        judge the validation the Evaluator recorded
 ConsoleWriter, JSONWriter,  80        write what the hooks above recorded

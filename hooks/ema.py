@@ -1,7 +1,7 @@
 """EMA: an exponential moving average of the weights, for evaluation and the final checkpoint."""
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
@@ -16,6 +16,11 @@ class EMA(HookBase):
     With ``eval_with_ema`` each validation runs on the EMA weights (the model's own are put back
     afterwards); with ``final_weights_ema`` the model holds the EMA weights when training ends,
     so the final validation and ``checkpoints/final.pt`` use them.
+
+    The buffers a validation of the EMA weights used become the EMA's own (``PreciseBN``
+    recomputes BatchNorm statistics for the weights being validated), so the weights validated
+    are the weights saved. When the EMA weights are put in at the end, the model's own are kept
+    in this hook's state, and a run trained on from ``final.pt`` trains on from them.
     """
 
     priority = Priority.ABOVE_NORMAL  # after the optimizer step, before validation and checkpoints
@@ -31,7 +36,9 @@ class EMA(HookBase):
         self.use_buffers = use_buffers
         self.ema: Any = None
         self._state: Optional[Mapping[str, Any]] = None
-        self._saved: Optional[Dict[str, torch.Tensor]] = None
+        self._raw: Optional[Dict[str, torch.Tensor]] = None  # the model's own weights while the EMA's are in it
+        self._final = False  # the EMA weights were put in at the end, to stay
+        self._last_val: Optional[Tuple[int, bool]] = None  # (step, of the EMA weights) of the last validation
 
     def _build(self) -> AveragedModel:
         if self.ema is None:
@@ -43,32 +50,60 @@ class EMA(HookBase):
 
     def before_train(self) -> None:
         self._build()
+        self._put_back_raw()  # trained again in this process after an end: on from the model's own weights
 
     def after_step(self) -> None:
         self.ema.update_parameters(self.trainer.model)
 
     def _swap_in(self) -> None:
         model = self.trainer.model
-        self._saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        self._raw = {k: v.detach().clone() for k, v in model.state_dict().items()}
         model.load_state_dict(self.ema.module.state_dict())
 
-    def before_val(self) -> None:
-        if self.eval_with_ema and self.ema is not None and self.ema.n_averaged.item() > 0:
-            self._swap_in()
+    def _put_back_raw(self) -> None:
+        if self._raw is not None:
+            self.trainer.model.load_state_dict(self._raw)
+        self._raw, self._final = None, False
 
+    def before_val(self) -> None:
+        on_ema = self._final or (self.eval_with_ema and self.ema is not None and self.ema.n_averaged.item() > 0)
+        if on_ema and not self._final:
+            self._swap_in()
+        self._last_val = (self.trainer.last_step, on_ema)
+
+    @torch.no_grad()
     def after_val(self) -> None:
-        if self._saved is not None:
-            self.trainer.model.load_state_dict(self._saved)
-            self._saved = None
+        if self._last_val is None or not self._last_val[1]:
+            return
+        # Keep the buffers this validation used (PreciseBN's statistics for these weights), so the
+        # EMA, and final.pt after it, hold what was validated; a no-op when nothing changed them.
+        for own, used in zip(self.ema.module.buffers(), self.trainer.model.buffers()):
+            own.copy_(used)
+        if not self._final:
+            self._put_back_raw()
 
     def after_train(self) -> None:
-        if self.final_weights_ema and self.trainer.status in ("completed", "stopped") and self.ema is not None:
-            self.trainer.model.load_state_dict(self.ema.module.state_dict())
+        t = self.trainer
+        if not self.final_weights_ema or t.status not in ("completed", "stopped") or self.ema is None:
+            return
+        self._swap_in()
+        self._final = True
+        # A validation of this step on the model's own weights no longer describes the model:
+        # validate the EMA weights, as the Evaluator (after this hook) would take it as current.
+        if self._last_val == (t.last_step, False):
+            t.validate()
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"ema": self._build().state_dict()}
+        state: Dict[str, Any] = {"ema": self._build().state_dict()}
+        if self._final:
+            state["raw"] = self._raw
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._state = state["ema"]
         if self.ema is not None:
             self.ema.load_state_dict(self._state)
+        # The trainer loaded the checkpoint's model (the EMA weights when it is a final.pt);
+        # training goes on from the weights the optimizer state belongs to.
+        self._raw, self._final = state.get("raw"), False
+        self._put_back_raw()

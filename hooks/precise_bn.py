@@ -22,7 +22,7 @@ class PreciseBN(HookBase):
     ``-1 - epoch``), so the training data order and RNG are untouched.
     """
 
-    priority = Priority.ABOVE_NORMAL
+    priority = Priority.ABOVE_NORMAL + 1  # after EMA's, which may put the weights to be validated in first
 
     def __init__(self, num_batches: int = 20, priority: Optional[int] = None) -> None:
         super().__init__(priority)

@@ -3,14 +3,23 @@
 ``DataLoaders`` turns a train set and an optional val set into ``torch.utils.data.DataLoader``
 objects. Shuffling uses ``DistributedSampler`` (with one replica when not distributed): a
 permutation fixed by ``seed`` and the epoch, so the order of every epoch is reproducible.
+With ``num_workers > 0`` the worker that loads a training batch first reseeds ``torch``,
+``random`` and ``numpy``'s global generators from (``seed``, rank, epoch, batch number), so random
+augmentation in a dataset's ``__getitem__`` is the same whichever worker loads the batch, and a run
+resumed mid-epoch draws exactly what an uninterrupted one would (the loader's ``dataset`` is then a
+wrapper; the user's is its ``dataset``). The main process is never reseeded: without workers the
+run's own random state, which checkpoints hold, covers the loading.
 """
 from __future__ import annotations
 
+import hashlib
+import random
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler, TensorDataset, get_worker_info
 
 
 def _split(n: int, split: str, val_fraction: float, split_seed: int) -> torch.Tensor:
@@ -107,23 +116,79 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
     return TensorDataset(x, y)
 
 
+class SeededBatch(list):
+    """The indices of one batch, and the seed a worker reseeds its generators from to load it."""
+
+    def __init__(self, indices: Sequence[int], seed: int) -> None:
+        super().__init__(indices)
+        self.seed = seed
+
+
+def batch_seed(*key: int) -> int:
+    """A 64-bit seed that depends on ``key`` only (not on ``PYTHONHASHSEED`` or the Python version)."""
+    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little")
+
+
 class SkippingBatchSampler(BatchSampler):
     """``BatchSampler`` that can start past the first ``skip`` batches of an epoch.
 
     Skipping walks index lists only; no sample is loaded, so resuming at 90% of an epoch
-    costs about as much as starting one.
+    costs about as much as starting one. Each batch comes as a ``SeededBatch`` whose seed
+    follows ``key`` (the loader's seed, rank and epoch) and the batch's number in the epoch.
     """
 
     skip = 0
+    key: tuple = ()  # empty: plain batches (no workers to seed; nothing added to the step)
 
     def __iter__(self) -> Iterator[List[int]]:
         batches = super().__iter__()
-        for _ in range(self.skip):
-            next(batches, None)
-        yield from batches
+        if not self.key:
+            for _ in range(self.skip):
+                next(batches, None)
+            yield from batches
+            return
+        for number, batch in enumerate(batches):
+            if number >= self.skip:
+                yield SeededBatch(batch, batch_seed(*self.key, number))
 
     def __len__(self) -> int:
         return max(super().__len__() - self.skip, 0)
+
+
+class BatchSeededDataset(Dataset):
+    """A dataset whose loading of a ``SeededBatch`` in a DataLoader worker starts from the batch's seed.
+
+    A worker's generators otherwise run on from whatever that worker loaded before, which a
+    resumed run, skipping batches, cannot reproduce. The main process is left alone: its RNG
+    state is the run's, restored from the checkpoint.
+    """
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: List[int]) -> List[Any]:
+        if isinstance(indices, SeededBatch) and get_worker_info() is not None:
+            random.seed(indices.seed)
+            torch.default_generator.manual_seed(indices.seed)  # torch.manual_seed: ~150 us a call
+            if torch.cuda.is_initialized():
+                torch.cuda.manual_seed_all(indices.seed)
+            if "numpy" in sys.modules:  # as torch seeds it in workers: only when imported
+                sys.modules["numpy"].random.seed([indices.seed & 0xFFFF_FFFF, indices.seed >> 32])
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getitems:
+            return getitems(list(indices))
+        return [self.dataset[i] for i in indices]
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "dataset":  # not set yet, e.g. while unpickling in a spawned worker
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
 
 
 class EpochLoader(DataLoader):
@@ -132,17 +197,21 @@ class EpochLoader(DataLoader):
     ``set_epoch(epoch, skip_batches)`` before each ``iter()``: the sampler reshuffles for the
     epoch, the first ``skip_batches`` are passed over, and the generator that hands workers
     their base seed is re-seeded, so a run resumed mid-epoch sees exactly the batches (and
-    worker seeds) it would have seen without the interruption.
+    worker seeds) it would have seen without the interruption. Workers also reseed before
+    each batch (``BatchSeededDataset``), so random augmentation does not depend on which
+    worker loads a batch or on what it loaded before.
     """
 
     def __init__(self, dataset: Dataset, batch_size: int, sampler: Sampler, drop_last: bool, seed: int, **kwargs: Any):
+        workers = kwargs.get("num_workers", 0) > 0  # without workers the run's own RNG state covers the loading
         super().__init__(
-            dataset,
+            BatchSeededDataset(dataset) if workers else dataset,
             batch_sampler=SkippingBatchSampler(sampler, batch_size, drop_last),
             generator=torch.Generator(),
             **kwargs,
         )
         self.seed = seed
+        self._seeded = workers
         self.set_epoch(0)
 
     def set_epoch(self, epoch: int, skip_batches: int = 0) -> None:
@@ -150,6 +219,8 @@ class EpochLoader(DataLoader):
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
         self.batch_sampler.skip = skip_batches
+        if self._seeded:
+            self.batch_sampler.key = (self.seed, getattr(sampler, "rank", 0), epoch)
         self.generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
 
 

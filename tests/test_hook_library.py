@@ -12,6 +12,7 @@ from torch import nn
 from conftest import ToyData, ToyModel, make_trainer
 from hooks import HookBase
 from hooks.early_stopping import EarlyStopping
+from hooks.checkpoint import PeriodicCheckpointer
 from hooks.ema import EMA
 from hooks.evaluator import Evaluator
 from hooks.lr_scheduler import LRScheduler
@@ -139,6 +140,80 @@ def test_ema_weights_are_used_for_validation_and_the_end_and_the_model_keeps_its
     trainer.train()
     assert torch.equal(seen["val"], hook.ema.module.lin.weight)
     assert torch.equal(trainer.model.lin.weight, hook.ema.module.lin.weight)  # final_weights_ema
+
+
+class BNToyModel(ToyModel):
+    """ToyModel behind a BatchNorm, whose statistics EMA averages and PreciseBN recomputes."""
+
+    def __init__(self, features: int = 4):
+        super().__init__(features)
+        self.bn = nn.BatchNorm1d(features, momentum=0.5)
+
+    def forward(self, batch):
+        x, y = batch
+        return super().forward((self.bn(x), y))
+
+
+def validate_final_pt(tmp_path, data):
+    """The val/* metrics of checkpoints/final.pt's weights, validated as the trainer does."""
+    model = BNToyModel()
+    model.load_state_dict(torch.load(tmp_path / "checkpoints" / "final.pt", weights_only=True)["model"])
+    return make_trainer("epoch", model=model, data=data, hooks=[]).validate()
+
+
+@pytest.mark.parametrize("eval_with_ema, precise_bn", [(True, True), (False, False)])
+def test_with_ema_the_final_metrics_are_those_of_the_weights_in_final_pt(eval_with_ema, precise_bn, tmp_path):
+    """final.pt holds the EMA weights: the reported val/* must describe them, also when PreciseBN
+    recomputed their BatchNorm statistics, and when the validations during training used the model's own."""
+    torch.manual_seed(0)
+    data = ToyData(n=32, batch=8)
+    # PreciseBN listed first: whatever the config's order, it recomputes for the weights EMA puts in
+    hooks = [PreciseBN(num_batches=2) if precise_bn else None, EMA(decay=0.5, eval_with_ema=eval_with_ema),
+             Evaluator(), PeriodicCheckpointer()]
+    trainer = make_trainer("epoch", model=BNToyModel(), data=data, hooks=hooks, max_epochs=2, work_dir=tmp_path)
+    names = [type(h).__name__ for h in trainer.hooks]
+    assert not precise_bn or names.index("EMA") < names.index("PreciseBN")  # its statistics are for the EMA weights
+    reported = trainer.train()
+    saved = validate_final_pt(tmp_path, data)
+    assert saved["val/loss"] == pytest.approx(reported["val/loss"], abs=1e-7)
+    assert saved["val/accuracy"] == pytest.approx(reported["val/accuracy"], abs=1e-7)
+
+
+def test_an_ema_run_trained_on_from_final_pt_goes_on_from_its_own_weights(tmp_path):
+    """final.pt's model is the EMA; raising the length trains on from the weights the optimizer
+    state belongs to, so 2 epochs then 1 more end as 3 epochs in one go do."""
+    def run(epochs, work_dir, model):
+        kept = {}
+
+        class Keep(HookBase):
+            priority = 0
+
+            def before_train(self):  # the model as training (re)starts, after any resume
+                kept["start"] = copy.deepcopy(self.trainer.model.state_dict())
+
+            def after_epoch(self):  # the model's own weights at the end, before EMA puts its own in
+                kept["end"] = copy.deepcopy(self.trainer.model.state_dict())
+
+        hooks = [EMA(decay=0.5), Evaluator(), PreciseBN(num_batches=2), PeriodicCheckpointer(), Keep()]
+        make_trainer("epoch", model=model, data=ToyData(n=32, batch=8), hooks=hooks, max_epochs=epochs,
+                     work_dir=work_dir).train()
+        return kept, torch.load(work_dir / "checkpoints" / "final.pt", weights_only=True)
+
+    torch.manual_seed(0)
+    model = BNToyModel()
+    twin = copy.deepcopy(model)
+    first, final = run(2, tmp_path / "run", model)
+    assert "raw" not in torch.load(tmp_path / "run" / "checkpoints" / "epoch_0002.pt", weights_only=True)["hooks"]["EMA"]
+    assert not torch.equal(final["model"]["lin.weight"], first["end"]["lin.weight"])  # final.pt: the EMA weights
+    second, final = run(3, tmp_path / "run", BNToyModel())
+    for name, tensor in first["end"].items():
+        assert torch.equal(second["start"][name], tensor), name
+    _, straight = run(3, tmp_path / "straight", twin)
+    for part in ("model", "ema", "raw"):  # the EMA weights, the EMA's state, the model's own weights
+        want = straight["model"] if part == "model" else straight["hooks"]["EMA"][part]
+        got = final["model"] if part == "model" else final["hooks"]["EMA"][part]
+        for name, tensor in want.items():
+            assert torch.equal(got[name], tensor), (part, name)
 
 
 def test_precise_bn_sets_running_stats_to_the_average_over_training_batches():

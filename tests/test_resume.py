@@ -330,3 +330,43 @@ def test_every_hook_state_survives_kills_with_hooks_full(tmp_path):
         assert torch.equal(got["ema"]["ema"][key], tensor), f"ema {key} differs"
     assert got["early_stopping"] == want["early_stopping"]
     assert got["lr_scheduler"] == want["lr_scheduler"]
+
+
+def noisy_command(run_dir: Path) -> List[str]:
+    """Two epochs of 16 batches from a dataset drawing random augmentation in ``__getitem__``, in 2 workers."""
+    replaced = ("trainer.max_iters=", "hooks.checkpointer.period=", "+hooks.pace.seconds=")
+    base = [a for a in command(run_dir, "iter", 2) if not a.startswith(replaced)]
+    return [*base, "trainer.max_iters=32", "hooks.checkpointer.period=5", "+hooks.pace.seconds=0.02",
+            "data.train._target_=noisy_data.NoisySynthetic"]
+
+
+def test_random_augmentation_in_workers_resumes_mid_epoch_bitwise_equal(tmp_path):
+    """Each batch's draws follow (seed, epoch, batch), not which worker loads it after a resume's skip."""
+    reference = tmp_path / "ref"
+    run_to_end(noisy_command(reference), tmp_path)
+    run_dir = tmp_path / "run"
+    cmd = [*noisy_command(run_dir), "+hooks.pace.signal_after=7"]
+    stopped = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True)
+    assert stopped.returncode == 75 and read_run(run_dir)["iter"] == 8  # mid-epoch 0, an interrupt checkpoint
+    # kill -9 mid-epoch 1, past the periodic checkpoint after iteration 19
+    run_until(cmd, tmp_path, lambda pid: last_iter(run_dir) >= 21)
+    assert not (run_dir / "checkpoints" / "final.pt").exists(), "the kill should have landed before the end"
+    proc = run_to_end(cmd, tmp_path)
+    assert "Resumed from" in proc.stdout + proc.stderr
+    assert_same_final_state(run_dir, reference)
+    assert_same_metrics(run_dir, reference)
+
+
+def test_a_loader_skipping_batches_loads_the_rest_as_a_whole_epoch_does_with_workers_shards_and_getitems():
+    """A dataset's own ``__getitems__`` still loads the batches, sharded as under DDP, with the same draws."""
+    from launcher.data import DataLoaders
+    from noisy_data import NoisyBatches
+
+    loader = DataLoaders(NoisyBatches(size=400), batch_size=16, num_workers=2, seed=3).train_loader(rank=1, world_size=2)
+    loader.set_epoch(2)
+    full = list(loader)
+    loader.set_epoch(2, skip_batches=5)
+    resumed = list(loader)
+    assert len(full) == 10 and len(resumed) == 5 and all(marked.all() for _, _, marked in full)
+    for (x, y, _), (x2, y2, _) in zip(full[5:], resumed):
+        assert torch.equal(x, x2) and torch.equal(y, y2)
