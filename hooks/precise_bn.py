@@ -19,7 +19,8 @@ class PreciseBN(HookBase):
     momentum-smoothed values gathered while the weights moved.
 
     The batches come from a separate pass over the training set (epoch order of epoch
-    ``-1 - epoch``), so the training data order and RNG are untouched.
+    ``-1 - epoch``), so the training data order and RNG are untouched. Under DDP each rank
+    runs ``num_batches`` of its own shard and the statistics are averaged over the ranks.
     """
 
     priority = Priority.ABOVE_NORMAL + 1  # after EMA's, which may put the weights to be validated in first
@@ -56,3 +57,17 @@ class PreciseBN(HookBase):
             for m, momentum in zip(layers, momenta):
                 m.momentum = momentum
             t.model.train(was_training)
+        if t.dist is not None:
+            self._average_over_ranks(layers)
+
+    def _average_over_ranks(self, layers: list) -> None:
+        """Under DDP each rank saw its own shard: average the statistics (one all-reduce), so every rank
+        validates the same model, and the checkpoint (rank 0's) holds statistics of all the data."""
+        from launcher import distributed
+
+        stats = [s for m in layers for s in (m.running_mean, m.running_var)]
+        flat = distributed.sum_tensor(torch.cat([s.reshape(-1).float() for s in stats])) / self.trainer.world_size
+        offset = 0
+        for s in stats:
+            s.copy_(flat[offset:offset + s.numel()].view_as(s))
+            offset += s.numel()

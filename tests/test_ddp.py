@@ -351,3 +351,15 @@ def test_raising_max_epochs_of_a_finished_ddp_run_trains_it_on_on_every_rank(tmp
     record = read_run(run_dir)
     assert record["status"] == "completed" and record["iter"] == 2 * first and record["attempt"] == 2
     assert "not training again" not in proc.stdout + proc.stderr + "".join(p.read_text() for p in run_dir.glob("*.log"))
+
+
+def test_precise_bn_averages_the_ranks_statistics_so_every_rank_validates_one_model(tmp_path):
+    """Each rank recomputes BatchNorm statistics on its own shard; averaged over the ranks, they are the
+    same on every rank (which validate one model) and in the checkpoint: rank 0's."""
+    proc = launch(cli("model=cnn", "model.channels=[4]", "data=synthetic", "data.train.size=400",
+                      "+hooks.dump._target_=ddp_probe.DumpWeights", "hooks=[default,precise_bn]", "hooks.precise_bn.num_batches=2",
+                      "trainer.max_epochs=1", "trainer.devices=2", "hydra.run.dir=run"), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [weights(tmp_path / "run" / f"weights_rank{r}.pt") for r in (0, 1)]
+    stats = [k for k in ranks[0] if k.endswith(("running_mean", "running_var"))]
+    assert stats and all(torch.equal(ranks[0][k], ranks[1][k]) for k in stats)
