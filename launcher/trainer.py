@@ -424,9 +424,10 @@ class TrainerBase:
     def _after_train(self) -> None:
         """Every hook's ``after_train``, even when one raises (each closes its files, writes its checkpoint).
 
-        A run that had ended well is ``failed`` from the first error on (the hooks after it see that:
-        no ``final.pt`` for a failed run), and that error is raised after all of them; when training
-        itself failed, its error stands and a hook's error is logged.
+        The hooks after a failing one still see how training ended (an interrupted run still writes
+        the checkpoint to resume from; a completed one its ``final.pt``, so a rerun only retries the
+        end). Then the run is ``failed`` and the first error is raised; when training itself failed,
+        its error stands and a hook's error is logged.
         """
         failed = self.status in ("failed", "aborted")
         first: Optional[BaseException] = None
@@ -439,8 +440,8 @@ class TrainerBase:
                                  getattr(handler, "__self__", handler).name, type(err).__name__, err, exc_info=err)
                 else:
                     first = err
-                    self.status = "failed"
         if first is not None:
+            self.status = "failed"
             raise first
 
     def run(self) -> None:

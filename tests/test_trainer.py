@@ -10,6 +10,7 @@ import torch
 
 from conftest import ToyData, ToyModel, make_trainer
 from hooks import HookBase, Priority
+from hooks.checkpoint import PeriodicCheckpointer
 
 
 class Recorder(HookBase):
@@ -172,17 +173,19 @@ def test_a_hook_failing_in_after_train_fails_the_run_and_the_other_hooks_still_e
         def after_train(self):
             calls.append(self.trainer.status)
 
-    trainer = make_trainer("epoch", hooks={"raises": Raises(), "later": Later()}, work_dir=tmp_path)
+    trainer = make_trainer("epoch", hooks={"raises": Raises(), "later": Later(), "checkpointer": PeriodicCheckpointer()},
+                           work_dir=tmp_path)
     with pytest.raises(ValueError, match="report upload failed"):
         trainer.train()
-    assert trainer.status == "failed" and calls == ["failed"]  # the later hook still ran, told the run failed
+    assert trainer.status == "failed" and calls == ["completed"]  # the later hook ran, and saw how training ended
+    assert (tmp_path / "checkpoints" / "final.pt").is_file()  # so a rerun retries only the end
 
     class Diverges(ToyModel):
         def forward(self, batch):
             return super().forward(batch) * float("nan")
 
     calls.clear()
-    trainer = make_trainer("epoch", hooks={"raises": Raises(), "later": Later()}, model=Diverges(), work_dir=tmp_path)
+    trainer = make_trainer("epoch", hooks={"raises": Raises(), "later": Later()}, model=Diverges(), work_dir=tmp_path / "nan")
     with pytest.raises(FloatingPointError):  # the training's own error stands; the hook's is logged
         trainer.train()
     assert trainer.status == "failed" and calls == ["failed"]
