@@ -255,12 +255,19 @@ class DataLoaders:
         drop_last: bool = False,
         pin_memory: bool = False,
         seed: int = 0,
+        persistent_workers: bool = False,
+        prefetch_factor: Optional[int] = None,
     ) -> None:
         for key, value in (("batch_size", batch_size), ("num_workers", num_workers)):
             if not isinstance(value, int) or value < (1 if key == "batch_size" else 0):
                 limit = "greater than zero" if key == "batch_size" else "zero or more"
                 raise ValueError(f"data.{key} should be an integer {limit}, got {value!r}")
-        for key, value in (("shuffle", shuffle), ("drop_last", drop_last), ("pin_memory", pin_memory)):
+        if prefetch_factor is not None and (isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int)
+                                            or prefetch_factor < 1):
+            raise ValueError(f"data.prefetch_factor should be an integer greater than zero (batches each worker "
+                             f"loads ahead), or null for torch's default, got {prefetch_factor!r}")
+        for key, value in (("shuffle", shuffle), ("drop_last", drop_last), ("pin_memory", pin_memory),
+                           ("persistent_workers", persistent_workers)):
             if not isinstance(value, bool):  # "no" or "off" would count as true
                 raise ValueError(f"data.{key} should be true or false, got {value!r}")
         if not isinstance(seed, int):
@@ -273,15 +280,17 @@ class DataLoaders:
         self.drop_last = drop_last
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self.seed = seed
+        # Worker options, which torch refuses without workers: they take effect when there are some.
+        self._workers = {"persistent_workers": persistent_workers, "prefetch_factor": prefetch_factor} if num_workers else {}
 
     def train_loader(self, rank: int = 0, world_size: int = 1, collate_fn: Optional[Callable] = None) -> EpochLoader:
         sampler = DistributedSampler(
             self.train, num_replicas=world_size, rank=rank, shuffle=self.shuffle, seed=self.seed, drop_last=self.drop_last
         )
-        # Workers are not persistent: each epoch starts its workers from seeds fixed by (seed, epoch).
+        # Persistent workers or not, each batch's random draws follow (seed, rank, epoch, batch): see EpochLoader.
         loader = EpochLoader(
             self.train, self.batch_size, sampler, self.drop_last, self.seed,
-            num_workers=self.num_workers, pin_memory=self.pin_memory, collate_fn=collate_fn,
+            num_workers=self.num_workers, pin_memory=self.pin_memory, collate_fn=collate_fn, **self._workers,
         )
         if len(loader) == 0:
             raise ValueError(
@@ -299,5 +308,5 @@ class DataLoaders:
         sampler = ShardSampler(len(self.val), rank, world_size)
         return DataLoader(
             self.val, batch_size=self.val_batch_size, sampler=sampler, num_workers=self.num_workers,
-            pin_memory=self.pin_memory, collate_fn=collate_fn,
+            pin_memory=self.pin_memory, collate_fn=collate_fn, **self._workers,
         )

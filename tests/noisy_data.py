@@ -29,3 +29,12 @@ class NoisyBatches(NoisySynthetic):
         assert type(indices) is list, type(indices)
         x, y = self.data[indices]
         return [(xi + 0.1 * torch.randn_like(xi), yi, True) for xi, yi in zip(x, y)]
+
+
+class NoisyWithPid(NoisySynthetic):
+    """The same, each sample also naming the process that loaded it."""
+
+    def __getitem__(self, index):
+        import os
+
+        return (*super().__getitem__(index), os.getpid())

@@ -132,6 +132,7 @@ BAD_INPUTS = [
     (["+model.widht=3"], ["model", "widht", "accepts: in_features"]),
     (["optimizer.lr=-1"], ["optimizer", "torch.optim.SGD", "Invalid learning rate: -1"]),
     (["data.batch_size=0"], ["data.batch_size", "got 0", "greater than zero"]),
+    (["data.prefetch_factor=0"], ["data.prefetch_factor should be an integer greater than zero", "got 0"]),
     (["data.train._target_=launcher.data.arrays", "+data.train.path=/no/such/file.npz", "~data.train.split",
       "~data.train.val_fraction", "data.val=null"], ["data.train", "/no/such/file.npz", "does not exist"]),
     (["trainer.workflow=[[train,1],[test,1]]"], ["trainer.workflow", "test", "phase in ['train', 'val']"]),

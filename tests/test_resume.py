@@ -340,12 +340,14 @@ def noisy_command(run_dir: Path) -> List[str]:
             "data.train._target_=noisy_data.NoisySynthetic"]
 
 
-def test_random_augmentation_in_workers_resumes_mid_epoch_bitwise_equal(tmp_path):
-    """Each batch's draws follow (seed, epoch, batch), not which worker loads it after a resume's skip."""
+@pytest.mark.parametrize("persistent", [False, True])
+def test_random_augmentation_in_workers_resumes_mid_epoch_bitwise_equal(persistent, tmp_path):
+    """Each batch's draws follow (seed, epoch, batch), not which worker loads it after a resume's skip, nor
+    whether the workers persist from epoch to epoch (the reference run's do not)."""
     reference = tmp_path / "ref"
     run_to_end(noisy_command(reference), tmp_path)
     run_dir = tmp_path / "run"
-    cmd = [*noisy_command(run_dir), "+hooks.pace.signal_after=7"]
+    cmd = [*noisy_command(run_dir), "+hooks.pace.signal_after=7", f"data.persistent_workers={str(persistent).lower()}"]
     stopped = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True)
     assert stopped.returncode == 75 and read_run(run_dir)["iter"] == 8  # mid-epoch 0, an interrupt checkpoint
     # kill -9 mid-epoch 1, past the periodic checkpoint after iteration 19
@@ -370,3 +372,27 @@ def test_a_loader_skipping_batches_loads_the_rest_as_a_whole_epoch_does_with_wor
     assert len(full) == 10 and len(resumed) == 5 and all(marked.all() for _, _, marked in full)
     for (x, y, _), (x2, y2, _) in zip(full[5:], resumed):
         assert torch.equal(x, x2) and torch.equal(y, y2)
+
+
+def test_persistent_workers_stay_from_epoch_to_epoch_and_draw_what_fresh_ones_draw():
+    """data.persistent_workers=true keeps the workers (no start-up each epoch); the draws still follow
+    (seed, epoch, batch), so they equal fresh workers', also for an epoch resumed past its first batches."""
+    from launcher.data import DataLoaders
+    from noisy_data import NoisyWithPid
+
+    def epochs(persistent):
+        loader = DataLoaders(NoisyWithPid(size=200), batch_size=16, num_workers=2, seed=3,
+                             persistent_workers=persistent, prefetch_factor=1).train_loader()
+        out = []
+        for epoch, skip in ((0, 0), (1, 0), (1, 3)):
+            loader.set_epoch(epoch, skip)
+            out.append(list(loader))
+        return out
+
+    kept, fresh = epochs(True), epochs(False)
+    for a, b in zip(kept, fresh):
+        assert len(a) == len(b) and all(torch.equal(x, x2) and torch.equal(y, y2) for (x, y, _), (x2, y2, _) in zip(a, b))
+    pids = [{int(p) for _, _, batch_pids in epoch for p in batch_pids} for epoch in kept]
+    assert len(pids[0]) == 2 and pids[0] == pids[1] == pids[2]
+    fresh_pids = [{int(p) for _, _, batch_pids in epoch for p in batch_pids} for epoch in fresh]
+    assert not fresh_pids[0] & fresh_pids[1]
