@@ -202,7 +202,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     ``checked``: the run dir was checked already (a worker of ``trainer.devices=N``).
     """
     from launcher.rundir import (check_rerun, describe_changes, finished_result, ignore_outputs_in_git, lengthens,
-                                 save_config_files)
+                                 save_config_files, training_here_now)
 
     check_hooks_package()  # before importing the trainer, which imports the hooks package
     from launcher.trainer import check_devices
@@ -218,6 +218,14 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
                 run_dir, {"config.yaml": cfg, "overrides.yaml": list(overrides or [])}))
     ignore_outputs_in_git(run_dir)
     if not checked:
+        from launcher import distributed
+
+        env = distributed.from_environment()
+        other = training_here_now(run_dir) if env is None or env.is_main else None
+        if other:
+            raise ConfigError(f"{run_dir}: a run is training in this dir now ({other}); a second one would overwrite "
+                              f"its checkpoints and logs. Wait for it to end, stop it (kill -TERM its pid: it saves a "
+                              f"checkpoint to resume from), or give this run another hydra.run.dir")
         changes = check_rerun(run_dir, cfg)
         done = finished_result(run_dir) if cfg.trainer.get("resume", "auto") in ("auto", True) else None
         if done is not None and not lengthens(changes):  # an explicit checkpoint path always trains on

@@ -146,6 +146,52 @@ def mark_failed(run_dir: Path, error: str, status: str = "failed", exit_code: in
         atomic_write(path, text.encode())
 
 
+def _process_state(pid: int) -> Tuple[Optional[str], Optional[float]]:
+    """Process ``pid``'s state letter (Z: ended, not yet reaped) and start (seconds since the epoch),
+    from Linux's /proc; Nones elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return fields[0], boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None, None
+
+
+def training_here_now(run_dir: Path) -> Optional[str]:
+    """Why another process is training in ``run_dir`` right now, or None.
+
+    ``run.json`` says ``running`` on this host and its process is alive, and started no later
+    than the record (not a new process that reuses the number). Another host's process cannot
+    be checked: a SLURM job requeued elsewhere finds its predecessor gone anyway.
+    """
+    try:
+        data = json.loads((Path(run_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    pid = data.get("pid")
+    if data.get("status") != "running" or data.get("host") != socket.gethostname() or not isinstance(pid, int) \
+            or pid in (os.getpid(), os.getppid()):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, another user's
+        pass
+    state, started = _process_state(pid)
+    if state in ("Z", "X"):  # killed, waiting for its parent to collect it
+        return None
+    try:
+        recorded = datetime.datetime.fromisoformat(data["start_time"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        recorded = None
+    if started is not None and recorded is not None and started > recorded + 5:
+        return None  # the number was reused by a process started after the record
+    return f"pid {pid} on this host, started {data.get('start_time')}, attempt {data.get('attempt')}"
+
+
 # What a run's checkpoints and results are made of: resuming them under other values would fail to
 # load or silently train another experiment. Every other key (how long, where, how often to log,
 # which hooks) may change between attempts; the change is logged.

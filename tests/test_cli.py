@@ -382,3 +382,48 @@ def test_a_hook_set_to_null_is_left_out(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Hooks: timer, lr_scheduler, evaluator, checkpointer, jsonl\n" in (tmp_path / "run" / "train.log").read_text()
     assert not list((tmp_path / "run").glob("events.out.tfevents*"))
+
+
+def test_a_second_run_in_a_dir_where_one_is_training_is_refused(tmp_path):
+    """Two processes in one run dir would overwrite each other's checkpoints and logs (an orphaned sweep
+    job and its rerun, the same command in two terminals): the second is refused, the first goes on."""
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    args = [sys.executable, "-m", "launcher", *FAST, "trainer.max_epochs=50", "+hooks.pace._target_=pace.Pace",
+            "+hooks.pace.seconds=0.05", "hydra.run.dir=run"]
+    first = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "run" / "checkpoints" / "last").is_file() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        second = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        out = second.stdout + second.stderr
+        assert second.returncode == 2 and "Traceback" not in out, out[-3000:]
+        assert f"a run is training in this dir now (pid {first.pid} on this host" in out and "another hydra.run.dir" in out
+        assert first.poll() is None and read_run(tmp_path / "run")["pid"] == first.pid  # the first one goes on
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=120)
+    assert read_run(tmp_path / "run")["status"] == "interrupted"
+
+    # a record whose process is gone, or whose number a later process reuses, does not hold the dir
+    import datetime
+
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    stranger = subprocess.Popen(["sleep", "60"])
+    try:
+        started = datetime.datetime.now().astimezone() - datetime.timedelta(seconds=60)
+        record.update(status="running", pid=stranger.pid, start_time=started.isoformat())
+        (tmp_path / "run" / "run.json").write_text(json.dumps(record))
+        from launcher.rundir import training_here_now
+
+        assert training_here_now(tmp_path / "run") is None
+        record["start_time"] = datetime.datetime.now().astimezone().isoformat()
+        (tmp_path / "run" / "run.json").write_text(json.dumps(record))
+        assert training_here_now(tmp_path / "run").startswith(f"pid {stranger.pid} on this host")
+    finally:
+        stranger.kill()
+        stranger.wait()
+    assert training_here_now(tmp_path / "run") is None
