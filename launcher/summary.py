@@ -15,7 +15,7 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.checkpoint import atomic_write
 
@@ -249,8 +249,8 @@ class SweepSummary(Callback):  # type: ignore[misc]
 def main() -> None:
     parser = argparse.ArgumentParser(description="Write summary.csv and summary.md for a sweep dir.")
     parser.add_argument("sweep_dir", type=Path)
-    parser.add_argument("--objective", default="val/accuracy")
-    parser.add_argument("--mode", choices=("min", "max"), default="max")
+    parser.add_argument("--objective", default=None, help="default: the sweep's own (its multirun.yaml or jobs' run.json)")
+    parser.add_argument("--mode", choices=("min", "max"), default=None, help="default: the sweep's objective_mode")
     args = parser.parse_args()
     if not args.sweep_dir.is_dir():
         raise SystemExit(f"launcher.summary: {args.sweep_dir} is not a directory (expected outputs/multirun/<date>/<time>)")
@@ -258,8 +258,29 @@ def main() -> None:
         what = "a single run's dir (its record is run.json there)" if (args.sweep_dir / "run.json").is_file() else \
             "not a sweep dir: it holds no job dirs (0/, 1/, ...)"
         raise SystemExit(f"launcher.summary: {args.sweep_dir} is {what}; give a sweep dir, e.g. outputs/multirun/<date>/<time>")
-    write_summary(args.sweep_dir, args.objective, args.mode)
+    objective, mode = sweep_objective(args.sweep_dir)
+    write_summary(args.sweep_dir, args.objective or objective, args.mode or mode)
     print((args.sweep_dir / "summary.md").read_text(), end="")
+
+
+def sweep_objective(sweep_dir: Path) -> Tuple[str, str]:
+    """The ``objective`` and ``objective_mode`` the sweep ran with: from its ``multirun.yaml``, else a
+    job's recorded config, else the defaults (val/accuracy, max)."""
+    configs: List[Any] = []
+    try:
+        configs.append(OmegaConf.load(Path(sweep_dir) / "multirun.yaml"))
+    except Exception:  # noqa: BLE001 -- missing or unreadable: the jobs' records are next
+        pass
+    for row in jobs(Path(sweep_dir)):
+        try:
+            configs.append(json.loads((Path(row["dir"]) / "run.json").read_text()).get("config") or {})
+        except (OSError, ValueError):
+            continue
+    for config in configs:
+        objective, mode = config.get("objective"), config.get("objective_mode")
+        if isinstance(objective, str) and str(getattr(mode, "value", mode)) in ("min", "max"):
+            return objective, str(getattr(mode, "value", mode))
+    return "val/accuracy", "max"
 
 
 if __name__ == "__main__":

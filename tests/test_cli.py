@@ -427,3 +427,22 @@ def test_a_second_run_in_a_dir_where_one_is_training_is_refused(tmp_path):
         stranger.kill()
         stranger.wait()
     assert training_here_now(tmp_path / "run") is None
+
+
+def test_launcher_summary_rebuilds_a_sweeps_summary_by_the_sweeps_own_objective(tmp_path):
+    """Run by hand, the summary goes by the objective the sweep ran with (it took val/accuracy, max)."""
+    for job, (loss, accuracy) in enumerate([(0.9, 0.8), (0.5, 0.6)]):
+        (tmp_path / str(job)).mkdir()
+        (tmp_path / str(job) / "run.json").write_text(json.dumps({
+            "status": "completed", "overrides": [f"seed={job}"], "seconds": 1.0,
+            "metrics": {"val/loss": loss, "val/accuracy": accuracy},
+            "config": {"objective": "val/loss", "objective_mode": "min"}}))
+    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "Objective: `val/loss` (min); best: job 1 (`seed=1`)" in proc.stdout
+    (tmp_path / "multirun.yaml").write_text("objective: val/accuracy\nobjective_mode: max\n")  # the sweep's own config first
+    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path)], capture_output=True, text=True)
+    assert "Objective: `val/accuracy` (max); best: job 0 (`seed=0`)" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path), "--objective", "val/loss", "--mode", "min"],
+                          capture_output=True, text=True)
+    assert "Objective: `val/loss` (min); best: job 1" in proc.stdout  # given on the command line: that one
