@@ -240,7 +240,10 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
             logger.warning("This run finished (%s) at iteration %s; training it on to the new length (its LR schedule "
                            "goes on from its saved state, made for the old length)", done["status"], done.get("iter"))
         if changes:
-            logger.warning("This run dir's run was started with other settings; continuing with: %s", describe_changes(changes))
+            length = any(k in ("trainer.max_epochs", "trainer.max_iters") for k, _, _ in changes) and done is None
+            logger.warning("This run dir's run was started with other settings; continuing with: %s%s", describe_changes(changes),
+                           "; the LR schedule goes on from its checkpointed state, made for the old length (a cosine "
+                           "schedule will not span the new one: start a new run dir for that)" if length else "")
 
     from launcher import distributed
 

@@ -446,3 +446,14 @@ def test_launcher_summary_rebuilds_a_sweeps_summary_by_the_sweeps_own_objective(
     proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path), "--objective", "val/loss", "--mode", "min"],
                           capture_output=True, text=True)
     assert "Objective: `val/loss` (min); best: job 1" in proc.stdout  # given on the command line: that one
+
+
+def test_lengthening_an_interrupted_run_warns_that_its_schedule_keeps_the_old_length(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    args = [*FAST, "hydra.run.dir=run", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0"]
+    stopped = run_cli([*args, "trainer.max_epochs=2", "+hooks.pace.signal_after=5"], tmp_path, env=env)
+    assert stopped.returncode == 75, stopped.stderr[-3000:]
+    longer = run_cli([*args, "trainer.max_epochs=4"], tmp_path, env=env)
+    out = longer.stdout + longer.stderr
+    assert longer.returncode == 0, out[-3000:]
+    assert "trainer.max_epochs: 2 -> 4" in out and "the LR schedule goes on from its checkpointed state, made for the old length" in out
