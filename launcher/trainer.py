@@ -179,6 +179,9 @@ class TrainerBase:
         self.checkpoint_dir = self.work_dir / "checkpoints"
         self.resume = self._check_resume(resume)
         self.load_from = load_from
+        if load_from is not None and Path(load_from).is_dir():
+            raise ConfigError(f"trainer.load_from: {load_from!r} is a directory; give a checkpoint or state_dict file "
+                              f"(in a run's checkpoints/, final.pt, or the file its 'last' names)")
         if load_from is not None and not Path(load_from).is_file():
             raise ConfigError(f"trainer.load_from: {load_from!r} does not exist (expected a checkpoint or state_dict file)")
         self.storage = EventStorage(reduce=distributed.mean_across_ranks if self.dist else None,
@@ -347,7 +350,11 @@ class TrainerBase:
                                   f"it with the config it was made with (its run dir's .hydra/config.yaml)")
             self.load_state_dict(state)
             self.resumed_from = path
-            logger.info("Resumed from %s at iteration %d (epoch %d, step %d of it)", path, self.iter, self.epoch, self.inner_iter)
+            logger.info("Resumed from %s at iteration %d (epoch %d, after %d of its steps)", path, self.iter,
+                        min(self.epoch + 1, self.max_epochs), self.inner_iter)
+            if self.load_from:
+                logger.warning("trainer.load_from=%s is not used: this run resumes from its own checkpoint %s (load_from "
+                               "only starts a run that has none; give a new hydra.run.dir to start from it)", self.load_from, path)
             if self.iter > self.max_iters:
                 logger.warning("The checkpoint is at iteration %d, past this run's length (%d iterations): nothing is "
                                "trained and the run ends there", self.iter, self.max_iters)

@@ -132,6 +132,7 @@ BAD_INPUTS = [
     (["+model.widht=3"], ["model", "widht", "accepts: in_features"]),
     (["optimizer.lr=-1"], ["optimizer", "torch.optim.SGD", "Invalid learning rate: -1"]),
     (["data.batch_size=0"], ["data.batch_size", "got 0", "greater than zero"]),
+    (["trainer.load_from=."], ["trainer.load_from: '.' is a directory; give a checkpoint or state_dict file"]),
     (["data.prefetch_factor=0"], ["data.prefetch_factor should be an integer greater than zero", "got 0"]),
     (["data.train._target_=launcher.data.arrays", "+data.train.path=/no/such/file.npz", "~data.train.split",
       "~data.train.val_fraction", "data.val=null"], ["data.train", "/no/such/file.npz", "does not exist"]),
@@ -457,3 +458,13 @@ def test_lengthening_an_interrupted_run_warns_that_its_schedule_keeps_the_old_le
     out = longer.stdout + longer.stderr
     assert longer.returncode == 0, out[-3000:]
     assert "trainer.max_epochs: 2 -> 4" in out and "the LR schedule goes on from its checkpointed state, made for the old length" in out
+
+
+def test_load_from_in_a_run_dir_with_checkpoints_is_named_as_unused(tmp_path):
+    args = [*FAST, "hydra.run.dir=run"]
+    assert run_cli([*args, "trainer.max_epochs=1"], tmp_path).returncode == 0
+    proc = run_cli([*args, "trainer.max_epochs=2", "trainer.load_from=run/checkpoints/epoch_0001.pt"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "Resumed from" in out and "(epoch 2, after 0 of its steps)" in out
+    assert "trainer.load_from=run/checkpoints/epoch_0001.pt is not used: this run resumes from its own checkpoint" in out
