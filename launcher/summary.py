@@ -17,6 +17,8 @@ import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from omegaconf import OmegaConf
+
 from launcher.checkpoint import atomic_write
 
 FAILURE = "failure.json"  # in a job dir: its last attempt in a sweep failed (error, overrides); gone once one succeeds
@@ -38,10 +40,34 @@ def _seconds(record: Dict[str, Any]) -> Optional[float]:
     return (end - start).total_seconds()
 
 
+_JOB_MARKS = ("run.json", ".hydra", "submitted.json", FAILURE)
+
+
+def _job_dirs(root: Path, depth: int = 3) -> List[Tuple[int, Path]]:
+    """(job number, dir) of the sweep's job dirs: Hydra's numbered ones (``hydra.sweep.subdir``'s
+    default), or dirs named otherwise (``subdir=${hydra.job.override_dirname}``...) that hold a job's
+    files, their number then read from ``.hydra/hydra.yaml``."""
+    found = []
+    for p in sorted(root.iterdir()):
+        if not p.is_dir() or p.name.startswith(".") or p.name == "checkpoints":
+            continue
+        if p.name.isdigit():
+            found.append((int(p.name), p))
+        elif any((p / mark).exists() for mark in _JOB_MARKS):
+            try:
+                num = int(OmegaConf.load(p / ".hydra" / "hydra.yaml").hydra.job.num)
+            except Exception:  # noqa: BLE001 -- not started yet, or not Hydra's: after the numbered ones
+                num = 10**9 + len(found)
+            found.append((num, p))
+        elif depth > 1:
+            found += _job_dirs(p, depth - 1)
+    return found
+
+
 def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
-    """One entry per job dir (a numbered dir holding ``.hydra`` or ``run.json``), in job order."""
+    """One entry per job dir (see :func:`_job_dirs`), in job order."""
     rows = []
-    for d in sorted((p for p in Path(sweep_dir).iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
+    for num, d in sorted(_job_dirs(Path(sweep_dir)), key=lambda item: item[0]):
         record: Dict[str, Any] = {}
         try:
             record = json.loads((d / "run.json").read_text())
@@ -60,7 +86,7 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
                 overrides = []
         submitit = record.get("submitit") or {}
         row = {
-            "job": int(d.name), "dir": str(d), "overrides": " ".join(overrides), "stderr": submitit.get("stderr"),
+            "job": num, "dir": str(d), "overrides": " ".join(overrides), "stderr": submitit.get("stderr"),
             "status": STATUS.get(record.get("status", ""), "pending"), "seconds": _seconds(record),
             "metrics": record.get("metrics", {}), "error": record.get("error", ""),
         }
@@ -169,7 +195,6 @@ def done_report(rows: List[Dict[str, Any]], sweep_dir: Path, objective: str, mod
 
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import OmegaConf
 
 logger = logging.getLogger("launcher")
 

@@ -468,3 +468,15 @@ def test_load_from_in_a_run_dir_with_checkpoints_is_named_as_unused(tmp_path):
     assert proc.returncode == 0, out[-3000:]
     assert "Resumed from" in out and "(epoch 2, after 0 of its steps)" in out
     assert "trainer.load_from=run/checkpoints/epoch_0001.pt is not used: this run resumes from its own checkpoint" in out
+
+
+def test_a_sweep_with_its_own_subdir_names_is_summarized(tmp_path):
+    proc = run_cli(["-m", *FAST, "trainer.max_epochs=1", "seed=0,1", "hydra.sweep.dir=sweep",
+                    "hydra.sweep.subdir=seed_${seed}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Sweep of 2 job(s): 2 done; best: job " in proc.stdout
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "sweep" / "summary.csv").open()))
+    assert [(r["job"], r["overrides"], r["status"]) for r in rows] == \
+        [("0", f"{' '.join(FAST)} trainer.max_epochs=1 seed=0", "done"), ("1", f"{' '.join(FAST)} trainer.max_epochs=1 seed=1", "done")]
