@@ -46,8 +46,9 @@ def run(quick: bool) -> str:
                     "\n\n" + ddp.table(ddp_rows))
     if quick:
         sweep.LENGTHS = {"short": 256}
-    sections.append("**Sweeps** (`benchmarks/sweep.py`: 8 jobs, 1 thread each)\n\n"
-                    + sweep.table(*sweep.measure(jobs=2 if quick else 8, repeats=1 if quick else 2, slurm=not quick)))
+    jobs = 2 if quick else 8
+    sections.append(f"**Sweeps** (`benchmarks/sweep.py`: {jobs} jobs, 1 thread each)\n\n"
+                    + sweep.table(*sweep.measure(jobs=jobs, repeats=1 if quick else 2, slurm=not quick)))
     stamp = (f"Measured {datetime.date.today()} with torch {torch.__version__}, Python {platform.python_version()}, "
              f"on {platform.machine()} with {os.cpu_count()} cores (the loop runs on 1 thread).")
     return "\n\n".join(sections + [stamp])

@@ -52,6 +52,6 @@ class IterationTimer(HookBase):
         if self._timed_steps:
             logger.info(
                 "Trained %d steps in %s (%.4f s/step over the last %d steps)",
-                self._steps, datetime.timedelta(seconds=int(total)),
+                self._steps, datetime.timedelta(seconds=int(total)) if total >= 60 else f"{total:.1f} s",
                 self._timed_seconds / self._timed_steps, self._timed_steps,
             )
