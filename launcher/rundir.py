@@ -43,17 +43,39 @@ def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:
     return data if done else None
 
 
-def _attempt_seconds(record: Mapping[str, Any]) -> float:
-    """The run time a ``run.json`` accounts for: its ``seconds``, or (older records) its last attempt's span."""
-    # a record written at an attempt's start carries the earlier total in ``seconds``: right for a killed attempt
+def _attempt_seconds(record: Mapping[str, Any], run_dir: Optional[Path] = None) -> float:
+    """The run time a ``run.json`` accounts for: its ``seconds``, or (older records) its last attempt's span.
+
+    A record still ``running`` is an attempt that was killed before it could record its end; its time
+    runs to its last sign of life in ``run_dir`` (the newest of ``metrics.jsonl`` and ``checkpoints/last``,
+    which the next attempt has not touched yet when it reads the record).
+    """
+    # a record written at an attempt's start carries the earlier total in ``seconds``
     if isinstance(record.get("seconds"), (int, float)):
-        return float(record["seconds"])
+        total = float(record["seconds"])
+        if record.get("status") == "running" and run_dir is not None:
+            total += _killed_attempt_seconds(record, run_dir)
+        return total
     try:
         start = datetime.datetime.fromisoformat(record["start_time"])
         end = datetime.datetime.fromisoformat(record["end_time"])
     except (KeyError, TypeError, ValueError):
         return 0.0
     return max((end - start).total_seconds(), 0.0)
+
+
+def _killed_attempt_seconds(record: Mapping[str, Any], run_dir: Path) -> float:
+    try:
+        start = datetime.datetime.fromisoformat(record["start_time"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    last = 0.0
+    for name in ("metrics.jsonl", "checkpoints/last"):
+        try:
+            last = max(last, (Path(run_dir) / name).stat().st_mtime)
+        except OSError:
+            pass
+    return max(last - start, 0.0)
 
 
 class RunRecord:
@@ -88,7 +110,7 @@ class RunRecord:
             "first_start_time": previous.get("first_start_time") or previous.get("start_time"),
             # run time over the attempts (gaps between them left out); an attempt killed before it
             # recorded its end adds nothing, and the total so far is carried here until this one ends
-            "seconds": _attempt_seconds(previous),
+            "seconds": _attempt_seconds(previous, Path(run_dir)),
             "attempt": int(previous.get("attempt", 0)) + 1,
             "end_time": None,
             "exit_code": None,

@@ -480,3 +480,20 @@ def test_a_sweep_with_its_own_subdir_names_is_summarized(tmp_path):
     rows = list(csv.DictReader((tmp_path / "sweep" / "summary.csv").open()))
     assert [(r["job"], r["overrides"], r["status"]) for r in rows] == \
         [("0", f"{' '.join(FAST)} trainer.max_epochs=1 seed=0", "done"), ("1", f"{' '.join(FAST)} trainer.max_epochs=1 seed=1", "done")]
+
+
+def test_an_attempt_killed_outright_counts_in_the_run_time_up_to_its_last_sign_of_life(tmp_path):
+    import datetime
+
+    from launcher.rundir import RunRecord
+
+    killed = RunRecord(tmp_path, seed=0)
+    killed.start()  # then SIGKILL: its record stays "running", with no end or time of its own
+    start = datetime.datetime.fromisoformat(killed.data["start_time"]).timestamp()
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last").write_text("epoch_0004.pt\n")
+    os.utime(tmp_path / "checkpoints" / "last", (start + 40, start + 40))  # its last checkpoint, 40 s in
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    os.utime(tmp_path / "metrics.jsonl", (start + 42, start + 42))  # its last metrics, 2 s later
+    resumed = RunRecord(tmp_path, seed=0)
+    assert 41.9 < resumed.data["seconds"] < 42.1 and resumed.data["attempt"] == 2
