@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import copy
 import functools
+import io
+import logging
 import math
+import re
+import sys
 
 import pytest
 import torch
@@ -355,3 +359,103 @@ def test_profiler_writes_a_trace_for_tensorboard(tmp_path):
     make_trainer("iter", hooks=[Profiler(wait=1, warmup=1, active=2)], max_iters=6, work_dir=tmp_path).train()
     traces = list((tmp_path / "profiler").glob("*.pt.trace.json"))
     assert len(traces) == 1 and traces[0].stat().st_size > 0
+
+
+class FakeTerminal(io.StringIO):
+    """What a terminal receives: tqdm and the log handlers write here as they would to a tty."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+class LogEachStep(HookBase):
+    """Logs a line after every step, after the progress bar has drawn it."""
+
+    priority = 95
+
+    def after_step(self) -> None:
+        logging.getLogger("test_progress").info("LOG epoch %d", self.trainer.epoch + 1)
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    """A console log handler on a fake terminal, removed after; a test puts sys.stdout there too
+    (in its body: pytest sets sys.stdout for the test after the fixtures)."""
+    term = FakeTerminal()
+    log = logging.getLogger("test_progress")
+    handler = logging.StreamHandler(term)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    monkeypatch.setattr(log, "propagate", False)
+    yield term, handler
+    log.removeHandler(handler)
+    log.setLevel(logging.NOTSET)
+
+
+def test_progress_bar_keeps_log_lines_off_the_bar_and_shows_the_current_epoch(terminal, monkeypatch):
+    from hooks.progress import ProgressBar
+
+    term, handler = terminal
+    monkeypatch.setattr(sys, "stdout", term)
+    bar = ProgressBar(refresh_per_second=1e9)  # a redraw at every step
+    make_trainer("iter", hooks=[bar, LogEachStep()], data=ToyData(n=16, batch=4, val=False), max_iters=12).train()
+    out = term.getvalue()
+    lines = out.split("\n")
+    logged = [line for line in lines if "LOG" in line]
+    assert len(logged) == 12
+    for line in logged:  # what a terminal shows of it: the text after its last carriage return
+        assert line.split("\r")[-1].startswith("LOG epoch"), repr(line)
+    draws = re.findall(r"epoch (\d+)/3: +\d+%\|[^|]*\| (\d+)/12", out)
+    assert len(draws) >= 24  # one each step, one after each log line
+    for epoch, n in draws:  # 4 steps an epoch: step n is in epoch (n - 1) // 4 + 1
+        assert int(epoch) == (int(n) - 1) // 4 + 1, (epoch, n)
+    for line, after in zip(lines, lines[1:]):
+        if "LOG" in line:  # the bar drawn again under a log line names that line's epoch
+            assert re.search(r"epoch (\d+)/", after).group(1) == line.split()[-1], (line, after)
+    assert handler.stream is term
+
+
+def test_progress_bar_gives_the_log_handlers_their_stream_back_when_training_fails(terminal, monkeypatch):
+    from hooks.progress import ProgressBar
+
+    class Fail(HookBase):
+        def after_step(self) -> None:
+            if self.trainer.iter == 2:
+                raise RuntimeError("boom")
+
+    term, handler = terminal
+    monkeypatch.setattr(sys, "stdout", term)
+    bar = ProgressBar()
+    with pytest.raises(RuntimeError, match="boom"):
+        make_trainer("iter", hooks=[bar, Fail()], max_iters=6).train()
+    assert handler.stream is term and bar.bar is None
+    logging.getLogger("test_progress").info("after")
+    assert term.getvalue().endswith("\nafter\n")
+
+
+@pytest.mark.parametrize("steps", [2, 3])
+def test_a_run_too_short_for_the_profiled_window_says_so_once_and_writes_no_trace(steps, tmp_path, caplog):
+    """wait + warmup = 3: with 3 steps torch would record only the time after the last one."""
+    from hooks.profiler import Profiler
+
+    caplog.set_level(logging.INFO, logger="hooks.profiler")
+    make_trainer("iter", hooks=[Profiler(wait=2, warmup=1, active=2)], max_iters=steps, work_dir=tmp_path).train()
+    assert not (tmp_path / "profiler").exists()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert f"wait=2 + warmup=1 + active=2 need 5 steps and the run has {steps}" in warnings[0]
+    assert "no trace will be written" in warnings[0]
+
+
+def test_a_run_shorter_than_the_window_traces_the_steps_it_has_and_says_where(tmp_path, caplog):
+    from hooks.profiler import Profiler
+
+    caplog.set_level(logging.INFO, logger="hooks.profiler")
+    make_trainer("iter", hooks=[Profiler(wait=1, warmup=1, active=3)], max_iters=4, work_dir=tmp_path).train()
+    [trace] = (tmp_path / "profiler").glob("*.pt.trace.json")
+    steps = set(re.findall(r'"ProfilerStep#(\d+)"', trace.read_text()))
+    assert steps == {"2", "3"}
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("the run has 4" in m and "2 of the 3 active steps" in m for m in messages), messages
+    assert any(str(trace) in m and "https://ui.perfetto.dev" in m for m in messages), messages
