@@ -29,6 +29,9 @@ class Profiler(HookBase):
     def __init__(self, wait: int = 5, warmup: int = 2, active: int = 5, record_shapes: bool = False,
                  profile_memory: bool = False, dirname: str = "profiler", priority: Optional[int] = None) -> None:
         super().__init__(priority)
+        for key, value, least in (("wait", wait, 0), ("warmup", warmup, 0), ("active", active, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"Profiler: {key} should be an integer of at least {least} (steps), got {value!r}")
         self.wait, self.warmup, self.active = wait, warmup, active
         self.record_shapes, self.profile_memory, self.dirname = record_shapes, profile_memory, dirname
         self.profiler: Any = None

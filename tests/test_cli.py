@@ -132,6 +132,7 @@ BAD_INPUTS = [
     (["+model.widht=3"], ["model", "widht", "accepts: in_features"]),
     (["optimizer.lr=-1"], ["optimizer", "torch.optim.SGD", "Invalid learning rate: -1"]),
     (["data.batch_size=0"], ["data.batch_size", "got 0", "greater than zero"]),
+    (["hooks=[default,profiler]", "hooks.profiler.active=0"], ["hooks.profiler", "active should be an integer of at least 1", "got 0"]),
     (["trainer.load_from=."], ["trainer.load_from: '.' is a directory; give a checkpoint or state_dict file"]),
     (["data.prefetch_factor=0"], ["data.prefetch_factor should be an integer greater than zero", "got 0"]),
     (["data.train._target_=launcher.data.arrays", "+data.train.path=/no/such/file.npz", "~data.train.split",
