@@ -2,24 +2,31 @@
 ``max_parallel`` jobs at a time (default: one per usable CPU core).
 
 More jobs at once than cores only contend for them: 8 jobs of ~11 s on 2 cores took 0.92x of the
-sequential launcher's time all at once and 0.69x two at a time. Jobs go in groups of
-``max_parallel``; every group runs, whatever failed before it, so one failing job loses no other's
-result. Registered with Hydra by :func:`launcher.plugins.register`.
+sequential launcher's time all at once and 0.69x two at a time. The next job starts as soon as one
+ends. Every job runs whatever became of the others: a failed job, or one whose process died without
+a result (SIGKILL, the OOM killer), is recorded as failed and loses no other's result. Each job's dir
+gets ``submitted.json`` when the sweep starts, so a job not started yet reads as pending.
+Registered with Hydra by :func:`launcher.plugins.register`.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
+import json
 import logging
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
+from pathlib import Path
 from unittest import mock
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from hydra.core.utils import JobReturn
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import CompactHydraException
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
+from omegaconf import OmegaConf
 
 from launcher.plugins import as_plain
 from launcher.signals import EXIT_INTERRUPTED, handlers, suspend_along
@@ -83,6 +90,7 @@ class StopJobsOnSignal:
 
     def __init__(self, sweep_dir: str, wait_s: float = 120.0) -> None:
         self.sweep_dir, self.wait_s = sweep_dir, wait_s
+        self.starting = threading.Lock()  # held while a job starts: none starts once stopping
         self.stopping = False
         sigs = [s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)) if s is not None]
         self._installed = handlers(self._stop, sigs)
@@ -103,8 +111,9 @@ class StopJobsOnSignal:
         if self.stopping:
             log.warning("%s again: not waiting for the jobs; each still writes its checkpoint and ends", name)
             raise SystemExit(EXIT_INTERRUPTED)
-        self.stopping = True
-        jobs = child_pids()
+        with self.starting:
+            self.stopping = True
+            jobs = child_pids()
         log.warning("%s: stopping the sweep's %d running job(s); each saves a checkpoint first", name, len(jobs))
         for pid in jobs:
             with contextlib.suppress(OSError):
@@ -117,7 +126,69 @@ class StopJobsOnSignal:
         raise SystemExit(EXIT_INTERRUPTED)
 
 
+class JobDied(CompactHydraException):
+    """A sweep job's process ended without a result: killed (SIGKILL, the OOM killer) or exited at once.
+
+    Hydra prints a CompactHydraException as its message alone: the sweep's last screen says the rest."""
+
+
+def how_it_died(exit_code: Optional[int]) -> str:
+    """What a job's controller exit status (:func:`run_controller`) says of a job that left no result."""
+    if exit_code is not None and exit_code > 128:
+        number = exit_code - 128
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "a signal"
+        hint = ": out of memory (the OOM killer), or kill -9?" if number == signal.SIGKILL else ""
+        return f"killed by {name} (signal {number}) before it returned a result{hint}"
+    if exit_code is not None and exit_code < 0:
+        return f"its submitit controller was killed by {signal.Signals(-exit_code).name} before the job returned a result"
+    if exit_code:
+        return f"its process exited with status {exit_code} without returning a result"
+    return "its process ended without returning a result"
+
+
+def run_controller(folder: str) -> None:
+    """submitit's local job controller (``python -m submitit.local._local``), but exiting as its job did.
+
+    submitit's exits 0 whatever became of its job, so a job killed before it wrote its result could not
+    be told from one that merely ended. This one exits with the job's status, 128 + n for signal n (as
+    a shell reports it): the sweep names the signal. Started by :class:`CappedLocalLauncher`.
+    """
+    from submitit.local.local import Controller
+
+    class ReportingController(Controller):  # type: ignore[misc]
+        exit_codes: Sequence[Optional[int]] = ()
+
+        def wait(self, freq: int = 24) -> Sequence[Optional[int]]:
+            self.exit_codes = super().wait(freq)
+            return self.exit_codes
+
+    controller = ReportingController(Path(folder))
+    controller.run()
+    code = next((c for c in controller.exit_codes if c), 0)
+    sys.exit(128 - code if code < 0 else code)
+
+
+def _last_line(err: Exception) -> str:
+    """The error line of the traceback a submitit FailedJobError quotes between dashed lines."""
+    parts = str(err).split("-" * 22)
+    lines = parts[1].strip().splitlines() if len(parts) > 2 else []
+    return lines[-1] if lines else str(err).splitlines()[0]
+
+
+class _NotStarted(Exception):
+    """The sweep is stopping: no more jobs start."""
+
+
 class CappedLocalLauncher(LocalLauncher):
+    """The plugin's LocalLauncher, at most ``max_parallel`` jobs at once, each started as a slot frees.
+
+    Each job goes through the plugin's own ``launch`` alone, from one of ``max_parallel`` threads;
+    so a job whose process died without a result (which the plugin raises for) is one failed job.
+    """
+
     def __init__(self, max_parallel: Optional[int] = None, **params: Any) -> None:
         if max_parallel is not None and (isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1):
             raise ValueError(f"hydra.launcher.max_parallel={max_parallel!r}: use a whole number >= 1, "
@@ -126,24 +197,116 @@ class CappedLocalLauncher(LocalLauncher):
         self.max_parallel = max_parallel or usable_cores()
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from submitit.core.utils import FailedJobError, UncompletedJobError
         from submitit.local import local as submitit_local
 
-        returns: List[JobReturn] = []
-        start_controller = submitit_local.start_controller
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        job_dirs = [self._job_dir(overrides, initial_job_idx + i) for i, overrides in enumerate(job_overrides)]
+        self._mark_pending(job_dirs, job_overrides, initial_job_idx)
+        returns: List[Optional[JobReturn]] = [None] * len(job_overrides)
+        todo = iter(range(len(job_overrides)))
+        errors: List[BaseException] = []
+        started = threading.local()  # each thread's job: its controller process
+        stopper = StopJobsOnSignal(str(sweep_dir))
+        start_controller, popen = submitit_local.start_controller, subprocess.Popen
 
-        def start_in_own_session(*args: Any, **kwargs: Any) -> Any:
-            # Ctrl-C in the terminal then reaches this process alone, which stops each job with
-            # SIGTERM and waits for its checkpoint: submitit's controller, reached too, would send
-            # its job a second SIGINT and a SIGKILL a second later, cutting the checkpoint short.
-            with mock.patch.object(subprocess, "Popen", functools.partial(subprocess.Popen, start_new_session=True)):
-                return start_controller(*args, **kwargs)
+        def start_job_process(args: Any, **kwargs: Any) -> Any:
+            # In a session of its own: Ctrl-C in the terminal then reaches this process alone, which
+            # stops each job with SIGTERM and waits for its checkpoint (submitit's controller, reached
+            # too, would send its job a second SIGINT and a SIGKILL a second later, cutting it short).
+            # And :func:`run_controller` stands in for submitit's controller, to learn how the job ended.
+            if isinstance(args, list) and args[1:3] == ["-m", "submitit.local._local"]:
+                args = [args[0], "-m", "launcher.local", *args[3:]]
+            return popen(args, start_new_session=True, **kwargs)
 
-        with StopJobsOnSignal(str(self.config.hydra.sweep.dir)), \
-                mock.patch.object(submitit_local, "start_controller", start_in_own_session):
-            for start in range(0, len(job_overrides), self.max_parallel):
-                group = job_overrides[start:start + self.max_parallel]
-                returns += super().launch(group, initial_job_idx + start)
-        return returns
+        def start_controller_unless_stopping(*args: Any, **kwargs: Any) -> Any:
+            with stopper.starting:
+                if stopper.stopping or errors:
+                    raise _NotStarted()
+                with mock.patch.object(subprocess, "Popen", start_job_process):
+                    started.process = start_controller(*args, **kwargs)
+            return started.process
+
+        def run_jobs() -> None:  # one slot: the next job as each ends
+            while True:
+                with stopper.starting:
+                    i = None if stopper.stopping or errors else next(todo, None)
+                if i is None:
+                    return
+                started.process = None
+                try:
+                    returns[i] = LocalLauncher.launch(self, [job_overrides[i]], initial_job_idx + i)[0]
+                except _NotStarted:
+                    return
+                except (UncompletedJobError, FailedJobError) as err:
+                    if stopper.stopping:  # stopped by the sweep's own SIGTERM before it could say so: the rerun runs it
+                        return
+                    code = started.process.poll() if started.process is not None else None
+                    how = how_it_died(code) if isinstance(err, UncompletedJobError) else f"failed outside the run: {_last_line(err)}"
+                    returns[i] = self._died(sweep_dir, job_dirs[i], job_overrides[i], initial_job_idx + i, how, code)
+                except BaseException as err:  # noqa: B036 -- raised in the sweep's thread, below
+                    errors.append(err)
+                    return
+
+        with stopper, mock.patch.object(submitit_local, "start_controller", start_controller_unless_stopping), \
+                mock.patch.object(submitit_local.LocalJob, "_results_timeout_s", 1):
+            # a job's result is written before its process ends: no file system to wait for
+            slots = [threading.Thread(target=run_jobs, name=f"sweep-slot-{n}", daemon=True)
+                     for n in range(min(self.max_parallel, len(job_overrides)))]
+            for slot in slots:
+                slot.start()
+            for slot in slots:
+                slot.join()  # a signal's handler (StopJobsOnSignal) still runs here, in the main thread
+        if errors:
+            raise errors[0]
+        return [r for r in returns if r is not None]
+
+    def _job_dir(self, overrides: Sequence[str], idx: int) -> Path:
+        """The job's run dir, as its process will resolve it (``hydra.sweep.dir`` / ``hydra.sweep.subdir``)."""
+        from omegaconf import open_dict
+
+        assert self.config is not None and self.hydra_context is not None
+        if OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}":
+            return Path(str(self.config.hydra.sweep.dir)) / str(idx)  # the default, without composing the job's config
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(config.hydra.job):
+            config.hydra.job.num = idx
+        return Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
+
+    @staticmethod
+    def _mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
+        """``submitted.json`` (job number and overrides) in each job dir without a run record yet: the
+        summary lists the job as pending until it starts, also after the sweep is stopped before reaching it."""
+        from launcher.checkpoint import atomic_write  # imports torch: not at the top, which each job's controller runs
+
+        for offset, (job_dir, overrides) in enumerate(zip(job_dirs, job_overrides)):
+            if (job_dir / "run.json").is_file():
+                continue
+            job_dir.mkdir(parents=True, exist_ok=True)
+            text = json.dumps({"job": initial_job_idx + offset, "overrides": list(overrides)}, indent=2) + "\n"
+            atomic_write(job_dir / "submitted.json", text.encode(), sync_dir=False)
+
+    def _died(self, sweep_dir: Path, job_dir: Path, overrides: Sequence[str], idx: int, how: str,
+              exit_code: Optional[int]) -> JobReturn:
+        """The failed JobReturn of a job whose process left no result, recorded as any failed job's is:
+        ``run.json`` (it said running), ``failure.json``, the summary and one line in this log."""
+        from launcher.checkpoint import atomic_write
+        from launcher.rundir import mark_failed
+        from launcher.summary import FAILURE, write_summary
+
+        died = JobDied(how)
+        error = f"{type(died).__name__}: {died}"
+        if (job_dir / "run.json").is_file():
+            mark_failed(job_dir, error, exit_code=exit_code or 1)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(job_dir / FAILURE, json.dumps({"error": error, "overrides": list(overrides)}, indent=2).encode())
+        log.error("Sweep job %d failed (%s): %s; log: %s", idx, " ".join(overrides), error,
+                  job_dir / f"{self.config.hydra.job.name}.log")
+        try:
+            write_summary(sweep_dir, self.config.get("objective", "val/accuracy"), self.config.get("objective_mode", "max"))
+        except (OSError, ValueError):
+            pass  # the sweep's end writes it again
+        return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=died)
 
     def __reduce__(self) -> Any:
         """Pickled for the jobs as the plugin's LocalLauncher: the jobs need nothing of this class."""
@@ -152,3 +315,7 @@ class CappedLocalLauncher(LocalLauncher):
 
 CappedLocalLauncher.__module__ = "hydra_plugins.launcher_local"  # the name conf/hydra/launcher/local.yaml gives
 PLUGINS = (CappedLocalLauncher,)
+
+
+if __name__ == "__main__":
+    run_controller(sys.argv[1])

@@ -54,10 +54,13 @@ def _job_dirs(root: Path, depth: int = 3) -> List[Tuple[int, Path]]:
         if p.name.isdigit():
             found.append((int(p.name), p))
         elif any((p / mark).exists() for mark in _JOB_MARKS):
-            try:
-                num = int(OmegaConf.load(p / ".hydra" / "hydra.yaml").hydra.job.num)
-            except Exception:  # noqa: BLE001 -- not started yet, or not Hydra's: after the numbered ones
-                num = 10**9 + len(found)
+            try:  # the local launcher's record of a job not started yet, else Hydra's
+                num = int(json.loads((p / "submitted.json").read_text())["job"])
+            except (OSError, ValueError, KeyError, TypeError):
+                try:
+                    num = int(OmegaConf.load(p / ".hydra" / "hydra.yaml").hydra.job.num)
+                except Exception:  # noqa: BLE001 -- not Hydra's: after the numbered ones
+                    num = 10**9 + len(found)
             found.append((num, p))
         elif depth > 1:
             found += _job_dirs(p, depth - 1)

@@ -102,7 +102,7 @@ def test_each_run_logs_its_hyperparameters_and_final_metrics_to_tensorboard_hpar
 
 
 def test_local_launcher_runs_at_most_max_parallel_jobs_at_once(tmp_path):
-    """3 jobs, max_parallel=2: the third starts only once the first two have ended. Each job trains
+    """3 jobs, max_parallel=2: the third starts only once one of the first two has ended. Each job trains
     for about 3 s (a paced hook), longer than a job process takes to start, so jobs started together
     would overlap."""
     env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
@@ -113,7 +113,7 @@ def test_local_launcher_runs_at_most_max_parallel_jobs_at_once(tmp_path):
     assert len(runs) == 3 and all(r["status"] == "completed" for r in runs)
     start = [datetime.datetime.fromisoformat(r["start_time"]) for r in runs]
     end = [datetime.datetime.fromisoformat(r["end_time"]) for r in runs]
-    assert start[2] >= max(end[0], end[1])
+    assert start[2] >= min(end[0], end[1])
     assert start[1] < end[0] and start[0] < end[1]  # the first two ran side by side
 
     bad = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.max_parallel=0", "seed=0,1", *FAST], tmp_path)
@@ -267,3 +267,89 @@ def test_a_job_whose_objective_is_nan_is_never_the_best(tmp_path):
     (tmp_path / "1").rmdir(), (tmp_path / "2").rmdir()
     write_summary(tmp_path, "val/accuracy", "max")
     assert "best: none (no finished job has a number for val/accuracy)" in (tmp_path / "summary.md").read_text()
+
+
+def _paced_env() -> dict:
+    """The environment for a sweep whose jobs use tests/pace.py's hook."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return env
+
+
+def _wait_for(condition, proc, seconds=120.0):
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_local_sweep_job_killed_without_a_result_is_one_failed_job_and_the_others_still_run(tmp_path):
+    """SIGKILL (kill -9, the OOM killer) leaves no result: submitit raised for it, which ended the sweep
+    there (job 2 never ran), lost the group's other results, and left job 0 "running" in the summary."""
+    import signal
+
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "launcher", "-m", "hydra/launcher=local", "hydra.launcher.max_parallel=2", "seed=0,1,2",
+            "trainer.max_epochs=4", f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.1", *FAST]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=_paced_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def training():
+        try:
+            return read_run(sweep / "0")["status"] == "running"
+        except (OSError, ValueError):
+            return False
+
+    _wait_for(training, proc)
+    os.kill(read_run(sweep / "0")["pid"], signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in out + err and "UncompletedJobError" not in out + err
+    report = err[err.index("1 of 3 sweep job(s) failed"):]  # the last screen of the sweep
+    assert "job 0 [seed=0 trainer.max_epochs=4 " in report and "killed by SIGKILL (signal 9)" in report
+    assert f"log: {sweep}/0/train.log" in report and "job 1 [" not in report
+    assert [read_run(sweep / j)["status"] for j in ("0", "1", "2")] == ["failed", "completed", "completed"]
+    assert "killed by SIGKILL (signal 9)" in read_run(sweep / "0")["error"]
+    md = (sweep / "summary.md").read_text()
+    rows = {line.split(" | ")[0]: line.split(" | ")[2] for line in md.splitlines() if line.startswith("| ") and "`" in line}
+    assert rows == {"| 0": "failed", "| 1": "done", "| 2": "done"}
+
+
+def test_jobs_of_a_stopped_local_sweep_that_never_started_show_as_pending_and_a_rerun_runs_them(tmp_path):
+    """One job at a time, stopped during the first: the other two appeared nowhere (the summary said
+    "Sweep of 1 job(s)"), though the rerun would run them."""
+    import signal
+
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "launcher", "-m", "hydra/launcher=local", "hydra.launcher.max_parallel=1", "seed=0,1,2",
+            "trainer.max_epochs=4", f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=_paced_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_for(lambda: (sweep / "0" / "checkpoints" / "last").is_file(), proc)  # job 0 is training
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 75, out[-3000:]
+    assert "Sweep of 3 job(s): 1 interrupted, 2 pending" in out
+    md = (sweep / "summary.md").read_text()
+    for job in (1, 2):
+        assert f"| {job} | `seed={job} trainer.max_epochs=4 " in md
+        assert not (sweep / str(job) / "run.json").exists()
+    assert md.count("| pending |") == 2
+
+    rerun = subprocess.run(args, cwd=tmp_path, env=_paced_env(), capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "Sweep of 3 job(s): 3 done" in rerun.stdout
+    assert [read_run(sweep / j)["status"] for j in ("0", "1", "2")] == ["completed"] * 3
+
+
+def test_a_local_sweep_starts_the_next_job_as_soon_as_one_ends(tmp_path):
+    """max_parallel=2, job 0 slow (~15 s of training), job 1 quick: job 2 takes job 1's place at once
+    instead of waiting for job 0 (jobs went in fixed groups of max_parallel)."""
+    proc = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.max_parallel=2", "trainer.max_epochs=1",
+                    "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=1.5,0.01,0.01", *FAST], tmp_path, env=_paced_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = [read_run(d) for d in run_dirs(tmp_path / "outputs" / "multirun")]
+    start = [datetime.datetime.fromisoformat(r["start_time"]) for r in runs]
+    end = [datetime.datetime.fromisoformat(r["end_time"]) for r in runs]
+    assert end[1] <= start[2] < end[0]
