@@ -63,7 +63,8 @@ def explain_config_errors() -> None:
     any config error (Hydra prints several lines and exits 1); and a sweep job's ConfigError in its
     one line rather than a traceback. ``HYDRA_FULL_ERROR=1`` gets Hydra's full report instead."""
     from hydra._internal import utils as hydra_utils
-    from hydra.errors import CompactHydraException, ConfigCompositionException, MissingConfigException, OverrideParseException
+    from hydra.errors import (CompactHydraException, ConfigCompositionException, InstantiationException, MissingConfigException,
+                              OverrideParseException)
 
     from launcher.build import composition_message, group_value_message
 
@@ -77,6 +78,11 @@ def explain_config_errors() -> None:
                 return func()  # the whole traceback, as asked
             try:
                 return func()
+            except InstantiationException as err:  # Hydra building its launcher, whose options we check
+                if not isinstance(err.__cause__, ConfigError):
+                    raise
+                print(f"Config error: {err.__cause__}", file=sys.stderr)
+                sys.exit(2)
             except (MissingConfigException, ConfigCompositionException, OverrideParseException, ValueError) as err:
                 if isinstance(err, ConfigError):  # a sweep job's: its one line, as a single run prints it (the sweep's report follows)
                     raise CompactHydraException(f"Config error: {err}") from None

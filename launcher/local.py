@@ -28,6 +28,7 @@ from hydra.errors import CompactHydraException
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
 from omegaconf import OmegaConf
 
+from launcher.errors import ConfigError
 from launcher.plugins import as_plain
 from launcher.signals import EXIT_INTERRUPTED, handlers, suspend_along
 
@@ -191,7 +192,7 @@ class CappedLocalLauncher(LocalLauncher):
 
     def __init__(self, max_parallel: Optional[int] = None, **params: Any) -> None:
         if max_parallel is not None and (isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1):
-            raise ValueError(f"hydra.launcher.max_parallel={max_parallel!r}: use a whole number >= 1, "
+            raise ConfigError(f"hydra.launcher.max_parallel={max_parallel!r}: use a whole number >= 1, "
                              f"or null for one job per usable CPU core ({usable_cores()} here)")
         super().__init__(**params)
         self.max_parallel = max_parallel or usable_cores()

@@ -117,7 +117,8 @@ def test_local_launcher_runs_at_most_max_parallel_jobs_at_once(tmp_path):
     assert start[1] < end[0] and start[0] < end[1]  # the first two ran side by side
 
     bad = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.max_parallel=0", "seed=0,1", *FAST], tmp_path)
-    assert bad.returncode != 0 and "hydra.launcher.max_parallel=0: use a whole number >= 1" in bad.stderr
+    assert bad.returncode == 2 and "hydra.launcher.max_parallel=0: use a whole number >= 1" in bad.stderr
+    assert bad.stderr.startswith("Config error: hydra.launcher.max_parallel=0") and "full_key" not in bad.stderr
 
 
 def test_failed_jobs_of_a_parallel_sweep_are_each_named_at_the_end_and_lose_no_other_result(tmp_path):
