@@ -18,8 +18,9 @@ EMA                         40        weights ready for validation (EMA's put in
 PreciseBN                   41        BN statistics of the weights to be validated
 Evaluator                   50        validate before anything reads val/*
 EarlyStopping               60        judge the validation the Evaluator recorded
+ProgressBar                 79        count the step before a writer logs it
 ConsoleWriter, JSONWriter,  80        write what the hooks above recorded
-TensorBoardWriter, Progress
+TensorBoardWriter
 PeriodicCheckpointer        90        save after every other hook's update
 ==========================  ========  =========================================
 """

@@ -18,7 +18,7 @@ class ProgressBar(HookBase):
     below, with the current epoch and loss; the handlers get their own streams back when training
     ends, however it ends."""
 
-    priority = Priority.LOWER
+    priority = Priority.LOWER - 1  # counts the step before the console writer logs it: the bar under a line agrees
 
     def __init__(self, refresh_per_second: float = 4.0, force: bool = False, priority: Optional[int] = None) -> None:
         super().__init__(priority)

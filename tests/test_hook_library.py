@@ -416,6 +416,24 @@ def test_progress_bar_keeps_log_lines_off_the_bar_and_shows_the_current_epoch(te
     assert handler.stream is term
 
 
+def test_the_bar_under_a_console_line_counts_the_step_that_line_reports(terminal, monkeypatch):
+    from hooks.progress import ProgressBar
+    from hooks.writers import ConsoleWriter
+
+    term, handler = terminal
+    monkeypatch.setattr(sys, "stdout", term)
+    launcher_log = logging.getLogger("launcher")
+    monkeypatch.setattr(launcher_log, "handlers", [handler])
+    monkeypatch.setattr(launcher_log, "level", logging.INFO)
+    monkeypatch.setattr(launcher_log, "propagate", False)
+    hooks = {"console": ConsoleWriter(period=2), "progress": ProgressBar(refresh_per_second=1e9)}  # the config's order
+    make_trainer("iter", hooks=hooks, data=ToyData(n=16, batch=4, val=False), max_iters=12).train()
+    lines = term.getvalue().split("\n")
+    pairs = [(re.search(r"iter (\d+)/12", line).group(1), re.search(r"\| (\d+)/12", after).group(1))
+             for line, after in zip(lines, lines[1:]) if "iter " in line.split("\r")[-1] and "/12" in after]
+    assert len(pairs) == 6 and all(logged == drawn for logged, drawn in pairs), pairs
+
+
 def test_progress_bar_gives_the_log_handlers_their_stream_back_when_training_fails(terminal, monkeypatch):
     from hooks.progress import ProgressBar
 
