@@ -77,12 +77,10 @@ class LRScheduler(HookBase):
             try:
                 main = factory(optimizer)
             except (TypeError, ValueError) as err:  # e.g. StepLR without step_size: the config's, named as such
-                key = f"hooks.{self.name or 'lr_scheduler'}.scheduler"
-                what = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', target)}"
                 missing = re.findall(r"'(\w+)'", str(err).partition("missing")[2])
+                key = f"hooks.{self.name or 'lr_scheduler'}.scheduler"
                 hint = "; add " + " ".join(f"+{key}.{m}=<value>" for m in missing) if missing else ""
-                given_text = f" (given {', '.join(f'{k}={v!r}' for k, v in given.items())})" if given else ""
-                raise ConfigError(f"{key} ({what}): {type(err).__name__}: {err}{given_text}{hint}") from err
+                raise ConfigError(f"{self._describe()}: {type(err).__name__}: {err}{hint}") from err
             if self.warmup_iters and isinstance(main, torch.optim.lr_scheduler.ReduceLROnPlateau):
                 # torch cannot chain a plateau schedule (SequentialLR refuses it): say so, rather than train without warmup
                 raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.warmup_iters={self.warmup_iters}: a warmup cannot "

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,7 +200,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     DDP after the ranks have met, so that no rank checks against a record another rank rewrote.
     ``checked``: the run dir was checked already (a worker of ``trainer.devices=N``).
     """
-    from launcher.rundir import (check_rerun, describe_changes, finished_result, ignore_outputs_in_git, lengthens,
+    from launcher.rundir import (LENGTH, check_rerun, describe_changes, finished_result, ignore_outputs_in_git, lengthens,
                                  save_config_files, training_here_now)
 
     check_hooks_package()  # before importing the trainer, which imports the hooks package
@@ -217,10 +216,10 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
             return run(cfg, run_dir, overrides, checked=False, on_start=lambda: save_config_files(
                 run_dir, {"config.yaml": cfg, "overrides.yaml": list(overrides or [])}))
     ignore_outputs_in_git(run_dir)
-    if not checked:
-        from launcher import distributed
+    from launcher import distributed
 
-        env = distributed.from_environment()
+    env = distributed.from_environment()
+    if not checked:
         other = training_here_now(run_dir) if env is None or env.is_main else None
         if other:
             raise ConfigError(f"{run_dir}: a run is training in this dir now ({other}); a second one would overwrite "
@@ -240,14 +239,11 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
             logger.warning("This run finished (%s) at iteration %s; training it on to the new length (its LR schedule "
                            "goes on from its saved state, made for the old length)", done["status"], done.get("iter"))
         if changes:
-            length = any(k in ("trainer.max_epochs", "trainer.max_iters") for k, _, _ in changes) and done is None
+            length = any(k in LENGTH for k, _, _ in changes) and done is None
             logger.warning("This run dir's run was started with other settings; continuing with: %s%s", describe_changes(changes),
                            "; the LR schedule goes on from its checkpointed state, made for the old length (a cosine "
                            "schedule will not span the new one: start a new run dir for that)" if length else "")
 
-    from launcher import distributed
-
-    env = distributed.from_environment()
     if env is None and devices > 1:
         if on_start is not None:
             on_start()

@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 from unittest import mock
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 
 from launcher.errors import ConfigError
 from launcher.plugins import as_plain
-from launcher.signals import EXIT_INTERRUPTED, handlers, suspend_along
+from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
 
 log = logging.getLogger("launcher")
 
@@ -42,13 +42,7 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _stat(pid: Union[int, str]) -> Optional[List[str]]:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent pid, ...), or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()
-    except OSError:
-        return None
+_stat = process_stat  # the fields of /proc/<pid>/stat after the command name, or None
 
 
 def child_pids() -> List[int]:

@@ -171,13 +171,14 @@ def mark_failed(run_dir: Path, error: str, status: str = "failed", exit_code: in
 def _process_state(pid: int) -> Tuple[Optional[str], Optional[float]]:
     """Process ``pid``'s state letter (Z: ended, not yet reaped) and start (seconds since the epoch),
     from Linux's /proc; Nones elsewhere."""
+    from launcher.signals import process_stat
+
+    fields = process_stat(pid)
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
         with open("/proc/stat") as f:
             boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
         return fields[0], boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+    except (OSError, TypeError, ValueError, IndexError, StopIteration):  # TypeError: no fields
         return None, None
 
 

@@ -11,7 +11,7 @@ import contextlib
 import signal
 import threading
 from types import FrameType
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
 
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped on a signal with a checkpoint; rerun the same command to resume
 
@@ -30,6 +30,16 @@ def handlers(handler: Callable[[int, Optional[FrameType]], Any], signals: Iterab
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def process_stat(pid: Union[int, str]) -> Optional[List[str]]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent pid, ...), or None
+    (no such process, or not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
 
 
 def suspend_along(processes: Callable[[], Iterable[int]]) -> Callable[[int, Optional[FrameType]], None]:
