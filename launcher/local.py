@@ -285,16 +285,14 @@ class CappedLocalLauncher(LocalLauncher):
               exit_code: Optional[int]) -> JobReturn:
         """The failed JobReturn of a job whose process left no result, recorded as any failed job's is:
         ``run.json`` (it said running), ``failure.json``, the summary and one line in this log."""
-        from launcher.checkpoint import atomic_write
         from launcher.rundir import mark_failed
-        from launcher.summary import FAILURE, write_summary
+        from launcher.summary import record_failure, write_summary
 
         died = JobDied(how)
         error = f"{type(died).__name__}: {died}"
         if (job_dir / "run.json").is_file():
             mark_failed(job_dir, error, exit_code=exit_code or 1)
-        job_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(job_dir / FAILURE, json.dumps({"error": error, "overrides": list(overrides)}, indent=2).encode())
+        record_failure(job_dir, error, overrides)
         log.error("Sweep job %d failed (%s): %s; log: %s", idx, " ".join(overrides), error,
                   job_dir / f"{self.config.hydra.job.name}.log")
         try:

@@ -104,6 +104,15 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
     return rows
 
 
+def record_failure(job_dir: Path, error: str, overrides: Any) -> None:
+    """``failure.json`` in ``job_dir``: its last attempt failed with ``error`` (see :func:`jobs`)."""
+    try:
+        Path(job_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write(Path(job_dir) / FAILURE, json.dumps({"error": error, "overrides": list(overrides)}, indent=2).encode())
+    except OSError:
+        pass
+
+
 def best_row(rows: List[Dict[str, Any]], objective: str, mode: Any) -> Optional[Dict[str, Any]]:
     """The finished job with the best ``objective`` (``mode``: max or min, or the config's enum); None if none.
 
@@ -241,11 +250,7 @@ class SweepSummary(Callback):  # type: ignore[misc]
             path.unlink(missing_ok=True)
             return
         err = job_return._return_value
-        overrides = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
-        try:
-            atomic_write(path, json.dumps({"error": f"{type(err).__name__}: {err}", "overrides": overrides}, indent=2).encode())
-        except OSError:
-            pass
+        record_failure(path.parent, f"{type(err).__name__}: {err}", OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         # Hydra's sweeper raises at the first failed job, so on_multirun_end never runs then: the
