@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import numbers
 import random
 import time
 import weakref
@@ -107,28 +108,41 @@ def check_devices(devices: Any) -> int:
     return devices
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
 def _as_tensor_dict(out: Any, model: nn.Module, mode: str) -> Dict[str, torch.Tensor]:
+    """``out`` as a dict of scalar tensors; in eval mode a metric may also be a plain number (``acc.item()``)."""
     if isinstance(out, torch.Tensor):
         if out.numel() == 1:
             return {"loss": out}
-    elif isinstance(out, Mapping) and out and all(isinstance(v, torch.Tensor) and v.numel() == 1 for v in out.values()):
-        return dict(out)
-    raise TypeError(f"{type(model).__name__}.forward returned {_describe_output(out)} in {mode} mode; the trainer "
+    elif isinstance(out, Mapping) and out:
+        if all(isinstance(v, torch.Tensor) and v.numel() == 1 for v in out.values()):
+            return dict(out)
+        if mode == "eval" and all((isinstance(v, torch.Tensor) and v.numel() == 1) or _is_number(v) for v in out.values()):
+            return {k: v if isinstance(v, torch.Tensor) else torch.tensor(float(v)) for k, v in out.items()}
+    raise TypeError(f"{type(model).__name__}.forward returned {_describe_output(out, mode)} in {mode} mode; the trainer "
                     f"accepts a scalar loss tensor or a non-empty dict of scalar tensors"
+                    + (" or numbers" if mode == "eval" else "")
                     + (f" (outputs such as logits? in {mode} mode forward computes "
                        f"{'the loss' if mode == 'train' else 'the loss or a dict of metrics'} from the batch; "
                        if isinstance(out, torch.Tensor) else " (") + "README: 'Model contract')")
 
 
-def _describe_output(out: Any) -> str:
+def _describe_output(out: Any, mode: str = "train") -> str:
     """What a model returned that is not a loss (or metrics), named so that the fix is plain."""
     def what(v: Any) -> str:
-        return f"a tensor of shape {tuple(v.shape)}" if isinstance(v, torch.Tensor) else f"a {type(v).__name__}"
+        if isinstance(v, torch.Tensor):
+            return f"a tensor of shape {tuple(v.shape)}"
+        name = type(v).__name__
+        return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
     if isinstance(out, Mapping):
         if not out:
             return "an empty dict"
-        bad = [f"{k!r}: {what(v)}" for k, v in out.items() if not (isinstance(v, torch.Tensor) and v.numel() == 1)]
+        bad = [f"{k!r}: {what(v)}" for k, v in out.items()
+               if not (isinstance(v, torch.Tensor) and v.numel() == 1) and not (mode == "eval" and _is_number(v))]
         return f"a dict whose values are not all scalar tensors ({', '.join(bad)})"
     return what(out)
 
@@ -595,7 +609,7 @@ class TrainerBase:
         was_training = self.model.training
         self.model.eval()
         sums: Dict[str, torch.Tensor] = {}
-        count = 0
+        counts: Dict[str, int] = {}  # samples per metric: a metric some batches leave out is averaged over the rest
         try:
             for batch in self.val_loader:
                 if self.device.type != "cpu":
@@ -605,18 +619,27 @@ class TrainerBase:
                     out = self.model(batch)
                 for name, value in _as_tensor_dict(out, self.model, "eval").items():
                     sums[name] = sums.get(name, 0) + value.detach().float().reshape(()) * n
-                count += n
+                    counts[name] = counts.get(name, 0) + n
         finally:
             self.model.train(was_training)
-        names = list(sums)
-        totals = torch.stack([sums[k] for k in names]).cpu().double().tolist() if names else []
+        if self.dist is not None:  # the metrics any rank returned, in one order on every rank
+            names = list(dict.fromkeys(k for rank_names in distributed.all_gather_object(list(sums)) for k in rank_names))
+        else:
+            names = list(sums)
+        parts = [sums[k] if k in sums else torch.zeros(()) for k in names]
+        if len({t.device for t in parts}) == 1:  # one transfer for all of them
+            totals = torch.stack(parts).cpu().double().tolist() if parts else []
+        else:  # metrics on different devices (a number returned beside CUDA tensors)
+            totals = [float(t) for t in parts]
+        samples = [counts.get(k, 0) for k in names]
         if self.dist is not None:  # every rank read its own share of the val set: add them up
-            reduced = distributed.sum_across_ranks(torch.tensor([*totals, count], dtype=torch.float64),
+            reduced = distributed.sum_across_ranks(torch.tensor([*totals, *samples], dtype=torch.float64),
                                                    distributed.layout_id(names))
             if reduced is None:
                 raise RuntimeError(f"validation: rank {self.rank} returned metrics {names}, other ranks returned others")
-            *totals, count = reduced.tolist()
-        self.last_val = {f"val/{k}": t / max(count, 1) for k, t in zip(names, totals)}
+            values = reduced.tolist()
+            totals, samples = values[:len(names)], values[len(names):]
+        self.last_val = {f"val/{k}": t / max(c, 1) for k, t, c in zip(names, totals, samples)}
         self.storage.put_scalars(smoothing_hint=False, **self.last_val)
         self._call("after_val")
         return self.last_val

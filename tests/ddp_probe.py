@@ -66,3 +66,13 @@ class NanOnRank(MLP):
             if self.calls == self.at and int(os.environ.get("RANK", 0)) == self.bad_rank:
                 return out * float("nan")
         return out
+
+
+class MetricOnRank0(MLP):
+    """The built-in MLP whose eval output adds ``only_rank0`` (7.0, a Python float) on rank 0 only."""
+
+    def forward(self, batch):
+        out = super().forward(batch)
+        if not self.training and int(os.environ.get("RANK", 0)) == 0:
+            out["only_rank0"] = 7.0
+        return out

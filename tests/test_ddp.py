@@ -335,6 +335,14 @@ def test_a_nan_on_one_rank_is_skipped_by_every_rank_together(tmp_path):
     assert_bitwise(weights(tmp_path / "run" / "weights_rank0.pt"), weights(tmp_path / "run" / "weights_rank1.pt"))
 
 
+def test_a_metric_some_ranks_do_not_return_is_averaged_over_the_ranks_that_did(tmp_path):
+    proc = launch(cli(*DATA, "data.batch_size=32", "trainer.max_epochs=1", "trainer.devices=2", "hydra.run.dir=run",
+                      "model._target_=ddp_probe.MetricOnRank0"), tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = read_run(tmp_path / "run")["metrics"]
+    assert metrics["val/only_rank0"] == 7.0 and 0 <= metrics["val/accuracy"] <= 1
+
+
 @pytest.mark.parametrize("start", ["devices", "torchrun"])
 def test_raising_max_epochs_of_a_finished_ddp_run_trains_it_on_on_every_rank(tmp_path, start):
     """The run dir's record is checked by every rank before any rank rewrites it, and spawned workers follow

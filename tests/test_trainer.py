@@ -354,3 +354,40 @@ def test_classifier_subclasses_with_a_network_module_or_a_network_method_follow_
         assert loss.dim() == 0 and torch.isfinite(loss)
         metrics = model.eval()(batch)
         assert set(metrics) == {"loss", "accuracy"} and torch.allclose(metrics["loss"], loss)
+
+
+class SometimesMetric(ToyModel):
+    """In eval mode: ``rare`` (a tensor) only in the first batch, ``seen`` as a Python float in every batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches = 0
+
+    def forward(self, batch):
+        out = super().forward(batch)
+        if self.training:
+            return out
+        self.batches += 1
+        out["seen"] = float(self.batches)  # 1, 2, 3, 4 over the four val batches of 4 samples
+        if self.batches == 1:
+            out["rare"] = torch.tensor(5.0)
+        return out
+
+
+def test_validation_averages_each_metric_over_the_batches_that_returned_it_and_takes_plain_numbers():
+    model = SometimesMetric()
+    trainer = make_trainer("epoch", model=model, max_epochs=1)
+    metrics = trainer.validate()
+    assert metrics["val/rare"] == 5.0  # not 5 / 4: three batches did not return it
+    assert metrics["val/seen"] == 2.5
+    assert set(metrics) == {"val/loss", "val/accuracy", "val/seen", "val/rare"}
+
+
+def test_a_train_loss_given_as_a_python_number_is_refused_naming_it():
+    class FloatLoss(ToyModel):
+        def forward(self, batch):
+            out = super().forward(batch)
+            return {"ce": out.item(), "other": out} if self.training else out
+
+    with pytest.raises(TypeError, match=r"'ce': a float.*in train mode"):
+        make_trainer("epoch", model=FloatLoss(), max_epochs=1).train()
