@@ -30,6 +30,18 @@ class EarlyStopping(HookBase):
         self.best_iter = -1
         self.bad = 0
 
+    def before_train(self) -> None:
+        # Resumed after the decision to stop (killed before final.pt was safe, or a signal at that very step):
+        # the run stops again at once, as the uninterrupted one did, rather than training on.
+        if self.bad >= self.patience:
+            self._stop()
+
+    def _stop(self) -> None:
+        self.trainer.request_stop(
+            f"early stopping: {self.monitor} did not improve on {self.best:.6g} (iteration {self.best_iter}) "
+            f"by more than {self.min_delta} for {self.patience} validations"
+        )
+
     def after_val(self) -> None:
         metrics = self.trainer.last_val
         if self.monitor not in metrics:
@@ -41,10 +53,7 @@ class EarlyStopping(HookBase):
             return
         self.bad += 1
         if self.bad >= self.patience:
-            self.trainer.request_stop(
-                f"early stopping: {self.monitor} did not improve on {self.best:.6g} (iteration {self.best_iter}) "
-                f"by more than {self.min_delta} for {self.patience} validations"
-            )
+            self._stop()
 
     def state_dict(self) -> Dict[str, Any]:
         return {"best": self.best, "best_iter": self.best_iter, "bad": self.bad}

@@ -66,7 +66,7 @@ class ProgressBar(HookBase):
     def _describe(self) -> None:
         t = self.trainer
         loss = t.storage.history("train/loss").latest() if t.storage.has("train/loss") else float("nan")
-        self.bar.set_description(f"epoch {t.last_epoch + 1}/{t.max_epochs}", refresh=False)
+        self.bar.set_description(f"epoch {t.epoch_text(t.last_epoch)}", refresh=False)
         self.bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
 
 

@@ -110,7 +110,7 @@ class ConsoleWriter(PeriodicWriter):
             return
         t = self.trainer
         storage = t.storage
-        parts = [f"epoch {min(t.last_epoch + 1, t.max_epochs)}/{t.max_epochs}"]
+        parts = [f"epoch {t.epoch_text(t.last_epoch)}"]
         train_keys = [k for k in scalars if not k.startswith("val/")]
         if train_keys:
             step = max(scalars[k][1] for k in train_keys) + 1

@@ -47,18 +47,33 @@ def compose(overrides: Sequence[str] = (), config_dir: Optional[str] = None) -> 
     """The run config for ``overrides``, as ``python -m launcher <overrides>`` would compose it.
 
     ``config_dir`` adds a user's config directory in front of the built-in one.
+    Raises :class:`ConfigError` with the CLI's one-line message for a misspelled key or option, a
+    value the schema refuses or a bad override.
     """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+
+    from launcher.build import composition_message, group_value_message
 
     overrides = list(overrides)
     if config_dir:
+        if not Path(config_dir).is_dir():
+            raise ConfigError(f"config_dir: {str(config_dir)!r} is not a directory; give the directory that holds "
+                              f"your config groups (model/, data/, ...)")
         overrides.append(f"hydra.searchpath=[file://{Path(config_dir).resolve()}]")
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
+        try:
+            return hydra_compose(config_name="config", overrides=overrides)
+        except (MissingConfigException, ConfigCompositionException, OverrideParseException) as err:
+            raise ConfigError(composition_message(err)) from err
+        except ValueError as err:
+            if isinstance(err, ConfigError) or not group_value_message(err):
+                raise
+            raise ConfigError(composition_message(err)) from err
 
 
 def seed_everything(seed: int) -> None:
@@ -99,7 +114,8 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     from hooks.base import HookBase
 
     seed_everything(cfg.seed)
-    logger.info("Instantiating model <%s>", cfg.model.get("_target_"))
+    if cfg.model.get("_target_"):
+        logger.info("Instantiating model <%s>", cfg.model.get("_target_"))
     model = build("model", cfg.model)
     factory = build("optimizer", cfg.optimizer)
     if not callable(factory):
@@ -107,6 +123,11 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     # Built on the model's parameters before the trainer moves the model: Module.to keeps them.
     optimizer = call("optimizer", cfg.optimizer, factory, model.parameters())
     data = build("data", cfg.data)
+    if not callable(getattr(data, "train_loader", None)):
+        raise ConfigError(
+            f"data._target_: {cfg.data.get('_target_')} built a {type(data).__name__}, which has no train_loader(); "
+            f"data must build an object with train_loader() and val_loader(), such as launcher.data.DataLoaders "
+            f"with your datasets as data.train and data.val (README: 'Your own data')")
     hooks: Dict[str, Any] = {}
     for name, node in cfg.hooks.items():
         if name == "_target_":  # an option file written like a model's, its hook not under a name

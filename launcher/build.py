@@ -8,17 +8,30 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import logging
 import pkgutil
 import re
 from typing import Any, Optional, Sequence
 
 from hydra.errors import InstantiationException
-from hydra.utils import get_object, instantiate
+from hydra.utils import get_object as _hydra_get_object
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from launcher.errors import ConfigError
 
+
+
+def get_object(path: str) -> Any:
+    """Hydra's ``get_object`` without the ERROR record it logs before raising: a bad ``_target_``
+    is reported once, as a ConfigError naming the key."""
+    log = logging.getLogger("hydra.utils")
+    disabled, log.disabled = log.disabled, True
+    try:
+        return _hydra_get_object(path)
+    finally:
+        log.disabled = disabled
 
 
 # A message that starts with one of these already names the key at fault.
@@ -122,17 +135,24 @@ def _mistyped(full_key: str, sub: Any, target: Optional[str]) -> Optional[str]:
     return None
 
 
-# Annotations that admit only true or false (``from __future__ import annotations`` keeps them as text).
-_BOOL_ANNOTATIONS = (bool, "bool")
+# Annotations that admit one kind of scalar only (``from __future__ import annotations`` keeps them as text),
+# and the values that fit each.
+_SCALAR_ANNOTATIONS = {
+    bool: ("true or false", lambda v: isinstance(v, bool)),
+    int: ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    float: ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+}
+_SCALAR_ANNOTATIONS.update({t.__name__: rule for t, rule in list(_SCALAR_ANNOTATIONS.items())})
 
 
-def _not_bool(key: str, node: Any) -> Optional[str]:
+def _misfit(key: str, node: Any) -> Optional[str]:
     """The first value, in ``node`` or a node with a ``_target_`` inside it, given for a parameter
-    annotated ``bool`` that is not true or false; None when there is none.
+    annotated exactly ``bool``, ``int`` or ``float`` that is not of that kind; None when there is none.
 
-    A constructor seldom checks its flags: ``optimizer.nesterov=maybe`` would train with a truthy
-    string. Only parameters annotated exactly ``bool`` count (not ``Union[bool, str]``, nor a
-    parameter merely defaulting to a bool), so an API that also takes a word is never refused.
+    A constructor seldom checks its arguments: ``optimizer.nesterov=maybe`` would train with a truthy
+    string, and ``model.dropout=abc`` would fail at the first step, far from the config. Only exact
+    annotations count (not ``Union[bool, str]``, nor a parameter merely defaulting to a bool), so an API
+    that also takes a word is never refused.
     """
     if not isinstance(node, DictConfig):
         return None
@@ -149,13 +169,18 @@ def _not_bool(key: str, node: Any) -> Optional[str]:
         except Exception:
             continue
         if isinstance(value, DictConfig):
-            found = _not_bool(f"{key}.{name}", value)
+            found = _misfit(f"{key}.{name}", value)
             if found:
                 return found
             continue
         param = params.get(str(name))
-        if param is not None and param.annotation in _BOOL_ANNOTATIONS and not isinstance(value, bool):
-            return f"{key}.{name}: {value!r} is not true or false ({target} takes a bool there)"
+        try:
+            rule = _SCALAR_ANNOTATIONS.get(param.annotation) if param is not None else None
+        except TypeError:  # an unhashable annotation
+            rule = None
+        if rule is not None and value is not None and not rule[1](value):
+            kind = rule[0]
+            return f"{key}.{name}: {value!r} is not {kind} ({target} takes {'a bool' if kind == 'true or false' else kind} there)"
     return None
 
 
@@ -175,28 +200,41 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
     target = _target_of(sub)
     if isinstance(err, InstantiationException) and message.startswith("Error locating target"):
         return ConfigError(f"{full_key}._target_: cannot import {target!r}: {why_not_importable(str(target))}")
+    signature_error = isinstance(cause, TypeError) and re.search(
+        r"unexpected keyword argument|required (positional |keyword-only )?argument|takes \d+ positional", str(cause))
+    mistyped = _mistyped(full_key, sub, target) if isinstance(cause, (ValueError, TypeError)) and not signature_error else None
+    if mistyped:
+        return ConfigError(f"{mistyped} ({target} raised {type(cause).__name__}: {_first_line(cause)})")
     if isinstance(cause, TypeError) and "argument" in str(cause):
-        return ConfigError(f"{full_key}: {target} rejected the config: {cause}{_accepted(target, supplied)}")
+        partial = ""
+        if "required positional argument" in str(cause) and isinstance(sub, DictConfig) and not sub.get("_partial_"):
+            partial = (f"; where the launcher passes those itself (an optimizer gets the model's parameters, a "
+                       f"scheduler its optimizer), set {full_key}._partial_: true")
+        return ConfigError(f"{full_key}: {target} rejected the config: {_first_line(cause)}{partial}{_accepted(target, supplied)}")
     if isinstance(cause, ConfigError):
         return cause
     if isinstance(cause, MissingMandatoryValue):
         return ConfigError(f"{full_key}: no value given (??? in the config); set it, e.g. {full_key}=<value>")
     if isinstance(cause, (ValueError, TypeError)) and str(cause).startswith(GROUPS):
         return ConfigError(str(cause))  # the object's own check, already naming its key (data.shuffle ...)
-    mistyped = _mistyped(full_key, sub, target) if isinstance(cause, (ValueError, TypeError)) else None
-    if mistyped:
-        return ConfigError(f"{mistyped} ({target} raised {type(cause).__name__}: {cause})")
     where = f"{full_key} ({target})" if target else full_key
     return ConfigError(f"{where}: {type(cause).__name__}: {cause}{_given(sub)}")
+
+
+def _first_line(err: BaseException) -> str:
+    """An exception's message cut to its first line (torch lists every overload of a function below it)."""
+    text = str(err).strip()
+    first = text.splitlines()[0] if text else type(err).__name__
+    return first + (" ..." if first != text else "")
 
 
 def build(key: str, node: Any, **kwargs: Any) -> Any:
     """``instantiate(node, **kwargs)``; any failure becomes a :class:`ConfigError` naming ``key``."""
     if isinstance(node, DictConfig) and "_target_" not in node:
         raise ConfigError(f"{key}: no _target_ given; set {key}._target_ to the class or function to build")
-    not_bool = _not_bool(key, node)
-    if not_bool:
-        raise ConfigError(not_bool)
+    misfit = _misfit(key, node)
+    if misfit:
+        raise ConfigError(misfit)
     try:
         return instantiate(node, **kwargs)
     except Exception as err:
@@ -239,19 +277,26 @@ def unknown_key_message(err: BaseException) -> Optional[str]:
 
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-    cause = err.__cause__
+    cause = err.__cause__ or err.__context__  # a key in a config file: Hydra raises without ``from``
     parent = getattr(cause, "parent_node", None)
     if not isinstance(cause, (ConfigAttributeError, ConfigKeyError)) or not cause.full_key or not isinstance(parent, DictConfig):
         return None
+    in_file = re.match(r"In '([^']+)': ", str(err))  # the key is set in a config file, not by an override
     full, key = str(cause.full_key), str(cause.key)
     where = full.rpartition(".")[0]
     keys = [str(k) for k in parent.keys() if not str(k).startswith("_") and (where or k != "hydra")]
     close = difflib.get_close_matches(key, keys, n=1)
     hint = f"; did you mean {where + '.' if where else ''}{close[0]}?" if close else "."
     fixed = isinstance(cause.object_type, type) and is_dataclass(cause.object_type)  # a schema: no new keys
-    add = "" if fixed else f" (a new key is added with +{full}=...)"
+    if in_file:
+        add = ""
+    elif fixed:  # the schema's keys are the built-in class's; a class of one's own may take more
+        add = f" (an argument of a _target_ of your own that the schema lacks is added with +{full}=...)"
+    else:
+        add = f" (a new key is added with +{full}=...)"
     accepted = f"Accepted there: {', '.join(keys)}" if keys else f"{where or 'The config'} has no keys yet"
-    return f"{full}: no such key in {where or 'the config'}{hint} {accepted}{add}"
+    source = f" (set in config file {in_file.group(1)}.yaml)" if in_file else ""
+    return f"{full}: no such key in {where or 'the config'}{source}{hint} {accepted}{add}"
 
 
 def missing_option_message(err: BaseException) -> Optional[str]:
@@ -302,9 +347,10 @@ def group_value_message(err: BaseException) -> Optional[str]:
     return f"{err}: a config group takes an option name"
 
 
-def _missing_key_listing(path: str) -> str:
+def _missing_key_listing(path: str) -> Optional[str]:
     """`` <parent> has: a, b, c`` for the keys at the parent of ``path`` in the config composed from
-    the command line's other overrides (or from the defaults alone); empty when it cannot be told."""
+    the command line's other overrides (or from the defaults alone); empty when it cannot be told,
+    None when ``path`` is there after all, with a null value."""
     import sys
 
     from hydra.core.global_hydra import GlobalHydra
@@ -320,6 +366,8 @@ def _missing_key_listing(path: str) -> str:
             continue
         if isinstance(node, DictConfig):
             keys = [str(k) for k in node.keys() if not str(k).startswith("_") and (parent or k != "hydra")]
+            if path.rpartition(".")[2] in keys:  # there, but null: Hydra deletes only keys with a value
+                return None
             close = difflib.get_close_matches(path.rpartition(".")[2], keys, n=1)
             hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else "."
             return f"{hint} {parent or 'The config'} has: {', '.join(keys)}"
@@ -341,7 +389,11 @@ def composition_message(err: BaseException) -> str:
     deleted = re.match(r"Could not delete from config\. '([^']+)' does not exist", text)
     if deleted:
         path = deleted.group(1)
-        return f"~{path}: nothing to delete, {path} is not in the config{_missing_key_listing(path) or '.'}"
+        listing = _missing_key_listing(path)
+        if listing is None:
+            return (f"~{path}: {path} is null, and Hydra deletes only keys that have a value; it is unset already, "
+                    f"so leave the override out (or give it a value with {path}=...)")
+        return f"~{path}: nothing to delete, {path} is not in the config{listing or '.'}"
     appended = re.match(r"Could not append to config\. An item is already at '([^']+)'\.\s*Either remove \+ prefix: '([^']+)'", text)
     if appended:
         key, plain = appended.groups()

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler, TensorDataset, get_worker_info
+from torch.utils.data import (BatchSampler, DataLoader, Dataset, DistributedSampler, IterableDataset, Sampler, TensorDataset,
+                              get_worker_info)
 
 
 def _split(n: int, split: str, val_fraction: float, split_seed: int) -> torch.Tensor:
@@ -224,6 +225,75 @@ class EpochLoader(DataLoader):
         self.generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
 
 
+def is_sized(obj: Any) -> bool:
+    """Whether ``len(obj)`` answers (an ``IterableDataset`` may have no ``__len__``)."""
+    try:
+        len(obj)
+    except TypeError:
+        return False
+    return True
+
+
+class StreamLoader(DataLoader):
+    """A ``DataLoader`` over an ``IterableDataset``: an epoch is one pass over the stream.
+
+    The stream orders (and shards) itself; ``set_epoch(epoch, skip_batches)`` before each
+    ``iter()`` passes the epoch on to the dataset's own ``set_epoch`` where it has one (as
+    webdataset's and Hugging Face's streams do), seeds the workers from (``seed``, epoch), and
+    has the next iterator read and drop the first ``skip_batches``: a stream cannot skip without
+    reading. Without workers the stream is read in the main process; the run's random state is
+    put back after the skipped batches, so a stream that draws its augmentation from it per
+    sample resumes exactly. A stream whose own state depends on those draws (a shuffle buffer
+    fed from ``random``) resumes exactly with workers, which draw from their own seeds.
+    """
+
+    def __init__(self, dataset: IterableDataset, batch_size: int, drop_last: bool, seed: int, **kwargs: Any):
+        super().__init__(dataset, batch_size=batch_size, drop_last=drop_last, generator=torch.Generator(), **kwargs)
+        self.seed = seed
+        self._skip = 0
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int, skip_batches: int = 0) -> None:
+        if callable(getattr(self.dataset, "set_epoch", None)):
+            self.dataset.set_epoch(epoch)  # type: ignore[attr-defined]
+        self._skip = skip_batches
+        self.generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
+
+    def __iter__(self) -> Any:
+        batches = super().__iter__()
+        skip, self._skip = self._skip, 0
+        if skip:
+            from launcher.trainer import get_rng_state, set_rng_state
+
+            state = get_rng_state() if self.num_workers == 0 else None
+            end = object()
+            for _ in range(skip):
+                if next(batches, end) is end:
+                    break
+            if state is not None:
+                set_rng_state(state)
+        return batches
+
+
+class ValLoader(DataLoader):
+    """A ``DataLoader`` for validation that never draws from torch's global generator.
+
+    Each ``iter()`` of a DataLoader draws its workers' base seed from its ``generator``, by default the
+    global one, which training's dropout draws from too. Persistent workers draw only at a process's
+    first validation, so a resumed process would draw once more than an uninterrupted one, and the
+    extra validation at the end of a run later lengthened would shift its draws. Here every
+    validation starts from ``seed``: its workers draw the same each time.
+    """
+
+    def __init__(self, dataset: Dataset, seed: int, **kwargs: Any) -> None:
+        super().__init__(dataset, generator=torch.Generator(), **kwargs)
+        self.seed = seed
+
+    def __iter__(self) -> Any:
+        self.generator.manual_seed(self.seed)
+        return super().__iter__()
+
+
 class ShardSampler(Sampler[int]):
     """Every ``world_size``-th index from ``rank``, without the padding ``DistributedSampler`` adds.
 
@@ -283,7 +353,12 @@ class DataLoaders:
         # Worker options, which torch refuses without workers: they take effect when there are some.
         self._workers = {"persistent_workers": persistent_workers, "prefetch_factor": prefetch_factor} if num_workers else {}
 
-    def train_loader(self, rank: int = 0, world_size: int = 1, collate_fn: Optional[Callable] = None) -> EpochLoader:
+    def train_loader(self, rank: int = 0, world_size: int = 1, collate_fn: Optional[Callable] = None) -> DataLoader:
+        if isinstance(self.train, IterableDataset):
+            if world_size > 1 and rank == 0:
+                _warn_stream_under_ddp("data.train", self.train)
+            return StreamLoader(self.train, self.batch_size, self.drop_last, self.seed, num_workers=self.num_workers,
+                                pin_memory=self.pin_memory, collate_fn=collate_fn, **self._workers)
         sampler = DistributedSampler(
             self.train, num_replicas=world_size, rank=rank, shuffle=self.shuffle, seed=self.seed, drop_last=self.drop_last
         )
@@ -302,11 +377,25 @@ class DataLoaders:
     def val_loader(self, rank: int = 0, world_size: int = 1, collate_fn: Optional[Callable] = None) -> Optional[DataLoader]:
         if self.val is None:
             return None
+        if isinstance(self.val, IterableDataset):  # read as it comes: each rank's stream is its own share
+            if world_size > 1 and rank == 0:
+                _warn_stream_under_ddp("data.val", self.val)
+            return ValLoader(self.val, self.seed, batch_size=self.val_batch_size, num_workers=self.num_workers,
+                             pin_memory=self.pin_memory, collate_fn=collate_fn, **self._workers)
         if len(self.val) == 0:
             raise ValueError(f"data.val holds no samples (its split of the data is empty); give it samples "
                              f"(e.g. a larger data.train.val_fraction or dataset) or set data.val=null")
         sampler = ShardSampler(len(self.val), rank, world_size)
-        return DataLoader(
-            self.val, batch_size=self.val_batch_size, sampler=sampler, num_workers=self.num_workers,
+        return ValLoader(
+            self.val, self.seed, batch_size=self.val_batch_size, sampler=sampler, num_workers=self.num_workers,
             pin_memory=self.pin_memory, collate_fn=collate_fn, **self._workers,
         )
+
+
+def _warn_stream_under_ddp(key: str, dataset: IterableDataset) -> None:
+    import logging
+
+    logging.getLogger(__name__).warning(
+        "%s is a %s, an IterableDataset: under DDP every rank reads the stream it is given, so the stream must yield "
+        "each rank its own share (torch.distributed.get_rank()), and the same number of batches on each", key,
+        type(dataset).__name__)

@@ -35,10 +35,13 @@ and recorded as ``val/<name>``.
 from __future__ import annotations
 
 import contextlib
+import difflib
+import inspect
 import logging
 import math
 import numbers
 import random
+import sys
 import time
 import weakref
 from array import array
@@ -46,10 +49,12 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 import torch
+from torch.utils.data import IterableDataset
 from torch import nn
 
 from hooks.base import EVENTS, HookBase
 from launcher import distributed
+from launcher.data import is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
 from launcher.errors import ConfigError
 from launcher.storage import EventStorage, to_le_bytes, unpack_le
@@ -99,6 +104,53 @@ def batch_size_of(batch: Any) -> int:
         if n:
             return n
     return 0
+
+
+# Other engines' event names, and the event that a hook here overrides instead.
+_EVENT_ALIASES = {
+    "before_run": "before_train", "after_run": "after_train",
+    "before_train_epoch": "before_epoch", "after_train_epoch": "after_epoch",
+    "before_train_iter": "before_step", "after_train_iter": "after_step", "before_iter": "before_step",
+    "after_iter": "after_step", "before_val_epoch": "before_val", "after_val_epoch": "after_val",
+    "before_validation": "before_val", "after_validation": "after_val", "before_val_iter": "before_val",
+    "after_val_iter": "after_val", "on_train_start": "before_train", "on_train_end": "after_train",
+    "on_train_epoch_start": "before_epoch", "on_train_epoch_end": "after_epoch",
+    "on_train_batch_start": "before_step", "on_train_batch_end": "after_step",
+    "on_validation_start": "before_val", "on_validation_end": "after_val",
+}
+
+
+def _warn_unknown_events(hook: HookBase) -> None:
+    """Warn about a hook's methods named like events that are none of ``EVENTS`` (mmcv's ``after_train_iter``,
+    Lightning's ``on_train_batch_end``): the trainer never calls them, and would say nothing."""
+    stray = [n for n in dir(type(hook)) if (n.startswith(("before_", "after_")) or n in _EVENT_ALIASES)
+             and n not in EVENTS and callable(getattr(type(hook), n, None))]
+    for n in stray:
+        close = _EVENT_ALIASES.get(n) or next(iter(difflib.get_close_matches(n, EVENTS, n=1)), None)
+        logger.warning("hook %s: %s.%s is not an event of this trainer and is never called%s; the events are %s",
+                       hook.name, type(hook).__name__, n, f" (did you mean {close}?)" if close else "", ", ".join(EVENTS))
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class HookStateError(RuntimeError):
+    """A hook's ``load_state_dict`` failed on the state its checkpoint holds; names the hook (and the file)."""
+
+
+def _check_forward_takes_a_batch(model: nn.Module) -> None:
+    """A ``forward(self, x, y)`` cannot take ``model(batch)``: say so before training, not as a TypeError at step 0."""
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        raise TypeError(f"{type(model).__name__}.forward{signature} cannot take what the trainer passes: model(batch), "
+                        f"one argument, the batch as the loader yields it (unpack it inside forward: x, y = batch; "
+                        f"README: 'Model contract')") from None
 
 
 def check_devices(devices: Any) -> int:
@@ -178,6 +230,7 @@ class TrainerBase:
         self.world_size = self.dist.world_size if self.dist else 1
         self.is_main = self.rank == 0  # only the main process writes files: logs, checkpoints, run.json
         self.device = resolve_device(device, self.dist.local_rank if self.dist else 0)
+        _check_forward_takes_a_batch(model)
         self.model = model.to(self.device)
         self.optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else optimizer(self.model.parameters())
         # What the step calls: the model itself, or its DistributedDataParallel wrapper. Hooks and
@@ -221,12 +274,15 @@ class TrainerBase:
         self.meta: Dict[str, Any] = {}  # about the run, for hooks: e.g. {"overrides": [...], "seed": 0}
         self.train_loader = self.build_train_loader()
         self.val_loader = self.build_val_loader()
-        self.steps_per_epoch = len(self.train_loader)  # type: ignore[arg-type]
+        # Batches in an epoch; None for a stream of unknown length (an IterableDataset without __len__),
+        # whose epochs end where the stream does.
+        self.steps_per_epoch: Optional[int] = len(self.train_loader) if is_sized(self.train_loader) else None  # type: ignore[arg-type]
         self._non_blocking = bool(getattr(self.train_loader, "pin_memory", False)) and self.device.type == "cuda"
         self._move = self.device.type != "cpu"
         self._read_loss = self._reads_loss_each_step()
         self._train_keys: Dict[str, str] = {}  # loss name -> "train/<name>"
         self._unchecked: List[tuple] = []  # losses not yet checked for finiteness (accelerators)
+        self._short_stream_said = False
         self._hooks: List[HookBase] = []
         self._handlers: Dict[str, List[Callable[[], None]]] = {e: [] for e in EVENTS}
         self._step_hook: Any = None  # the hook that takes over backward and the optimizer step, if any
@@ -265,6 +321,7 @@ class TrainerBase:
             hook.name = name
             hook.trainer = weakref.proxy(self)
             self._hooks.append(hook)
+            _warn_unknown_events(hook)
         self._hooks.sort(key=lambda h: h.priority)  # stable: equal priorities keep their order
         for event in EVENTS:  # call a hook only for the events it overrides and has not set to None
             self._handlers[event] = [
@@ -358,14 +415,17 @@ class TrainerBase:
                 raise ConfigError(f"trainer.resume: {err}") from err
         if found is not None:
             path, state = found
-            mismatch = self._weights_mismatch(state.get("model", {}), "there")
+            mismatch = self._weights_mismatch(state.get("model", {}), "there") or self._optimizer_mismatch(state)
             if mismatch:
-                raise ConfigError(f"trainer.resume: checkpoint {str(path)!r} does not fit this model: {mismatch}; resume "
+                raise ConfigError(f"trainer.resume: checkpoint {str(path)!r} does not fit this run: {mismatch}; resume "
                                   f"it with the config it was made with (its run dir's .hydra/config.yaml)")
-            self.load_state_dict(state)
+            try:
+                self.load_state_dict(state)
+            except HookStateError as err:
+                raise HookStateError(f"resuming from {str(path)!r}: {err}") from err.__cause__
             self.resumed_from = path
-            logger.info("Resumed from %s at iteration %d (epoch %d, after %d of its steps)", path, self.iter,
-                        min(self.epoch + 1, self.max_epochs), self.inner_iter)
+            logger.info("Resumed from %s at iteration %d (epoch %s, after %d of its steps)", path, self.iter,
+                        self.epoch_text(self.epoch), self.inner_iter)
             if self.load_from:
                 logger.warning("trainer.load_from=%s is not used: this run resumes from its own checkpoint %s (load_from "
                                "only starts a run that has none; give a new hydra.run.dir to start from it)", self.load_from, path)
@@ -374,6 +434,22 @@ class TrainerBase:
                                "trained and the run ends there", self.iter, self.max_iters)
         elif self.load_from:
             self.load_weights(self.load_from)
+
+    def _optimizer_mismatch(self, state: Mapping[str, Any]) -> Optional[str]:
+        """How the checkpoint's optimizer differs from this run's (its class, or its parameter groups); None if it fits.
+        Loading another optimizer's state would fail only at the first step, on a missing hyperparameter."""
+        saved_class = state.get("optimizer_class")  # checkpoints before 2026-12-04 lack it
+        own_class = _qualified(type(self.optimizer))
+        if saved_class and saved_class != own_class:
+            return f"it was made with optimizer {saved_class}, and this run's is {own_class}"
+        groups = state.get("optimizer", {}).get("param_groups", [])
+        if len(groups) != len(self.optimizer.param_groups):
+            return f"its optimizer has {len(groups)} parameter group(s), and this run's has {len(self.optimizer.param_groups)}"
+        for i, (saved, own) in enumerate(zip(groups, self.optimizer.param_groups)):
+            if len(saved.get("params", ())) != len(own["params"]):
+                return (f"its optimizer's parameter group {i} holds {len(saved.get('params', ()))} parameters, "
+                        f"and this run's holds {len(own['params'])}")
+        return None
 
     def _weights_mismatch(self, weights: Mapping[str, Any], where: str, missing_ok: bool = False) -> Optional[str]:
         """How ``weights`` (a state_dict) differ from the model's: the first parameter whose shape
@@ -480,7 +556,7 @@ class TrainerBase:
         self.at_boundary()
         if self.stop_reason:
             return False
-        steps = self.steps_per_epoch
+        steps = self.steps_per_epoch or sys.maxsize
         if self.inner_iter == 0:
             self.storage.epoch = self.epoch
             self._call("before_epoch")
@@ -490,7 +566,13 @@ class TrainerBase:
             storage.iter = self.iter
             self._in_step = True
             self._call("before_step")
-            self.run_step()
+            try:
+                self.run_step()
+            except StopIteration:  # the loader ran out before the epoch's length: a stream's end
+                self._in_step = False
+                self._loader_ended()
+                steps = self.inner_iter
+                break
             self._call("after_step")
             self._in_step = False
             self.iter += 1
@@ -509,6 +591,25 @@ class TrainerBase:
         self.epoch += 1
         self.inner_iter = 0
         return True
+
+    def _loader_ended(self) -> None:
+        """The loader stopped before the epoch's length: a stream's epoch ends there (said once when it falls
+        short of its ``__len__``); anything else is an error naming the count."""
+        dataset = getattr(self.train_loader, "dataset", None)
+        if self.inner_iter == 0 or not isinstance(dataset, IterableDataset):
+            raise RuntimeError(f"the train loader stopped after {self.inner_iter} batches in epoch {self.epoch + 1}, short "
+                               f"of the {self.steps_per_epoch or 'one or more'} its length promises")
+        if self.steps_per_epoch is not None and not self._short_stream_said:
+            self._short_stream_said = True
+            logger.warning("The train stream ended after %d batches, short of the %d its length promises: epoch %d "
+                           "ends there (so does every epoch that falls short)", self.inner_iter, self.steps_per_epoch,
+                           self.epoch + 1)
+
+    def epoch_text(self, epoch: int) -> str:
+        """The 0-based ``epoch`` as the console shows it: from 1, out of ``max_epochs`` where that is known."""
+        if self.max_epochs is None:
+            return str(epoch + 1)
+        return f"{min(epoch + 1, self.max_epochs)}/{self.max_epochs}"
 
     def _epoch_batches(self) -> Iterator:
         """An iterator over the current epoch's batches, past the ``inner_iter`` already trained on."""
@@ -601,7 +702,12 @@ class TrainerBase:
 
     @torch.no_grad()
     def validate(self) -> Dict[str, float]:
-        """One pass over the validation data in eval mode; records and returns ``val/*``."""
+        """One pass over the validation data in eval mode; records and returns ``val/*``.
+
+        Training's random state is put back afterwards: what validation draws (a loader's worker seeds,
+        random ops in the model or the val data) leaves training's draws as they were, so a validation
+        more or less (a run's end, a resume) changes nothing in the training that follows.
+        """
         if self.val_loader is None:
             raise RuntimeError("validation was asked for but the data config has no val set (data.val is null)")
         self.storage.iter, self.storage.epoch = self.last_step, self.last_epoch
@@ -610,6 +716,7 @@ class TrainerBase:
         self.model.eval()
         sums: Dict[str, torch.Tensor] = {}
         counts: Dict[str, int] = {}  # samples per metric: a metric some batches leave out is averaged over the rest
+        training_rng = get_rng_state()
         try:
             for batch in self.val_loader:
                 if self.device.type != "cpu":
@@ -622,6 +729,7 @@ class TrainerBase:
                     counts[name] = counts.get(name, 0) + n
         finally:
             self.model.train(was_training)
+            set_rng_state(training_rng)
         if self.dist is not None:  # the metrics any rank returned, in one order on every rank
             names = list(dict.fromkeys(k for rank_names in distributed.all_gather_object(list(sums)) for k in rank_names))
         else:
@@ -658,6 +766,7 @@ class TrainerBase:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            "optimizer_class": _qualified(type(self.optimizer)),
             "iter": self.iter,
             "epoch": self.epoch,
             "inner_iter": self.inner_iter,
@@ -678,7 +787,11 @@ class TrainerBase:
         self.storage.load_state_dict(state["storage"])
         for h in self._hooks:
             if h.name in state["hooks"]:
-                h.load_state_dict(state["hooks"][h.name])
+                try:
+                    h.load_state_dict(state["hooks"][h.name])
+                except Exception as err:
+                    raise HookStateError(f"hook {h.name} ({type(h).__module__}.{type(h).__qualname__}) could not load its "
+                                         f"saved state: {type(err).__name__}: {err}") from err
         ranks = state.get("rng_ranks") or [state.get("rng")]
         if len(ranks) != self.world_size:
             logger.warning("The checkpoint was written by %d process(es), this run has %d: every rank takes rank 0's "
@@ -732,14 +845,15 @@ class IterTrainer(TrainerBase):
         if not isinstance(max_iters, int) or max_iters <= 0:
             raise ConfigError(f"trainer.max_iters should be an integer greater than zero, got {max_iters!r}")
         self.max_iters = max_iters
-        self.max_epochs = math.ceil(max_iters / max(self.steps_per_epoch, 1))
+        # None where the stream's length is unknown: its epochs end where it does
+        self.max_epochs = math.ceil(max_iters / max(self.steps_per_epoch, 1)) if self.steps_per_epoch else None
 
     def train(self, start_iter: Optional[int] = None, max_iter: Optional[int] = None) -> Dict[str, float]:  # type: ignore[override]
         """Train from step ``start_iter`` (default: where the trainer is) to ``max_iter`` (default: ``max_iters``)."""
         if max_iter is not None:
             self.max_iters = max_iter
         if start_iter is not None:
-            steps = self.steps_per_epoch
+            steps = self.steps_per_epoch or sys.maxsize
             self.iter, self.epoch, self.inner_iter = start_iter, start_iter // steps, start_iter % steps
             self.resume = False
         return super().train()
@@ -763,6 +877,11 @@ class EpochTrainer(TrainerBase):
         self, *args: Any, max_epochs: int, workflow: Sequence[Sequence[Any]] = (("train", 1),), **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
+        if self.steps_per_epoch is None:
+            raise ConfigError(
+                f"data.train: {type(self.train_loader.dataset).__name__} is an IterableDataset without __len__, and "
+                f"trainer=epoch needs an epoch's length (for max_epochs, the LR schedule and resume): give it a "
+                f"__len__ (samples per epoch), or use trainer=iter with trainer.max_iters")
         if not isinstance(max_epochs, int) or max_epochs <= 0:
             raise ConfigError(f"trainer.max_epochs should be an integer greater than zero, got {max_epochs!r}")
         self.max_epochs = max_epochs

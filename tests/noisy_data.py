@@ -38,3 +38,34 @@ class NoisyWithPid(NoisySynthetic):
         import os
 
         return (*super().__getitem__(index), os.getpid())
+
+
+class NoisyStream(torch.utils.data.IterableDataset):
+    """The built-in synthetic data as a stream: each pass in an order fixed by ``set_epoch``, shared out among
+    the loader's workers, with random augmentation from the global generators; no ``__len__``."""
+
+    def __init__(self, **kwargs):
+        self.data = synthetic(**kwargs)
+        self.epoch = 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        order = torch.randperm(len(self.data), generator=torch.Generator().manual_seed(self.epoch))
+        for index in order[worker::workers].tolist():
+            x, y = self.data[index]
+            yield x + 0.1 * random.uniform(0.5, 1.5) * torch.randn_like(x), y
+
+
+class SizedNoisyStream(NoisyStream):
+    """The same with a ``__len__``, which promises ``promise`` more samples than a pass yields."""
+
+    def __init__(self, promise=0, **kwargs):
+        super().__init__(**kwargs)
+        self.promise = promise
+
+    def __len__(self):
+        return len(self.data) + self.promise

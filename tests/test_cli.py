@@ -467,7 +467,7 @@ def test_load_from_in_a_run_dir_with_checkpoints_is_named_as_unused(tmp_path):
     proc = run_cli([*args, "trainer.max_epochs=2", "trainer.load_from=run/checkpoints/epoch_0001.pt"], tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    assert "Resumed from" in out and "(epoch 2, after 0 of its steps)" in out
+    assert "Resumed from" in out and "(epoch 2/2, after 0 of its steps)" in out
     assert "trainer.load_from=run/checkpoints/epoch_0001.pt is not used: this run resumes from its own checkpoint" in out
 
 

@@ -5,9 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigKeyError, ValidationError
 
 import launcher
 from hooks import HookBase
@@ -98,10 +96,10 @@ def test_keys_users_rely_on():
 @pytest.mark.parametrize(
     "override, words",
     [
-        ("trainer.max_epoch=3", ["max_epoch", "EpochTrainerConf"]),
+        ("trainer.max_epoch=3", ["max_epoch", "did you mean trainer.max_epochs?"]),
         ("trainer.max_epochs=ten", ["ten", "trainer.max_epochs", "Integer"]),
         ("trainer=iter", None),
-        ("hooks.console.perod=5", ["perod", "ConsoleWriterConf"]),
+        ("hooks.console.perod=5", ["perod", "did you mean hooks.console.period?"]),
         ("hooks.checkpointer.keep_last=all", ["all", "hooks.checkpointer.keep_last"]),
         ("seed=abc", ["abc", "seed"]),
         ("trainer=epok", ["trainer/epok", "epoch", "iter"]),
@@ -111,8 +109,9 @@ def test_schema_rejects_typos_and_wrong_types_while_composing(override, words):
     if words is None:  # a valid override for contrast
         launcher.compose([override])
         return
-    with pytest.raises((ConfigCompositionException, ConfigKeyError, ValidationError)) as info:
+    with pytest.raises(launcher.ConfigError) as info:  # the CLI's one line, from the API too
         launcher.compose([override])
+    assert "\n" not in str(info.value) and str(info.value).startswith(override.split("=")[0].split(".")[0])
     text = str(info.value) + str(info.value.__cause__ or "")
     for word in words:
         assert word in text
@@ -132,3 +131,65 @@ def test_build_errors_are_one_line_and_name_the_key(node, message):
     with pytest.raises(ConfigError) as info:
         build("model", OmegaConf.create(node))
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+class UntypedBlobs(torch.utils.data.Dataset):
+    """A user's dataset that hands its size straight to torch (no annotation: judged by the default)."""
+
+    def __init__(self, size=100):
+        self.y = torch.randint(0, 10, (size,))
+
+
+class TypedNet(torch.nn.Module):
+    def __init__(self, aux_weight: float = 0.1, layers: int = 2):
+        super().__init__()
+        self.aux_weight = aux_weight
+
+
+def make_plain_loader(**options):
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(4, 2)))
+
+
+@pytest.mark.parametrize(
+    "key, node, message",
+    [
+        # torch's multi-line TypeError for randint is no reason to skip naming the value
+        ("data.train", {"_target_": "test_config.UntypedBlobs", "size": "abc"}, "data.train.size: 'abc' is not a number"),
+        ("model", {"_target_": "test_config.TypedNet", "aux_weight": "abc"}, "model.aux_weight: 'abc' is not a number"),
+        ("model", {"_target_": "test_config.TypedNet", "layers": 2.5}, "model.layers: 2.5 is not an integer"),
+        ("optimizer", {"_target_": "torch.optim.SGD", "lr": 0.1},
+         "missing 1 required positional argument: 'params'; where the launcher passes those itself (an optimizer gets "
+         "the model's parameters, a scheduler its optimizer), set optimizer._partial_: true"),
+    ],
+)
+def test_a_value_of_the_wrong_kind_or_a_missing_partial_is_named_in_one_line(key, node, message):
+    with pytest.raises(ConfigError) as info:
+        build(key, OmegaConf.create(node))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_target_that_does_not_import_is_reported_once_without_hydras_error_log(caplog):
+    with pytest.raises(ConfigError, match="did you mean 'launcher.models.MLP'"):
+        build("model", OmegaConf.create({"_target_": "launcher.models.MLPP"}))
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_data_that_builds_no_loaders_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"^~data.prefetch_factor: data.prefetch_factor is null, and Hydra deletes only "
+                                          r"keys that have a value; it is unset already"):
+        launcher.compose(["~data.prefetch_factor"])
+    cfg = launcher.compose(["data._target_=test_config.make_plain_loader"])
+    with pytest.raises(ConfigError, match=r"^data._target_: test_config.make_plain_loader built a DataLoader, which has no "
+                                          r"train_loader\(\); data must build an object with train_loader\(\)"):
+        launcher.build_trainer(cfg, tmp_path / "run")
+
+
+def test_a_misspelled_key_in_a_config_file_is_named_with_its_file(tmp_path):
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "mine.yaml").write_text("defaults:\n  - epoch\nmax_epoch: 3\n")
+    with pytest.raises(ConfigError) as info:
+        launcher.compose(["trainer=mine"], config_dir=str(tmp_path))
+    assert str(info.value).startswith("trainer.max_epoch: no such key in trainer (set in config file trainer/mine.yaml); "
+                                      "did you mean trainer.max_epochs?")
+    with pytest.raises(ConfigError, match="config_dir: 'nowhere' is not a directory"):
+        launcher.compose([], config_dir="nowhere")

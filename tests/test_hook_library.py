@@ -110,6 +110,20 @@ def test_early_stopping_stops_at_the_right_epoch_on_a_scripted_metric(tmp_path):
     assert trainer.status == "stopped" and "early stopping: val/loss did not improve on 0.8" in trainer.stop_reason
 
 
+def test_a_run_resumed_after_early_stopping_decided_to_stop_stops_again_at_once(tmp_path):
+    """Killed between the decision and final.pt (or a signal at that very step): the checkpoint holds the
+    stopper's count, and the resumed run stops where the uninterrupted one did instead of training on."""
+    from hooks.checkpoint import PeriodicCheckpointer
+
+    stopper = EarlyStopping(monitor="val/loss", patience=2)
+    trainer = make_trainer("epoch", hooks={"early_stopping": stopper, "ckpt": PeriodicCheckpointer(save_final=False)},
+                           max_epochs=20, work_dir=tmp_path)
+    trainer.storage.put_scalar("val/loss", 1.0)
+    stopper.load_state_dict({"best": 0.5, "best_iter": 3, "bad": 2})  # as the checkpoint after the decision holds
+    trainer.train()
+    assert trainer.iter == 0 and trainer.status == "stopped" and trainer.stop_reason.startswith("early stopping")
+
+
 def test_ema_equals_its_formula():
     decay = 0.9
     hook = EMA(decay=decay, final_weights_ema=False)

@@ -222,9 +222,23 @@ def test_bad_resume_and_load_from_name_the_key_and_the_shapes(tmp_path):
     other.train()
     final = tmp_path / "other" / "checkpoints" / "final.pt"
     trainer = make_trainer(resume=str(final))
-    with pytest.raises(ValueError, match=rf"trainer.resume: checkpoint '{final}' does not fit this model: parameter "
+    with pytest.raises(ValueError, match=rf"trainer.resume: checkpoint '{final}' does not fit this run: parameter "
                                          r"'lin.weight' has shape \(2, 5\) there but \(2, 4\) in the model; resume it with "
                                          r"the config it was made with"):
+        trainer.train()
+
+
+def test_resuming_a_checkpoint_of_another_optimizer_is_refused_before_training(tmp_path):
+    from conftest import ToyModel as Toy
+
+    model = Toy()
+    adam = make_trainer("iter", model=model, max_iters=2, work_dir=tmp_path / "adam", hooks={"ckpt": PeriodicCheckpointer()})
+    adam.optimizer = torch.optim.AdamW(model.parameters())
+    adam.train()
+    final = tmp_path / "adam" / "checkpoints" / "final.pt"
+    trainer = make_trainer(resume=str(final))  # SGD
+    with pytest.raises(ValueError, match=rf"trainer.resume: checkpoint '{final}' does not fit this run: it was made with "
+                                         r"optimizer torch.optim.adamw.AdamW, and this run's is torch.optim.sgd.SGD"):
         trainer.train()
 
 

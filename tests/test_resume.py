@@ -396,3 +396,48 @@ def test_persistent_workers_stay_from_epoch_to_epoch_and_draw_what_fresh_ones_dr
     assert len(pids[0]) == 2 and pids[0] == pids[1] == pids[2]
     fresh_pids = [{int(p) for _, _, batch_pids in epoch for p in batch_pids} for epoch in fresh]
     assert not fresh_pids[0] & fresh_pids[1]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_stream_without_length_resumes_mid_pass_bitwise_equal(workers, tmp_path):
+    """An IterableDataset under trainer=iter: epochs end where the stream does; a resume reads the pass again up
+    to where it stopped (in the workers, or in the main process with the run's random state put back after)."""
+    def cmd(run_dir):
+        base = [a for a in noisy_command(run_dir) if not a.startswith(("data.train._target_=", "data.num_workers="))]
+        return [*base, "data.train._target_=noisy_data.NoisyStream", f"data.num_workers={workers}",
+                "hooks.evaluator.by_epoch=false", "hooks.evaluator.period=10"]
+
+    reference = tmp_path / "ref"
+    run_to_end(cmd(reference), tmp_path)
+    want = torch.load(reference / "checkpoints" / "final.pt", weights_only=False)
+    # 16 batches a pass (512 samples / 32): the second pass's end is found only by asking for a 33rd batch
+    assert (want["iter"], want["epoch"], want["inner_iter"]) == (32, 1, 16)
+    run_dir = tmp_path / "run"
+    stopped = subprocess.run([*cmd(run_dir), "+hooks.pace.signal_after=24"], cwd=tmp_path, env=ENV, capture_output=True)
+    assert stopped.returncode == 75 and read_run(run_dir)["iter"] == 25  # mid-pass 2
+    proc = run_to_end(cmd(run_dir), tmp_path)
+    assert "Resumed from" in proc.stdout + proc.stderr
+    assert_same_final_state(run_dir, reference)
+    assert_same_metrics(run_dir, reference)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_validation_more_or_less_changes_nothing_in_the_training_that_follows(persistent, tmp_path):
+    """A run of 20 iterations validates at its end (mid-epoch), which one of 40 does not; lengthened to 40, it
+    must still train on as the 40-iteration run did, dropout draws included. With persistent val workers the
+    resumed process's first validation is one the uninterrupted process never started its workers for."""
+    def cmd(run_dir, iters):
+        replaced = ("trainer.max_iters=", "+hooks.pace.seconds=", "data.num_workers=")
+        return [*[a for a in command(run_dir, "iter", 2) if not a.startswith(replaced)], f"trainer.max_iters={iters}",
+                "+hooks.pace.seconds=0", "data.num_workers=2", f"data.persistent_workers={str(persistent).lower()}",
+                "hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.StepLR",  # the same for any length
+                "+hooks.lr_scheduler.scheduler.step_size=5"]
+
+    reference = tmp_path / "ref"
+    run_to_end(cmd(reference, 40), tmp_path)
+    run_dir = tmp_path / "run"
+    run_to_end(cmd(run_dir, 20), tmp_path)
+    assert [r["iter"] for r in rows(run_dir) if "val/loss" in r] == [15, 19]  # its end's validation, mid-epoch
+    proc = run_to_end(cmd(run_dir, 40), tmp_path)
+    assert "training it on to the new length" in proc.stdout + proc.stderr
+    assert_same_final_state(run_dir, reference)

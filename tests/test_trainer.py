@@ -391,3 +391,83 @@ def test_a_train_loss_given_as_a_python_number_is_refused_naming_it():
 
     with pytest.raises(TypeError, match=r"'ce': a float.*in train mode"):
         make_trainer("epoch", model=FloatLoss(), max_epochs=1).train()
+
+
+def test_a_method_named_like_another_engines_event_is_warned_about(caplog):
+    class MmcvStyle(HookBase):
+        def after_train_iter(self):
+            raise AssertionError("never called")
+
+        def after_step(self):
+            pass
+
+    make_trainer("epoch", hooks={"mm": MmcvStyle()}, max_epochs=1).train()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "after_train_iter" in r.getMessage()]
+    assert "hook mm: MmcvStyle.after_train_iter is not an event of this trainer and is never called (did you mean after_step?)" in warning
+
+
+def test_a_forward_that_takes_inputs_and_labels_apart_is_refused_before_training():
+    class TwoArgs(ToyModel):
+        def forward(self, x, y):
+            return super().forward((x, y))
+
+    with pytest.raises(TypeError, match=r"TwoArgs.forward\(x, y\) cannot take what the trainer passes: model\(batch\)"):
+        make_trainer("epoch", model=TwoArgs())
+
+
+def test_a_hook_whose_state_does_not_load_is_named_with_the_checkpoint(tmp_path):
+    class Counter(HookBase):
+        def __init__(self, key):
+            super().__init__()
+            self.key = key
+
+        def state_dict(self):
+            return {self.key: 1}
+
+        def load_state_dict(self, state):
+            self.n = state["count"]
+
+    from launcher.trainer import HookStateError
+
+    make_trainer("epoch", hooks={"counter": Counter("total"), "ckpt": PeriodicCheckpointer()}, work_dir=tmp_path, max_epochs=1).train()
+    trainer = make_trainer("epoch", hooks={"counter": Counter("count"), "ckpt": PeriodicCheckpointer()}, work_dir=tmp_path, max_epochs=2)
+    with pytest.raises(HookStateError, match=r"resuming from '.*final.pt': hook counter \(.*Counter\) could not load its "
+                                             r"saved state: KeyError: 'count'"):
+        trainer.train()
+
+
+def stream_trainer(kind, promise=None, **kw):
+    from launcher.data import DataLoaders
+    from noisy_data import NoisyStream, SizedNoisyStream
+
+    options = {"size": 80, "shape": [4], "num_classes": 2, "val_fraction": 0.2}  # 64 train samples
+    stream = NoisyStream(**options) if promise is None else SizedNoisyStream(promise=promise, **options)
+    return make_trainer(kind, data=DataLoaders(stream, batch_size=8), **kw)
+
+
+def test_an_iter_trainer_takes_a_stream_of_unknown_length_and_ends_an_epoch_where_it_does():
+    log = []
+    trainer = stream_trainer("iter", hooks=[Recorder("r", log)], max_iters=20)  # 8 batches a pass
+    assert trainer.steps_per_epoch is None and trainer.max_epochs is None and trainer.epoch_text(1) == "2"
+    trainer.train()
+    assert [(it, ep) for _, e, it, ep in log if e == "after_epoch"] == [(8, 0), (16, 1)]
+    assert [it for _, e, it, _ in log if e == "after_step"] == list(range(20))
+    assert (trainer.iter, trainer.epoch, trainer.inner_iter) == (20, 2, 4)
+
+
+def test_an_epoch_trainer_refuses_a_stream_of_unknown_length_naming_what_to_do():
+    from launcher.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^data.train: NoisyStream is an IterableDataset without __len__, and "
+                                          r"trainer=epoch needs an epoch's length .*give it a __len__.*or use trainer=iter"):
+        stream_trainer("epoch")
+
+
+def test_a_stream_shorter_than_its_length_ends_its_epochs_early_and_says_so_once(caplog):
+    trainer = stream_trainer("epoch", promise=16, max_epochs=3)  # promises 10 batches, yields 8
+    assert trainer.steps_per_epoch == 10
+    trainer.train()
+    assert (trainer.iter, trainer.epoch) == (24, 3)
+    said = [r.getMessage() for r in caplog.records if "stream ended" in r.getMessage()]
+    assert said == ["The train stream ended after 8 batches, short of the 10 its length promises: epoch 1 ends there "
+                    "(so does every epoch that falls short)"]
