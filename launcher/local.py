@@ -26,10 +26,9 @@ from typing import Any, Dict, List, Optional, Sequence
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
-from omegaconf import OmegaConf
 
 from launcher.errors import ConfigError
-from launcher.plugins import as_plain
+from launcher.plugins import as_plain, job_dir
 from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
 
 log = logging.getLogger("launcher")
@@ -83,6 +82,8 @@ class StopJobsOnSignal:
     training with no parent. A SIGTSTP (Ctrl-Z) stops the jobs with the sweep until it is continued.
     """
 
+    RESEND_S = 2.0  # seconds between the SIGTERMs to a job that has not ended yet
+
     def __init__(self, sweep_dir: str, wait_s: float = 120.0) -> None:
         self.sweep_dir, self.wait_s = sweep_dir, wait_s
         self.starting = threading.Lock()  # held while a job starts: none starts once stopping
@@ -105,6 +106,9 @@ class StopJobsOnSignal:
         name = signal.Signals(signum).name
         if self.stopping:
             log.warning("%s again: not waiting for the jobs; each still writes its checkpoint and ends", name)
+            for pid in child_pids():  # once more, for a job that was still starting up at the first signal
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
             raise SystemExit(EXIT_INTERRUPTED)
         with self.starting:
             self.stopping = True
@@ -114,8 +118,15 @@ class StopJobsOnSignal:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + self.wait_s
+        resend = time.monotonic() + self.RESEND_S
         while time.monotonic() < deadline and any(_alive(p) for p in jobs):
             time.sleep(0.2)
+            if time.monotonic() >= resend:  # a job still starting up passes SIGTERM by (submitit's handler)
+                resend += self.RESEND_S     # until its trainer's handler takes over: ask again until it ends
+                for pid in jobs:
+                    with contextlib.suppress(OSError):
+                        if _alive(pid):
+                            os.kill(pid, signal.SIGTERM)
         log.warning("Sweep stopped by %s. Run the same command with hydra.sweep.dir=%s to resume it: finished jobs "
                     "are not run again, stopped ones resume from their checkpoints", name, self.sweep_dir)
         raise SystemExit(EXIT_INTERRUPTED)
@@ -258,15 +269,8 @@ class CappedLocalLauncher(LocalLauncher):
 
     def _job_dir(self, overrides: Sequence[str], idx: int) -> Path:
         """The job's run dir, as its process will resolve it (``hydra.sweep.dir`` / ``hydra.sweep.subdir``)."""
-        from omegaconf import open_dict
-
         assert self.config is not None and self.hydra_context is not None
-        if OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}":
-            return Path(str(self.config.hydra.sweep.dir)) / str(idx)  # the default, without composing the job's config
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-        with open_dict(config.hydra.job):
-            config.hydra.job.num = idx
-        return Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
+        return job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
 
     @staticmethod
     def _mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:

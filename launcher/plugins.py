@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
+from typing import Any, Sequence
 
 MODULES = ("launcher.local", "launcher.slurm")
 
@@ -33,3 +35,48 @@ def as_plain(cls: type, state: dict) -> object:
     plain = cls.__new__(cls)
     plain.__dict__.update(state)
     return plain
+
+
+def job_dir(config: Any, overrides: Sequence[str], idx: int, config_loader: Any) -> Path:
+    """Sweep job ``idx``'s run dir, as its process will resolve it (``hydra.sweep.dir`` / ``hydra.sweep.subdir``)."""
+    from omegaconf import OmegaConf, open_dict
+
+    if OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}":
+        return Path(str(config.hydra.sweep.dir)) / str(idx)  # the default, without composing the job's config
+    job_config = config_loader.load_sweep_config(config, list(overrides))
+    with open_dict(job_config.hydra.job):
+        job_config.hydra.job.num = idx
+    return Path(str(job_config.hydra.sweep.dir)) / str(job_config.hydra.sweep.subdir)
+
+
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def check_distinct_job_dirs(config: Any) -> None:
+    """Raise :class:`ConfigError` before a sweep starts when a ``hydra.sweep.subdir`` of one's own gives two of
+    its jobs one run dir: the second would train on from the first's run (or be refused), and its result
+    overwrite the first's. Only for Hydra's basic sweeper, whose jobs are all known before they start."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from launcher.errors import ConfigError
+
+    subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
+    if subdir == "${hydra.job.num}" or config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
+        return
+    loader = GlobalHydra.instance().config_loader()
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *config.hydra.overrides.task])
+    (jobs,) = BasicSweeper.split_arguments(parsed, None)
+    seen: dict = {}
+    for idx, overrides in enumerate(jobs):
+        path = job_dir(config, overrides, idx, loader)
+        if path in seen:
+            first = seen[path]
+            raise ConfigError(
+                f"hydra.sweep.subdir={subdir}: jobs {first} [{' '.join(jobs[first])}] and {idx} [{' '.join(overrides)}] "
+                f"would share the run dir {path}, and the second would take over the first's run; make the subdir "
+                f"differ between jobs (add the swept keys, or ${{hydra.job.num}})")
+        seen[path] = idx

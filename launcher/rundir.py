@@ -163,6 +163,8 @@ def mark_failed(run_dir: Path, error: str, status: str = "failed", exit_code: in
     except (OSError, ValueError):
         data = {}
     if data.get("status") in (None, "running", "interrupted", "failed"):
+        if data.get("status") == "running":  # the attempt killed outright: its time runs to its last sign of life
+            data["seconds"] = round(_attempt_seconds(data, Path(run_dir)), 3)
         data.update(status=status, exit_code=exit_code, end_time=_now(), error=error)
         text = json.dumps(data, indent=2, default=str) + "\n"
         atomic_write(path, text.encode())

@@ -24,6 +24,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 
 from launcher.checkpoint import atomic_write
 from launcher.plugins import as_plain
+from launcher.plugins import job_dir as plugin_job_dir
 
 log = logging.getLogger("launcher")
 
@@ -78,7 +79,7 @@ class DetachedSlurmLauncher(SlurmLauncher):
             returns = super().launch(job_overrides, initial_job_idx)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         for offset, (job, overrides) in enumerate(zip(submitted, job_overrides)):
-            job_dir = sweep_dir / str(initial_job_idx + offset)
+            job_dir = plugin_job_dir(self.config, overrides, initial_job_idx + offset, self.hydra_context.config_loader)
             job_dir.mkdir(parents=True, exist_ok=True)
             info = {"job_id": job.job_id, "overrides": list(overrides), "stdout": str(job.paths.stdout),
                     "stderr": str(job.paths.stderr)}

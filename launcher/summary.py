@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -257,6 +258,15 @@ class SweepSummary(Callback):  # type: ignore[misc]
         # end-of-sweep report runs at exit, after the sweep in every case.
         import atexit
 
+        from launcher.errors import ConfigError
+        from launcher.plugins import check_distinct_job_dirs
+
+        try:
+            check_distinct_job_dirs(config)  # before any job runs
+        except ConfigError as err:  # Hydra turns a callback's exception into a warning: exit here, as for a config error
+            print(f"Config error: {err}", file=sys.stderr)
+            sys.exit(2)
+
         atexit.register(self._report, Path(str(config.hydra.sweep.dir)), config.get("objective", "val/accuracy"),
                         config.get("objective_mode", "max"))
 
@@ -265,8 +275,6 @@ class SweepSummary(Callback):  # type: ignore[misc]
 
     @staticmethod
     def _report(sweep_dir: Path, objective: str, mode: str) -> None:
-        import sys
-
         if not sweep_dir.is_dir():
             return
         rows = write_summary(sweep_dir, objective, mode)

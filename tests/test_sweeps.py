@@ -207,6 +207,24 @@ def test_run_time_sums_the_attempts_and_leaves_out_the_gaps_between_them(tmp_pat
     assert row["seconds"] == 15.0 and read_run(job)["attempt"] == 3
 
 
+def test_an_attempt_marked_failed_after_it_was_killed_keeps_its_run_time(tmp_path):
+    """The local launcher marks a job killed outright (kill -9, the OOM killer) failed: its time up to its last
+    sign of life stays in the run's total, as it does when the next attempt finds the record still running."""
+    import time
+
+    from launcher import rundir
+
+    job = tmp_path / "0"
+    job.mkdir()
+    start = datetime.datetime.now().astimezone() - datetime.timedelta(seconds=30)
+    (job / "run.json").write_text(json.dumps({"status": "running", "seconds": 4.0, "start_time": start.isoformat()}))
+    (job / "metrics.jsonl").write_text("{}\n")
+    os.utime(job / "metrics.jsonl", (time.time() - 10, time.time() - 10))  # its last row, 20 s into the attempt
+    rundir.mark_failed(job, "JobDied: killed by SIGKILL")
+    record = read_run(job)
+    assert record["status"] == "failed" and 23.5 < record["seconds"] < 24.5
+
+
 def test_ctrl_z_stops_a_local_sweeps_jobs_with_it_and_fg_lets_them_finish(tmp_path):
     """The jobs run in sessions of their own (so that Ctrl-C reaches them once, through the sweep); the
     terminal's SIGTSTP reaches the sweep alone, which must stop them with it, and continue them with it."""
@@ -354,3 +372,37 @@ def test_a_local_sweep_starts_the_next_job_as_soon_as_one_ends(tmp_path):
     start = [datetime.datetime.fromisoformat(r["start_time"]) for r in runs]
     end = [datetime.datetime.fromisoformat(r["end_time"]) for r in runs]
     assert end[1] <= start[2] < end[0]
+
+
+def test_a_local_sweep_stopped_while_its_job_starts_up_still_stops_the_job(tmp_path):
+    """A job ignores SIGTERM between submitit's start (whose handler passes it by) and its trainer's taking
+    over; the sweep asks again until the job ends, so the job stops with a checkpoint rather than training on
+    to its end (or on with no parent after a second Ctrl-C)."""
+    import signal
+    import time
+
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "launcher", "-m", "hydra/launcher=local", "seed=0", "trainer.max_epochs=100",
+            f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=_paced_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_for(lambda: (sweep / "0" / ".hydra" / "config.yaml").is_file(), proc)  # Hydra set the job up: it builds now
+    proc.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 75, out[-3000:]
+    assert time.monotonic() - started < 60, "the job trained on instead of stopping"
+    record = read_run(sweep / "0")
+    assert record["status"] == "interrupted" and record["iter"] < 1000, record
+
+
+@pytest.mark.parametrize("launcher", ["basic", "local"])
+def test_a_subdir_that_gives_two_jobs_one_run_dir_is_refused_before_any_job_runs(launcher, tmp_path):
+    """Job 1 would have trained on from job 0's finished run (another length: "training it on") and its result
+    replaced job 0's; run in parallel, one was refused and the summary named the wrong job."""
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", f"hydra/launcher={launcher}", *FAST, "trainer.max_epochs=1,2", f"hydra.sweep.dir={sweep}",
+                    "hydra.sweep.subdir=lr${optimizer.lr}"], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert (f"Config error: hydra.sweep.subdir=lr${{optimizer.lr}}: jobs 0 [{' '.join(FAST)} trainer.max_epochs=1] and 1 "
+            f"[{' '.join(FAST)} trainer.max_epochs=2] would share the run dir {sweep}/lr0.1") in proc.stderr
+    assert not sweep.exists()
