@@ -180,8 +180,8 @@ def test_detached_submission_returns_at_once_with_job_ids_and_sweep_dir(tmp_path
     import re
 
     start = time.monotonic()
-    proc = launch(["-m", "hydra/launcher=slurm_detached", *SLURM[1:], "seed=0,1", "trainer.max_epochs=2", *FAST],
-                  tmp_path, cluster_env)
+    proc = launch(["-m", "hydra/launcher=slurm_detached", *SLURM[1:], "seed=0,1", "trainer.max_epochs=2", *FAST,
+                   "hydra.sweep.subdir=seed_${seed}"], tmp_path, cluster_env)
     returned_after = time.monotonic() - start
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
@@ -205,7 +205,9 @@ def test_detached_submission_returns_at_once_with_job_ids_and_sweep_dir(tmp_path
         pytest.fail(f"the detached jobs did not finish: {[read_run(d) for d in run_dirs(sweep_dir)]}")
     assert sorted(r["submitit"]["job_id"] for r in records) == sorted([ids.group(1), ids.group(2)])
     rows = (sweep_dir / "summary.csv").read_text() if (sweep_dir / "summary.csv").exists() else ""
-    assert rows.count("done") == 2, rows
+    assert rows.count("done") == 2 and "pending" not in rows, rows
+    # each job marked pending in its own dir (the subdir's), not in a numbered one left pending for good
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")) == ["seed_0", "seed_1"]
 
 
 def test_ctrl_c_while_waiting_leaves_the_jobs_running_and_says_how_to_follow_and_cancel_them(tmp_path, cluster_env):
