@@ -284,6 +284,9 @@ def unknown_key_message(err: BaseException) -> Optional[str]:
     in_file = re.match(r"In '([^']+)': ", str(err))  # the key is set in a config file, not by an override
     full, key = str(cause.full_key), str(cause.key)
     where = full.rpartition(".")[0]
+    if where == "hydra.launcher" and not [k for k in parent.keys() if not str(k).startswith("_")]:
+        return (f"{full}: the basic launcher (the default) takes no options; {key} is one of another launcher's: "
+                f"-m hydra/launcher=local (max_parallel), slurm or slurm_detached, then {full}=...")
     keys = [str(k) for k in parent.keys() if not str(k).startswith("_") and (where or k != "hydra")]
     close = difflib.get_close_matches(key, keys, n=1)
     hint = f"; did you mean {where + '.' if where else ''}{close[0]}?" if close else "."

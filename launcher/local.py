@@ -28,7 +28,7 @@ from hydra.errors import CompactHydraException
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
 
 from launcher.errors import ConfigError
-from launcher.plugins import as_plain, job_dir
+from launcher.plugins import as_plain, explain_launcher_error, job_dir
 from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
 
 log = logging.getLogger("launcher")
@@ -264,7 +264,8 @@ class CappedLocalLauncher(LocalLauncher):
             for slot in slots:
                 slot.join()  # a signal's handler (StopJobsOnSignal) still runs here, in the main thread
         if errors:
-            raise errors[0]
+            explained = explain_launcher_error(errors[0], "local")
+            raise explained from (None if explained is errors[0] else errors[0])
         return [r for r in returns if r is not None]
 
     def _job_dir(self, overrides: Sequence[str], idx: int) -> Path:

@@ -80,3 +80,34 @@ def check_distinct_job_dirs(config: Any) -> None:
                 f"would share the run dir {path}, and the second would take over the first's run; make the subdir "
                 f"differ between jobs (add the swept keys, or ${{hydra.job.num}})")
         seen[path] = idx
+
+
+def explain_launcher_error(err: BaseException, launcher: str) -> BaseException:
+    """A launcher's own failure in one line: an option submitit does not know (``+hydra.launcher.maxparallel=2``,
+    a NameError listing the executor's arguments), or ``sbatch`` refusing the jobs (a FailedJobError quoting it).
+    Anything else is returned as it is."""
+    import re
+
+    from hydra.errors import CompactHydraException
+
+    from launcher.errors import ConfigError
+
+    text = str(err)
+    unknown = re.match(r"Unknown argument '(\w+)' for executor '\w+' in parameter '\w+'\. Valid arguments: ([^\n]*)", text)
+    if isinstance(err, NameError) and unknown:
+        import difflib
+
+        shared = re.search(r"parameters are: \{(.*)\}", text)
+        accepted = [n.strip() for n in unknown.group(2).split(",") if n.strip()]
+        accepted += re.findall(r"'(\w+)':", shared.group(1)) if shared else []
+        accepted += ["max_parallel"] if launcher == "local" else []
+        close = difflib.get_close_matches(unknown.group(1), accepted, n=1)
+        return ConfigError(f"hydra.launcher.{unknown.group(1)}: not an option of hydra/launcher={launcher}"
+                           + (f"; did you mean hydra.launcher.{close[0]}?" if close else "")
+                           + f" Accepted: {', '.join(accepted)}")
+    if type(err).__name__ == "FailedJobError" and "sbatch" in text:
+        lines = [line.strip() for line in text.splitlines() if line.strip().startswith("sbatch: error:")]
+        return CompactHydraException(f"hydra/launcher={launcher}: sbatch refused the sweep's jobs: "
+                                     f"{'; '.join(l[len('sbatch: error:'):].strip() for l in lines) or text.strip()} "
+                                     f"(the hydra.launcher options partition, account, qos, gres... are passed to it)")
+    return err

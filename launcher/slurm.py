@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, List, Sequence
 from unittest import mock
@@ -23,7 +24,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
 from launcher.checkpoint import atomic_write
-from launcher.plugins import as_plain
+from launcher.plugins import as_plain, explain_launcher_error
 from launcher.plugins import job_dir as plugin_job_dir
 
 log = logging.getLogger("launcher")
@@ -76,7 +77,13 @@ class DetachedSlurmLauncher(SlurmLauncher):
             return [ret]
 
         with mock.patch.object(submitit.Job, "results", no_wait):
-            returns = super().launch(job_overrides, initial_job_idx)
+            try:
+                returns = super().launch(job_overrides, initial_job_idx)
+            except Exception as err:
+                explained = explain_launcher_error(err, "slurm_detached")
+                if explained is err:
+                    raise
+                raise explained from None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         for offset, (job, overrides) in enumerate(zip(submitted, job_overrides)):
             job_dir = plugin_job_dir(self.config, overrides, initial_job_idx + offset, self.hydra_context.config_loader)
@@ -110,20 +117,55 @@ class AttachedSlurmLauncher(SlurmLauncher):
 
         from launcher.signals import handlers
 
+        import submitit
+        from submitit.core.utils import UncompletedJobError
+        from submitit.slurm.slurm import SlurmInfoWatcher
+
         jobs: List[Any] = []
-        submit = Executor.map_array
+        submit, results, update = Executor.map_array, submitit.Job.results, SlurmInfoWatcher.update
 
         def recording(executor: Any, fn: Any, *iterable: Any) -> Any:
             submitted = submit(executor, fn, *iterable)
             jobs.extend(submitted)
             return submitted
 
+        def results_or_died(job: Any) -> Any:  # a job that ended without a result is one failed job, not the sweep's end
+            try:
+                return results(job)
+            except UncompletedJobError as err:
+                offset = next(i for i, j in enumerate(jobs) if j is job)
+                return [self._died(job, job_overrides[offset], initial_job_idx + offset, err)]
+
+        accounting = has_accounting()
+
+        def update_with_scontrol(watcher: Any) -> None:
+            if accounting:
+                update(watcher)
+                fill_states_from_scontrol(watcher)  # only jobs sacct does not list (yet)
+                return
+            # No accounting (a laptop's cluster): sacct fails on every call, printing its error, and submitit
+            # reads every job UNKNOWN; the controller's scontrol knows them instead.
+            fill_states_from_scontrol(watcher, every_waiting_job=True)
+            watcher._last_status_check = time.time()
+            finished = getattr(watcher, "_finished", set())
+            for job_id in getattr(watcher, "_registered", set()) - finished:
+                if watcher.is_done(job_id, mode="cache"):
+                    finished.add(job_id)
+
         def stop(signum: int, frame: Any) -> None:
             raise _Stop(signal.Signals(signum).name)
 
         try:
-            with handlers(stop, (signal.SIGINT, signal.SIGTERM)), mock.patch.object(Executor, "map_array", recording):
-                return super().launch(job_overrides, initial_job_idx)
+            with handlers(stop, (signal.SIGINT, signal.SIGTERM)), mock.patch.object(Executor, "map_array", recording), \
+                    mock.patch.object(submitit.Job, "results", results_or_died), \
+                    mock.patch.object(SlurmInfoWatcher, "update", update_with_scontrol):
+                try:
+                    return super().launch(job_overrides, initial_job_idx)
+                except Exception as err:
+                    explained = explain_launcher_error(err, "slurm")
+                    if explained is err:
+                        raise
+                    raise explained from None
         except (_Stop, KeyboardInterrupt) as err:
             name = str(err) or "SIGINT"
             sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -134,8 +176,76 @@ class AttachedSlurmLauncher(SlurmLauncher):
                         ", ".join(running) or "none submitted yet", sweep_dir, " ".join(arrays) or "<job id>")
             raise SystemExit(130 if name == "SIGINT" else 143) from None
 
+    def _died(self, job: Any, overrides: Sequence[str], idx: int, err: BaseException) -> JobReturn:
+        """The failed JobReturn of a SLURM job that ended without a result (killed, out of memory, cancelled, its
+        node lost), recorded as the local launcher records its dead jobs: ``run.json``, ``failure.json``, the log."""
+        from launcher.local import JobDied
+        from launcher.rundir import mark_failed
+        from launcher.summary import record_failure
+
+        state = job.state
+        error = (f"JobDied: SLURM job {job.job_id} ended {state} without a result (killed, out of memory, cancelled "
+                 f"or its node lost?); its log: {job.paths.stderr}")
+        job_dir = plugin_job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
+        if (job_dir / "run.json").is_file():
+            mark_failed(job_dir, error)
+        record_failure(job_dir, error, list(overrides))
+        log.error("Sweep job %d failed (%s): %s", idx, " ".join(overrides), error)
+        ret = JobReturn(overrides=list(overrides), status=JobStatus.FAILED)
+        ret.return_value = JobDied(error)
+        return ret
+
     def __reduce__(self) -> Any:
         return (as_plain, (SlurmJob, dict(self.__dict__)))
+
+
+def has_accounting() -> bool:
+    """Whether ``sacct`` answers here (it fails where the cluster keeps no accounting)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["sacct", "-n", "-X", "-j", "1"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def fill_states_from_scontrol(watcher: Any, every_waiting_job: bool = False) -> None:
+    """States of the jobs that ``sacct`` did not give (a cluster without accounting, as a laptop's), from
+    ``scontrol``: without them submitit counts such a job UNKNOWN, not done, and waits for it for ever
+    once it has ended without a result. A job the controller no longer knows (``MinJobAge`` past) has ended."""
+    import re
+    import subprocess
+
+    info = getattr(watcher, "_info_dict", None)
+    waiting = [j for j in getattr(watcher, "_registered", set()) - getattr(watcher, "_finished", set())
+               if isinstance(info, dict) and (every_waiting_job or (info.get(j) or {}).get("State", "UNKNOWN") == "UNKNOWN")]
+    if not waiting:
+        return
+    known: dict = {}
+    for array in sorted({j.split("_")[0] for j in waiting}):
+        try:
+            out = subprocess.run(["scontrol", "show", "job", "-o", array], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return  # no scontrol: leave the states to submitit
+        for line in out.stdout.splitlines():
+            fields = dict(re.findall(r"(\w+)=(\S*)", line))
+            state, tasks = fields.get("JobState"), fields.get("ArrayTaskId")
+            if not state:
+                continue
+            if tasks is None:
+                known[fields.get("JobId", "")] = state
+                continue
+            for part in tasks.split("%")[0].split(","):
+                first, _, last = part.partition("-")
+                if first.isdigit():
+                    for task in range(int(first), int(last or first) + 1):
+                        known[f"{fields.get('ArrayJobId', array)}_{task}"] = state
+        gone = out.returncode != 0 and "Invalid job id" in out.stderr
+        for job_id in waiting:
+            if job_id.split("_")[0] == array:
+                state = known.get(job_id) or ("ENDED" if gone else None)
+                if state:
+                    info[job_id] = {**(info.get(job_id) or {}), "State": state}
 
 
 # the names conf/hydra/launcher/slurm.yaml and slurm_detached.yaml give

@@ -233,3 +233,41 @@ def test_ctrl_c_while_waiting_leaves_the_jobs_running_and_says_how_to_follow_and
     while time.monotonic() < deadline and read_run(sweep / "0")["status"] == "running":
         time.sleep(0.5)
     assert read_run(sweep / "0")["status"] == "interrupted"  # scancel's SIGTERM: a checkpoint, then the end
+
+
+def test_a_job_killed_outright_is_one_failed_job_and_the_sweep_ends(tmp_path, cluster_env):
+    """kill -9 (the OOM killer) leaves no result; without accounting (sacct) submitit read the job UNKNOWN and the
+    attached sweep waited for ever. Now the state comes from scontrol: one failed job, named, and the other done."""
+    import signal
+
+    sweep = tmp_path / "sweep"
+    args = ["-m", *SLURM, "seed=0,1", "trainer.max_epochs=4", f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace",
+            "+hooks.pace.seconds=0.1", *FAST]
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=tmp_path, env=cluster_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            record = read_run(sweep / "0")
+            if record["status"] == "running":
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, "job 0 did not start"
+        time.sleep(0.1)
+    os.kill(record["pid"], signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, (out + err)[-3000:]
+    assert "Traceback" not in out + err and "UncompletedJobError" not in out + err
+    assert "Sweep job 0 failed (seed=0 " in out + err and "ended FAILED without a result (killed, out of memory" in err
+    assert read_run(sweep / "0")["status"] == "failed" and read_run(sweep / "1")["status"] == "completed"
+    rows = (sweep / "summary.csv").read_text()
+    assert rows.count(",failed,") == 1 and rows.count(",done,") == 1, rows
+
+
+@pytest.mark.parametrize("launcher", ["slurm", "slurm_detached"])
+def test_a_sweep_sbatch_refuses_is_one_line_naming_what_it_said(launcher, tmp_path, cluster_env):
+    proc = launch(["-m", f"hydra/launcher={launcher}", *SLURM[1:], "hydra.launcher.partition=nope", "seed=0,1", *FAST],
+                  tmp_path, cluster_env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    assert f"hydra/launcher={launcher}: sbatch refused the sweep's jobs: invalid partition specified: nope" in proc.stderr

@@ -406,3 +406,14 @@ def test_a_subdir_that_gives_two_jobs_one_run_dir_is_refused_before_any_job_runs
     assert (f"Config error: hydra.sweep.subdir=lr${{optimizer.lr}}: jobs 0 [{' '.join(FAST)} trainer.max_epochs=1] and 1 "
             f"[{' '.join(FAST)} trainer.max_epochs=2] would share the run dir {sweep}/lr0.1") in proc.stderr
     assert not sweep.exists()
+
+
+def test_a_launcher_option_that_does_not_exist_is_one_line_naming_the_close_one(tmp_path):
+    proc = run_cli(["-m", "hydra/launcher=local", "+hydra.launcher.maxparallel=2", *FAST, "seed=0,1",
+                    f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    assert ("Config error: hydra.launcher.maxparallel: not an option of hydra/launcher=local; did you mean "
+            "hydra.launcher.max_parallel? Accepted: setup, ") in proc.stderr
+    proc = run_cli(["-m", "hydra.launcher.max_parallel=2", *FAST, "seed=0,1"], tmp_path)
+    assert proc.returncode == 2 and "hydra.launcher.max_parallel: the basic launcher (the default) takes no options; " \
+                                   "max_parallel is one of another launcher's: -m hydra/launcher=local" in proc.stderr
