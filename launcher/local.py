@@ -11,7 +11,6 @@ Registered with Hydra by :func:`launcher.plugins.register`.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -28,7 +27,7 @@ from hydra.errors import CompactHydraException
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
 
 from launcher.errors import ConfigError
-from launcher.plugins import as_plain, explain_launcher_error, job_dir
+from launcher.plugins import as_plain, explain_launcher_error, job_dir, mark_pending
 from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
 
 log = logging.getLogger("launcher")
@@ -208,7 +207,7 @@ class CappedLocalLauncher(LocalLauncher):
 
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         job_dirs = [self._job_dir(overrides, initial_job_idx + i) for i, overrides in enumerate(job_overrides)]
-        self._mark_pending(job_dirs, job_overrides, initial_job_idx)
+        mark_pending(job_dirs, job_overrides, initial_job_idx)  # for sweepers whose jobs are not known up front
         returns: List[Optional[JobReturn]] = [None] * len(job_overrides)
         todo = iter(range(len(job_overrides)))
         errors: List[BaseException] = []
@@ -272,19 +271,6 @@ class CappedLocalLauncher(LocalLauncher):
         """The job's run dir, as its process will resolve it (``hydra.sweep.dir`` / ``hydra.sweep.subdir``)."""
         assert self.config is not None and self.hydra_context is not None
         return job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
-
-    @staticmethod
-    def _mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
-        """``submitted.json`` (job number and overrides) in each job dir without a run record yet: the
-        summary lists the job as pending until it starts, also after the sweep is stopped before reaching it."""
-        from launcher.checkpoint import atomic_write  # imports torch: not at the top, which each job's controller runs
-
-        for offset, (job_dir, overrides) in enumerate(zip(job_dirs, job_overrides)):
-            if (job_dir / "run.json").is_file():
-                continue
-            job_dir.mkdir(parents=True, exist_ok=True)
-            text = json.dumps({"job": initial_job_idx + offset, "overrides": list(overrides)}, indent=2) + "\n"
-            atomic_write(job_dir / "submitted.json", text.encode(), sync_dir=False)
 
     def _died(self, sweep_dir: Path, job_dir: Path, overrides: Sequence[str], idx: int, how: str,
               exit_code: Optional[int]) -> JobReturn:

@@ -52,10 +52,11 @@ def job_dir(config: Any, overrides: Sequence[str], idx: int, config_loader: Any)
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
-def check_distinct_job_dirs(config: Any) -> None:
-    """Raise :class:`ConfigError` before a sweep starts when a ``hydra.sweep.subdir`` of one's own gives two of
-    its jobs one run dir: the second would train on from the first's run (or be refused), and its result
-    overwrite the first's. Only for Hydra's basic sweeper, whose jobs are all known before they start."""
+def plan_sweep(config: Any) -> None:
+    """Before a sweep of Hydra's basic sweeper starts (its jobs are all known then): raise :class:`ConfigError`
+    when a ``hydra.sweep.subdir`` of one's own gives two jobs one run dir (the second would train on from the
+    first's run, or be refused, and its result overwrite the first's); else mark each job not started yet as
+    pending in its dir (``submitted.json``), so the summary lists it even if the sweep stops before it."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -63,9 +64,9 @@ def check_distinct_job_dirs(config: Any) -> None:
 
     from launcher.errors import ConfigError
 
-    subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
-    if subdir == "${hydra.job.num}" or config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
+    if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
         return
+    subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
     loader = GlobalHydra.instance().config_loader()
     params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *config.hydra.overrides.task])
@@ -80,6 +81,22 @@ def check_distinct_job_dirs(config: Any) -> None:
                 f"would share the run dir {path}, and the second would take over the first's run; make the subdir "
                 f"differ between jobs (add the swept keys, or ${{hydra.job.num}})")
         seen[path] = idx
+    mark_pending(list(seen), jobs, 0)
+
+
+def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
+    """``submitted.json`` (job number and overrides) in each job dir without a run record yet: the summary
+    lists the job as pending until it starts, also after the sweep is stopped before reaching it."""
+    import json
+
+    from launcher.checkpoint import atomic_write  # imports torch: not at the top, which each job's controller runs
+
+    for offset, (path, overrides) in enumerate(zip(job_dirs, job_overrides)):
+        if (path / "run.json").is_file():
+            continue
+        path.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"job": initial_job_idx + offset, "overrides": list(overrides)}, indent=2) + "\n"
+        atomic_write(path / "submitted.json", text.encode(), sync_dir=False)
 
 
 def explain_launcher_error(err: BaseException, launcher: str) -> BaseException:

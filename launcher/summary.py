@@ -98,7 +98,10 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
             if (d / "run.json").is_file() and (d / "run.json").stat().st_mtime_ns > (d / FAILURE).stat().st_mtime_ns:
                 raise ValueError("run.json is newer: it tells the last attempt")
             failure = json.loads((d / FAILURE).read_text())
-            row.update(status="failed", error=failure["error"], overrides=" ".join(failure["overrides"]), metrics={}, seconds=None)
+            # the run's own record stays for its time and last metrics when it is this job's (not another config's)
+            own = record.get("status") == "failed" and record.get("overrides") == failure["overrides"]
+            row.update(status="failed", error=failure["error"], overrides=" ".join(failure["overrides"]),
+                       metrics=row["metrics"] if own else {}, seconds=row["seconds"] if own else None)
         except (OSError, ValueError, KeyError, TypeError):
             pass
         rows.append(row)
@@ -159,7 +162,8 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
         lines.append("| " + " | ".join(str(v) for v in values) + " |")
     failed = [r for r in rows if r["status"] == "failed"]
     if failed:
-        lines += ["", "Failed jobs:"] + [f"- job {r['job']} (`{r['overrides']}`): {r['error']} (log: {r['dir']}/train.log)" for r in failed]
+        lines += ["", "Failed jobs:"] + [f"- job {r['job']} (`{r['overrides']}`): {r['error']}"
+                                         + ("" if "(log: " in r["error"] else f" (log: {r['dir']}/train.log)") for r in failed]
     atomic_write(sweep_dir / "summary.md", ("\n".join(lines) + "\n").encode())
     return rows
 
@@ -259,10 +263,10 @@ class SweepSummary(Callback):  # type: ignore[misc]
         import atexit
 
         from launcher.errors import ConfigError
-        from launcher.plugins import check_distinct_job_dirs
+        from launcher.plugins import plan_sweep
 
         try:
-            check_distinct_job_dirs(config)  # before any job runs
+            plan_sweep(config)  # before any job runs
         except ConfigError as err:  # Hydra turns a callback's exception into a warning: exit here, as for a config error
             print(f"Config error: {err}", file=sys.stderr)
             sys.exit(2)
@@ -300,6 +304,14 @@ def main() -> None:
             "not a sweep dir: it holds no job dirs (0/, 1/, ...)"
         raise SystemExit(f"launcher.summary: {args.sweep_dir} is {what}; give a sweep dir, e.g. outputs/multirun/<date>/<time>")
     objective, mode = sweep_objective(args.sweep_dir)
+    if args.objective:
+        recorded = sorted({k for row in jobs(args.sweep_dir) for k in row["metrics"]})
+        if recorded and args.objective not in recorded:
+            import difflib
+
+            close = difflib.get_close_matches(args.objective, recorded, n=1)
+            raise SystemExit(f"launcher.summary: --objective {args.objective} is no metric the jobs recorded"
+                             + (f"; did you mean {close[0]}?" if close else "") + f" They recorded: {', '.join(recorded)}")
     write_summary(args.sweep_dir, args.objective or objective, args.mode or mode)
     print((args.sweep_dir / "summary.md").read_text(), end="")
 

@@ -417,3 +417,46 @@ def test_a_launcher_option_that_does_not_exist_is_one_line_naming_the_close_one(
     proc = run_cli(["-m", "hydra.launcher.max_parallel=2", *FAST, "seed=0,1"], tmp_path)
     assert proc.returncode == 2 and "hydra.launcher.max_parallel: the basic launcher (the default) takes no options; " \
                                    "max_parallel is one of another launcher's: -m hydra/launcher=local" in proc.stderr
+
+
+def test_a_basic_sweep_stopped_midway_lists_the_jobs_it_never_reached_as_pending(tmp_path):
+    import signal
+    import time
+
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "launcher", "-m", "seed=0,1,2", "trainer.max_epochs=3", f"hydra.sweep.dir={sweep}",
+            "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=_paced_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def second_job_training():
+        try:
+            return read_run(sweep / "1")["status"] == "running"
+        except (OSError, ValueError, KeyError):
+            return False
+
+    _wait_for(second_job_training, proc)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 75, out[-3000:]
+    assert "Sweep of 3 job(s): 1 done, 1 interrupted, 1 pending" in out
+    assert "| 2 | `seed=2 " in (sweep / "summary.md").read_text()
+
+
+def test_the_summary_keeps_a_failed_runs_time_and_metrics_and_names_a_misspelled_objective(tmp_path):
+    from launcher.summary import jobs, record_failure
+
+    for job, status in (("0", "completed"), ("1", "failed")):
+        (tmp_path / job).mkdir()
+        (tmp_path / job / "run.json").write_text(json.dumps({
+            "status": status, "overrides": [f"seed={job}"], "seconds": 12.5, "metrics": {"val/accuracy": 0.5}}))
+    record_failure(tmp_path / "1", "FloatingPointError: Loss became infinite or NaN at iteration 7 (log: x)", ["seed=1"])
+    rows = jobs(tmp_path)
+    assert (rows[1]["status"], rows[1]["seconds"], rows[1]["metrics"]) == ("failed", 12.5, {"val/accuracy": 0.5})
+    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path), "--objective", "val/acc"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "--objective val/acc is no metric the jobs recorded; did you mean val/accuracy?" \
+        in proc.stderr
+    assert not (tmp_path / "summary.md").exists()
+    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path)], capture_output=True, text=True)
+    assert "(log: x)" in proc.stdout and "(log: x) (log:" not in proc.stdout
