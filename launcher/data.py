@@ -251,12 +251,15 @@ class StreamLoader(DataLoader):
         super().__init__(dataset, batch_size=batch_size, drop_last=drop_last, generator=torch.Generator(), **kwargs)
         self.seed = seed
         self._skip = 0
-        self.set_epoch(0)
+        self._seed_workers(0)  # the dataset's own epoch is left alone until the trainer sets one
 
     def set_epoch(self, epoch: int, skip_batches: int = 0) -> None:
         if callable(getattr(self.dataset, "set_epoch", None)):
             self.dataset.set_epoch(epoch)  # type: ignore[attr-defined]
         self._skip = skip_batches
+        self._seed_workers(epoch)
+
+    def _seed_workers(self, epoch: int) -> None:
         self.generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
 
     def __iter__(self) -> Any:
