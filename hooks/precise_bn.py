@@ -6,9 +6,10 @@ from typing import Optional
 
 import torch
 from torch import nn
+from torch.utils.data import IterableDataset
 
 from hooks.base import HookBase, Priority
-from launcher.trainer import move_to_device
+from launcher.trainer import get_rng_state, move_to_device, set_rng_state
 
 _BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
@@ -19,7 +20,8 @@ class PreciseBN(HookBase):
     momentum-smoothed values gathered while the weights moved.
 
     The batches come from a separate pass over the training set (epoch order of epoch
-    ``-1 - epoch``), so the training data order and RNG are untouched. Under DDP each rank
+    ``-1 - epoch``), so the training data order and random state are untouched (a stream's
+    ``set_epoch`` is put back to the pass training is in). Under DDP each rank
     runs ``num_batches`` of its own shard and the statistics are averaged over the ranks.
     """
 
@@ -43,7 +45,8 @@ class PreciseBN(HookBase):
             m.momentum = None  # cumulative average over the batches below
         was_training = t.model.training
         t.model.train()
-        rng = torch.get_rng_state()
+        rng = get_rng_state()
+        loader = None
         try:
             loader = t.build_train_loader()
             if hasattr(loader, "set_epoch"):
@@ -53,7 +56,11 @@ class PreciseBN(HookBase):
                     batch = move_to_device(batch, t.device)
                 t.model(batch)
         finally:
-            torch.set_rng_state(rng)  # dropout in these forwards must not shift training's randomness
+            # dropout in these forwards, and augmentation drawn from random or numpy, must not shift training's draws
+            set_rng_state(rng)
+            dataset = getattr(loader, "dataset", None)
+            if isinstance(dataset, IterableDataset) and callable(getattr(dataset, "set_epoch", None)):
+                dataset.set_epoch(t.epoch)  # a stream is training's own object too: back to the pass it is in
             for m, momentum in zip(layers, momenta):
                 m.momentum = momentum
             t.model.train(was_training)

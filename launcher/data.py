@@ -355,10 +355,16 @@ class DataLoaders:
         self.seed = seed
         # Worker options, which torch refuses without workers: they take effect when there are some.
         self._workers = {"persistent_workers": persistent_workers, "prefetch_factor": prefetch_factor} if num_workers else {}
+        self._warned: set = set()  # streams already warned about (loaders are built again, e.g. by PreciseBN)
 
     def train_loader(self, rank: int = 0, world_size: int = 1, collate_fn: Optional[Callable] = None) -> DataLoader:
         if isinstance(self.train, IterableDataset):
-            if world_size > 1 and rank == 0:
+            if self._workers.get("persistent_workers"):
+                raise ValueError(f"data.persistent_workers: true keeps each worker's copy of the stream "
+                                 f"{type(self.train).__name__} from pass to pass, so its set_epoch and seeds never "
+                                 f"reach them and every pass repeats the first; set it to false for a stream")
+            if world_size > 1 and rank == 0 and "data.train" not in self._warned:
+                self._warned.add("data.train")
                 _warn_stream_under_ddp("data.train", self.train)
             return StreamLoader(self.train, self.batch_size, self.drop_last, self.seed, num_workers=self.num_workers,
                                 pin_memory=self.pin_memory, collate_fn=collate_fn, **self._workers)
@@ -381,7 +387,8 @@ class DataLoaders:
         if self.val is None:
             return None
         if isinstance(self.val, IterableDataset):  # read as it comes: each rank's stream is its own share
-            if world_size > 1 and rank == 0:
+            if world_size > 1 and rank == 0 and "data.val" not in self._warned:
+                self._warned.add("data.val")
                 _warn_stream_under_ddp("data.val", self.val)
             return ValLoader(self.val, self.seed, batch_size=self.val_batch_size, num_workers=self.num_workers,
                              pin_memory=self.pin_memory, collate_fn=collate_fn, **self._workers)

@@ -597,8 +597,8 @@ class TrainerBase:
         short of its ``__len__``); anything else is an error naming the count."""
         dataset = getattr(self.train_loader, "dataset", None)
         if self.inner_iter == 0 or not isinstance(dataset, IterableDataset):
-            raise RuntimeError(f"the train loader stopped after {self.inner_iter} batches in epoch {self.epoch + 1}, short "
-                               f"of the {self.steps_per_epoch or 'one or more'} its length promises")
+            promised = f"of the {self.steps_per_epoch} its length promises" if self.steps_per_epoch else "; a pass must yield at least one"
+            raise RuntimeError(f"the train loader stopped after {self.inner_iter} batches in epoch {self.epoch + 1}, short {promised}")
         if self.steps_per_epoch is not None and not self._short_stream_said:
             self._short_stream_said = True
             logger.warning("The train stream ended after %d batches, short of the %d its length promises: epoch %d "
@@ -711,12 +711,12 @@ class TrainerBase:
         if self.val_loader is None:
             raise RuntimeError("validation was asked for but the data config has no val set (data.val is null)")
         self.storage.iter, self.storage.epoch = self.last_step, self.last_epoch
+        training_rng = get_rng_state()  # before the before_val hooks, which may draw too (PreciseBN's forwards)
         self._call("before_val")
         was_training = self.model.training
         self.model.eval()
         sums: Dict[str, torch.Tensor] = {}
         counts: Dict[str, int] = {}  # samples per metric: a metric some batches leave out is averaged over the rest
-        training_rng = get_rng_state()
         try:
             for batch in self.val_loader:
                 if self.device.type != "cpu":

@@ -442,7 +442,9 @@ def stream_trainer(kind, promise=None, **kw):
 
     options = {"size": 80, "shape": [4], "num_classes": 2, "val_fraction": 0.2}  # 64 train samples
     stream = NoisyStream(**options) if promise is None else SizedNoisyStream(promise=promise, **options)
-    return make_trainer(kind, data=DataLoaders(stream, batch_size=8), **kw)
+    from launcher.data import synthetic
+
+    return make_trainer(kind, data=DataLoaders(stream, synthetic(split="val", **options), batch_size=8), **kw)
 
 
 def test_an_iter_trainer_takes_a_stream_of_unknown_length_and_ends_an_epoch_where_it_does():
@@ -471,3 +473,50 @@ def test_a_stream_shorter_than_its_length_ends_its_epochs_early_and_says_so_once
     said = [r.getMessage() for r in caplog.records if "stream ended" in r.getMessage()]
     assert said == ["The train stream ended after 8 batches, short of the 10 its length promises: epoch 1 ends there "
                     "(so does every epoch that falls short)"]
+
+
+def test_a_stream_refuses_persistent_workers_which_would_repeat_its_first_pass():
+    from launcher.data import DataLoaders
+    from noisy_data import NoisyStream
+
+    data = DataLoaders(NoisyStream(size=80, shape=[4]), batch_size=8, num_workers=2, persistent_workers=True)
+    with pytest.raises(ValueError, match=r"^data.persistent_workers: true keeps each worker's copy of the stream "
+                                         r"NoisyStream from pass to pass"):
+        data.train_loader()
+
+
+def test_precise_bn_leaves_a_streams_epoch_and_every_random_state_as_training_had_them():
+    import random
+
+    import numpy as np
+
+    from hooks.evaluator import Evaluator
+    from hooks.precise_bn import PreciseBN
+
+    class BNModel(ToyModel):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm1d(4)
+
+        def forward(self, batch):
+            x, y = batch
+            return super().forward((self.bn(x), y))
+
+    class Check(HookBase):
+        priority = 0  # before PreciseBN, after it (in after_val) the states must be the same
+
+        def before_val(self):
+            self.states = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
+            self.epoch = self.trainer.train_loader.dataset.epoch
+
+        def after_val(self):
+            r, n, t = self.states
+            assert random.getstate() == r and (np.random.get_state()[1] == n).all() and torch.equal(torch.get_rng_state(), t)
+            assert self.trainer.train_loader.dataset.epoch == self.epoch == self.trainer.epoch
+            self.checked = getattr(self, "checked", 0) + 1
+
+    check = Check()
+    trainer = stream_trainer("iter", model=BNModel(), max_iters=12,
+                             hooks=[Evaluator(by_epoch=False, period=5), PreciseBN(num_batches=2), check])
+    trainer.train()
+    assert check.checked >= 2
