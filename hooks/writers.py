@@ -7,6 +7,7 @@ recorded tensors are turned into numbers, so steps between writes never wait on 
 """
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import logging
@@ -98,7 +99,30 @@ def memory_mb() -> Tuple[str, float]:
 
 
 class ConsoleWriter(PeriodicWriter):
-    """One log line per write: epoch, iteration, ETA, losses, lr, step and data time, memory."""
+    """One log line per write: epoch, iteration, ETA, losses, lr, step and data time, memory.
+
+    The ETA follows the wall clock over the last ``ETA_MARKS`` lines, so the time that validation,
+    checkpoints and logging take between steps counts in it; until there are two lines, the median
+    step time (the ``timer`` hook's) stands in.
+    """
+
+    ETA_MARKS = 20
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._marks: "collections.deque[Tuple[float, int]]" = collections.deque(maxlen=self.ETA_MARKS)
+
+    def _eta(self, step: int) -> Optional[float]:
+        t = self.trainer
+        now = time.perf_counter()
+        if not self._marks or self._marks[-1][1] != step:
+            self._marks.append((now, step))
+        first_time, first_step = self._marks[0]
+        if step > first_step:
+            return (now - first_time) / (step - first_step) * (t.max_iters - step)
+        if t.storage.has("time"):
+            return t.storage.history("time").median(200) * (t.max_iters - step)
+        return None
 
     def _flush(self) -> None:
         if self.trainer.dist is None and not logger.isEnabledFor(logging.INFO):
@@ -115,8 +139,8 @@ class ConsoleWriter(PeriodicWriter):
         if train_keys:
             step = max(scalars[k][1] for k in train_keys) + 1
             parts.append(f"iter {step}/{t.max_iters}")
-            if storage.has("time") and t.max_iters > step:
-                eta = storage.history("time").median(200) * (t.max_iters - step)
+            eta = self._eta(step) if t.max_iters > step else None
+            if eta is not None:
                 parts.append(f"eta {datetime.timedelta(seconds=int(eta))}")
         for key in sorted(scalars):
             if key not in ("time", "data_time", "lr"):

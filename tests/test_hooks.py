@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import json
 import math
 
@@ -277,3 +278,25 @@ class SignalAt(HookBase):
             import signal
 
             os.kill(os.getpid(), signal.SIGUSR2)
+
+
+def test_the_console_eta_counts_the_time_validation_takes_between_steps(caplog, tmp_path):
+    import re
+    import time
+
+    class SlowValidation(HookBase):
+        def after_val(self):
+            if self.trainer.iter < 12:
+                time.sleep(0.5)  # two validations of half a second; steps of a millisecond
+
+        def after_step(self):
+            if self.trainer.iter == 15:
+                self.trainer.request_stop("seen enough")
+
+    caplog.set_level(logging.INFO)
+    trainer = make_trainer("iter", work_dir=tmp_path, max_iters=1000, data=ToyData(n=4000, batch=4),
+                           hooks=[IterationTimer(), Evaluator(by_epoch=False, period=5), SlowValidation(), ConsoleWriter(period=5)])
+    trainer.train()
+    line = next(r.getMessage() for r in caplog.records if "iter 15/1000" in r.getMessage())
+    h, m, s = map(int, re.search(r"eta (\d+):(\d\d):(\d\d)", line).groups())
+    assert h * 3600 + m * 60 + s >= 20  # ~0.05 s a step with the validations in (the median step time alone: ~1 s)
