@@ -202,7 +202,9 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
         return ConfigError(f"{full_key}._target_: cannot import {target!r}: {why_not_importable(str(target))}")
     signature_error = isinstance(cause, TypeError) and re.search(
         r"unexpected keyword argument|required (positional |keyword-only )?argument|takes \d+ positional", str(cause))
-    mistyped = _mistyped(full_key, sub, target) if isinstance(cause, (ValueError, TypeError)) and not signature_error else None
+    own_check = str(cause).startswith(GROUPS)  # the object's own message, already naming its key (data.shuffle ...)
+    mistyped = _mistyped(full_key, sub, target) if isinstance(cause, (ValueError, TypeError)) and not signature_error \
+        and not own_check else None
     if mistyped:
         return ConfigError(f"{mistyped} ({target} raised {type(cause).__name__}: {_first_line(cause)})")
     if isinstance(cause, TypeError) and "argument" in str(cause):
@@ -215,8 +217,8 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
         return cause
     if isinstance(cause, MissingMandatoryValue):
         return ConfigError(f"{full_key}: no value given (??? in the config); set it, e.g. {full_key}=<value>")
-    if isinstance(cause, (ValueError, TypeError)) and str(cause).startswith(GROUPS):
-        return ConfigError(str(cause))  # the object's own check, already naming its key (data.shuffle ...)
+    if isinstance(cause, (ValueError, TypeError)) and own_check:
+        return ConfigError(str(cause))
     where = f"{full_key} ({target})" if target else full_key
     return ConfigError(f"{where}: {type(cause).__name__}: {cause}{_given(sub)}")
 

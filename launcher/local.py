@@ -22,12 +22,12 @@ from pathlib import Path
 from unittest import mock
 from typing import Any, Dict, List, Optional, Sequence
 
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn
 from hydra.errors import CompactHydraException
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
 
 from launcher.errors import ConfigError
-from launcher.plugins import as_plain, explain_launcher_error, job_dir, mark_pending
+from launcher.plugins import as_plain, explain_launcher_error, job_dir, mark_pending, record_dead_job
 from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
 
 log = logging.getLogger("launcher")
@@ -248,7 +248,7 @@ class CappedLocalLauncher(LocalLauncher):
                         return
                     code = started.process.poll() if started.process is not None else None
                     how = how_it_died(code) if isinstance(err, UncompletedJobError) else f"failed outside the run: {_last_line(err)}"
-                    returns[i] = self._died(sweep_dir, job_dirs[i], job_overrides[i], initial_job_idx + i, how, code)
+                    returns[i] = record_dead_job(self.config, job_dirs[i], job_overrides[i], initial_job_idx + i, how, code)
                 except BaseException as err:  # noqa: B036 -- raised in the sweep's thread, below
                     errors.append(err)
                     return
@@ -271,26 +271,6 @@ class CappedLocalLauncher(LocalLauncher):
         """The job's run dir, as its process will resolve it (``hydra.sweep.dir`` / ``hydra.sweep.subdir``)."""
         assert self.config is not None and self.hydra_context is not None
         return job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
-
-    def _died(self, sweep_dir: Path, job_dir: Path, overrides: Sequence[str], idx: int, how: str,
-              exit_code: Optional[int]) -> JobReturn:
-        """The failed JobReturn of a job whose process left no result, recorded as any failed job's is:
-        ``run.json`` (it said running), ``failure.json``, the summary and one line in this log."""
-        from launcher.rundir import mark_failed
-        from launcher.summary import record_failure, write_summary
-
-        died = JobDied(how)
-        error = f"{type(died).__name__}: {died}"
-        if (job_dir / "run.json").is_file():
-            mark_failed(job_dir, error, exit_code=exit_code or 1)
-        record_failure(job_dir, error, overrides)
-        log.error("Sweep job %d failed (%s): %s; log: %s", idx, " ".join(overrides), error,
-                  job_dir / f"{self.config.hydra.job.name}.log")
-        try:
-            write_summary(sweep_dir, self.config.get("objective", "val/accuracy"), self.config.get("objective_mode", "max"))
-        except (OSError, ValueError):
-            pass  # the sweep's end writes it again
-        return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=died)
 
     def __reduce__(self) -> Any:
         """Pickled for the jobs as the plugin's LocalLauncher: the jobs need nothing of this class."""

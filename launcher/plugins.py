@@ -10,10 +10,11 @@ as the plugin's plain classes (each class's ``__reduce__``; the SLURM jobs as
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 MODULES = ("launcher.local", "launcher.slurm")
 
@@ -128,3 +129,42 @@ def explain_launcher_error(err: BaseException, launcher: str) -> BaseException:
                                      f"{'; '.join(l[len('sbatch: error:'):].strip() for l in lines) or text.strip()} "
                                      f"(the hydra.launcher options partition, account, qos, gres... are passed to it)")
     return err
+
+
+@contextlib.contextmanager
+def launcher_errors_explained(launcher: str) -> Iterator[None]:
+    """Raise a launcher's failure as :func:`explain_launcher_error` words it, where it has words for it."""
+    try:
+        yield
+    except Exception as err:
+        explained = explain_launcher_error(err, launcher)
+        if explained is err:
+            raise
+        raise explained from None
+
+
+def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: int, how: str,
+                    exit_code: Optional[int] = None) -> Any:
+    """The failed JobReturn of a sweep job that ended without a result (killed, out of memory...), recorded as
+    any failed job's is: ``run.json`` (it said running), ``failure.json``, the summary and one line in the log."""
+    import logging
+
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from launcher.local import JobDied
+    from launcher.rundir import mark_failed
+    from launcher.summary import record_failure, write_summary
+
+    died = JobDied(how)
+    error = f"{type(died).__name__}: {died}"
+    if (job_dir / "run.json").is_file():
+        mark_failed(job_dir, error, exit_code=exit_code or 1)
+    record_failure(job_dir, error, overrides)
+    logging.getLogger("launcher").error("Sweep job %d failed (%s): %s; log: %s", idx, " ".join(overrides), error,
+                                        job_dir / f"{config.hydra.job.name}.log")
+    try:
+        write_summary(Path(str(config.hydra.sweep.dir)), config.get("objective", "val/accuracy"),
+                      config.get("objective_mode", "max"))
+    except (OSError, ValueError):
+        pass  # the sweep's end writes it again
+    return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=died)

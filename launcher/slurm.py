@@ -24,7 +24,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
 from launcher.checkpoint import atomic_write
-from launcher.plugins import as_plain, explain_launcher_error
+from launcher.plugins import as_plain, launcher_errors_explained, record_dead_job
 from launcher.plugins import job_dir as plugin_job_dir
 
 log = logging.getLogger("launcher")
@@ -77,13 +77,8 @@ class DetachedSlurmLauncher(SlurmLauncher):
             return [ret]
 
         with mock.patch.object(submitit.Job, "results", no_wait):
-            try:
+            with launcher_errors_explained("slurm_detached"):
                 returns = super().launch(job_overrides, initial_job_idx)
-            except Exception as err:
-                explained = explain_launcher_error(err, "slurm_detached")
-                if explained is err:
-                    raise
-                raise explained from None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         for offset, (job, overrides) in enumerate(zip(submitted, job_overrides)):
             job_dir = plugin_job_dir(self.config, overrides, initial_job_idx + offset, self.hydra_context.config_loader)
@@ -132,9 +127,13 @@ class AttachedSlurmLauncher(SlurmLauncher):
         def results_or_died(job: Any) -> Any:  # a job that ended without a result is one failed job, not the sweep's end
             try:
                 return results(job)
-            except UncompletedJobError as err:
+            except UncompletedJobError:
                 offset = next(i for i, j in enumerate(jobs) if j is job)
-                return [self._died(job, job_overrides[offset], initial_job_idx + offset, err)]
+                how = (f"SLURM job {job.job_id} ended {job.state} without a result (killed, out of memory, cancelled or "
+                       f"its node lost?); its log: {job.paths.stderr}")
+                path = plugin_job_dir(self.config, job_overrides[offset], initial_job_idx + offset,
+                                      self.hydra_context.config_loader)
+                return [record_dead_job(self.config, path, job_overrides[offset], initial_job_idx + offset, how)]
 
         accounting = has_accounting()
 
@@ -159,13 +158,8 @@ class AttachedSlurmLauncher(SlurmLauncher):
             with handlers(stop, (signal.SIGINT, signal.SIGTERM)), mock.patch.object(Executor, "map_array", recording), \
                     mock.patch.object(submitit.Job, "results", results_or_died), \
                     mock.patch.object(SlurmInfoWatcher, "update", update_with_scontrol):
-                try:
+                with launcher_errors_explained("slurm"):
                     return super().launch(job_overrides, initial_job_idx)
-                except Exception as err:
-                    explained = explain_launcher_error(err, "slurm")
-                    if explained is err:
-                        raise
-                    raise explained from None
         except (_Stop, KeyboardInterrupt) as err:
             name = str(err) or "SIGINT"
             sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -175,25 +169,6 @@ class AttachedSlurmLauncher(SlurmLauncher):
                         "stop them: scancel %s (each then writes a checkpoint, as on preemption)", name, len(running),
                         ", ".join(running) or "none submitted yet", sweep_dir, " ".join(arrays) or "<job id>")
             raise SystemExit(130 if name == "SIGINT" else 143) from None
-
-    def _died(self, job: Any, overrides: Sequence[str], idx: int, err: BaseException) -> JobReturn:
-        """The failed JobReturn of a SLURM job that ended without a result (killed, out of memory, cancelled, its
-        node lost), recorded as the local launcher records its dead jobs: ``run.json``, ``failure.json``, the log."""
-        from launcher.local import JobDied
-        from launcher.rundir import mark_failed
-        from launcher.summary import record_failure
-
-        state = job.state
-        error = (f"JobDied: SLURM job {job.job_id} ended {state} without a result (killed, out of memory, cancelled "
-                 f"or its node lost?); its log: {job.paths.stderr}")
-        job_dir = plugin_job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
-        if (job_dir / "run.json").is_file():
-            mark_failed(job_dir, error)
-        record_failure(job_dir, error, list(overrides))
-        log.error("Sweep job %d failed (%s): %s", idx, " ".join(overrides), error)
-        ret = JobReturn(overrides=list(overrides), status=JobStatus.FAILED)
-        ret.return_value = JobDied(error)
-        return ret
 
     def __reduce__(self) -> Any:
         return (as_plain, (SlurmJob, dict(self.__dict__)))
