@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from hooks.base import HookBase, Priority
@@ -32,8 +33,10 @@ class EarlyStopping(HookBase):
 
     def before_train(self) -> None:
         # Resumed after the decision to stop (killed before final.pt was safe, or a signal at that very step):
-        # the run stops again at once, as the uninterrupted one did, rather than training on.
-        if self.bad >= self.patience:
+        # the run stops again at once, as the uninterrupted one did, rather than training on. A finished run
+        # lengthened (resumed from final.pt) was asked for more: it trains on, to its next validation.
+        resumed = self.trainer.resumed_from
+        if self.bad >= self.patience and (resumed is None or Path(resumed).name != "final.pt"):
             self._stop()
 
     def _stop(self) -> None:

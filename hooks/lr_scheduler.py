@@ -68,13 +68,15 @@ class LRScheduler(HookBase):
                 params = {}
             accumulate = self._every = self._accumulate()
             warmup = -(-self.warmup_iters // accumulate)  # in optimizer steps, as the schedule is stepped
-            if self.by_epoch and self.trainer.max_epochs is None:
-                raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.by_epoch: true steps the schedule once an epoch, "
-                                  f"and the train stream's epochs are of unknown length (an IterableDataset without "
-                                  f"__len__); set it to false to step the schedule every iteration")
             horizon = self.trainer.max_epochs if self.by_epoch else -(-self.trainer.max_iters // accumulate) - warmup
             for name in _HORIZON_PARAMS:
                 if name in params and name not in given:
+                    if horizon is None:  # by epoch, over a stream of unknown length: no count of epochs to give
+                        raise ConfigError(
+                            f"hooks.{self.name or 'lr_scheduler'}.by_epoch: the schedule's {name} would be the run's "
+                            f"number of epochs, which a train stream without __len__ does not tell; set it "
+                            f"(hooks.{self.name or 'lr_scheduler'}.scheduler.{name}=...) or step the schedule every "
+                            f"iteration (by_epoch=false)")
                     factory = functools.partial(factory, **{name: max(horizon, 1)})
                     break
             optimizer = self.trainer.optimizer

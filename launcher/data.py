@@ -243,13 +243,13 @@ class StreamLoader(DataLoader):
     has the next iterator read and drop the first ``skip_batches``: a stream cannot skip without
     reading. Without workers the stream is read in the main process; the run's random state is
     put back after the skipped batches, so a stream that draws its augmentation from it per
-    sample resumes exactly. A stream whose own state depends on those draws (a shuffle buffer
+    sample resumes exactly. Workers are seeded from (``seed``, rank, epoch). A stream whose own state depends on those draws (a shuffle buffer
     fed from ``random``) resumes exactly with workers, which draw from their own seeds.
     """
 
-    def __init__(self, dataset: IterableDataset, batch_size: int, drop_last: bool, seed: int, **kwargs: Any):
+    def __init__(self, dataset: IterableDataset, batch_size: int, drop_last: bool, seed: int, rank: int = 0, **kwargs: Any):
         super().__init__(dataset, batch_size=batch_size, drop_last=drop_last, generator=torch.Generator(), **kwargs)
-        self.seed = seed
+        self.seed, self.rank = seed, rank
         self._skip = 0
         self._seed_workers(0)  # the dataset's own epoch is left alone until the trainer sets one
 
@@ -259,8 +259,8 @@ class StreamLoader(DataLoader):
         self._skip = skip_batches
         self._seed_workers(epoch)
 
-    def _seed_workers(self, epoch: int) -> None:
-        self.generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
+    def _seed_workers(self, epoch: int) -> None:  # each rank's workers draw their own
+        self.generator.manual_seed(batch_seed(self.seed, self.rank, epoch) % 2**63)
 
     def __iter__(self) -> Any:
         batches = super().__iter__()
@@ -366,7 +366,7 @@ class DataLoaders:
             if world_size > 1 and rank == 0 and "data.train" not in self._warned:
                 self._warned.add("data.train")
                 _warn_stream_under_ddp("data.train", self.train)
-            return StreamLoader(self.train, self.batch_size, self.drop_last, self.seed, num_workers=self.num_workers,
+            return StreamLoader(self.train, self.batch_size, self.drop_last, self.seed, rank, num_workers=self.num_workers,
                                 pin_memory=self.pin_memory, collate_fn=collate_fn, **self._workers)
         sampler = DistributedSampler(
             self.train, num_replicas=world_size, rank=rank, shuffle=self.shuffle, seed=self.seed, drop_last=self.drop_last

@@ -311,7 +311,10 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
     def forward(signum: int, frame: Any) -> None:
         if received.count(signal.SIGINT) >= 2 and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a third Ctrl-C: stop waiting (the workers are killed below)
+        repeated = signum != signal.SIGINT and signum in received
         received.append(signum)
+        if repeated:  # a SIGTERM asked again (a sweep stopping its jobs): the workers have it already, and one
+            return    # that has left training (rank 1 waiting for rank 0's checkpoint) would die of a second
         for process in context.processes:
             if process.is_alive() and process.pid:
                 try:

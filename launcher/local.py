@@ -264,7 +264,9 @@ class CappedLocalLauncher(LocalLauncher):
                 slot.join()  # a signal's handler (StopJobsOnSignal) still runs here, in the main thread
         if errors:
             explained = explain_launcher_error(errors[0], "local")
-            raise explained from (None if explained is errors[0] else errors[0])
+            if explained is errors[0]:
+                raise errors[0]
+            raise explained from errors[0]
         return [r for r in returns if r is not None]
 
     def _job_dir(self, overrides: Sequence[str], idx: int) -> Path:

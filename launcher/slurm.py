@@ -184,6 +184,12 @@ def has_accounting() -> bool:
         return False
 
 
+# States in which a job has ended, and those submitit waits in; any other (CONFIGURING, SUSPENDED, STOPPED,
+# REQUEUE_HOLD...) is read as RUNNING: submitit takes every state it does not list as the job's end.
+_ENDED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
+_WAITING_STATES = {"READY", "PENDING", "RUNNING", "REQUEUED", "COMPLETING", "PREEMPTED"}
+
+
 def fill_states_from_scontrol(watcher: Any, every_waiting_job: bool = False) -> None:
     """States of the jobs that ``sacct`` did not give (a cluster without accounting, as a laptop's), from
     ``scontrol``: without them submitit counts such a job UNKNOWN, not done, and waits for it for ever
@@ -215,12 +221,16 @@ def fill_states_from_scontrol(watcher: Any, every_waiting_job: bool = False) -> 
                 if first.isdigit():
                     for task in range(int(first), int(last or first) + 1):
                         known[f"{fields.get('ArrayJobId', array)}_{task}"] = state
-        gone = out.returncode != 0 and "Invalid job id" in out.stderr
+        if out.returncode != 0 and "Invalid job id" not in out.stderr:
+            continue  # scontrol failed otherwise: this round tells nothing
         for job_id in waiting:
-            if job_id.split("_")[0] == array:
-                state = known.get(job_id) or ("ENDED" if gone else None)
-                if state:
-                    info[job_id] = {**(info.get(job_id) or {}), "State": state}
+            if job_id.split("_")[0] != array or job_id == array:
+                continue
+            # a task the controller no longer lists (purged after MinJobAge, or the whole array gone) has ended
+            state = known.get(job_id, "ENDED")
+            if state not in _ENDED_STATES and state != "ENDED":
+                state = state if state in _WAITING_STATES else "RUNNING"  # CONFIGURING, SUSPENDED...: not done
+            info[job_id] = {**(info.get(job_id) or {}), "State": state}
 
 
 # the names conf/hydra/launcher/slurm.yaml and slurm_detached.yaml give

@@ -135,12 +135,36 @@ def _qualified(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+class StreamEnded(Exception):
+    """A stream's pass ran out of batches (raised by :class:`StreamPass` where ``next`` would raise StopIteration)."""
+
+
+class StreamPass:
+    """One pass over a stream, ending in :class:`StreamEnded`: a StopIteration raised inside a step (a model's,
+    a hook's) is then never taken for the end of the data."""
+
+    __slots__ = ("_batches",)
+
+    def __init__(self, batches: Iterator) -> None:
+        self._batches = batches
+
+    def __iter__(self) -> "StreamPass":
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._batches)
+        except StopIteration:
+            raise StreamEnded from None
+
+
 class HookStateError(RuntimeError):
     """A hook's ``load_state_dict`` failed on the state its checkpoint holds; names the hook (and the file)."""
 
 
 def _check_forward_takes_a_batch(model: nn.Module) -> None:
-    """A ``forward(self, x, y)`` cannot take ``model(batch)``: say so before training, not as a TypeError at step 0."""
+    """A ``forward(self, x, y)`` cannot take ``model(batch)``: say so before training, not as a TypeError at step 0.
+    (Only for the trainer's own step and validation: a subclass's ``run_step`` may call the model otherwise.)"""
     try:
         signature = inspect.signature(model.forward)
     except (TypeError, ValueError):
@@ -148,9 +172,9 @@ def _check_forward_takes_a_batch(model: nn.Module) -> None:
     try:
         signature.bind(None)
     except TypeError:
-        raise TypeError(f"{type(model).__name__}.forward{signature} cannot take what the trainer passes: model(batch), "
-                        f"one argument, the batch as the loader yields it (unpack it inside forward: x, y = batch; "
-                        f"README: 'Model contract')") from None
+        raise ConfigError(f"model._target_: {type(model).__module__}.{type(model).__qualname__}.forward{signature} cannot "
+                          f"take what the trainer passes: model(batch), one argument, the batch as the loader yields it "
+                          f"(unpack it inside forward: x, y = batch; README: 'Model contract')") from None
 
 
 def check_devices(devices: Any) -> int:
@@ -230,7 +254,8 @@ class TrainerBase:
         self.world_size = self.dist.world_size if self.dist else 1
         self.is_main = self.rank == 0  # only the main process writes files: logs, checkpoints, run.json
         self.device = resolve_device(device, self.dist.local_rank if self.dist else 0)
-        _check_forward_takes_a_batch(model)
+        if type(self).run_step is TrainerBase.run_step and type(self).validate is TrainerBase.validate:
+            _check_forward_takes_a_batch(model)
         self.model = model.to(self.device)
         self.optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else optimizer(self.model.parameters())
         # What the step calls: the model itself, or its DistributedDataParallel wrapper. Hooks and
@@ -568,9 +593,9 @@ class TrainerBase:
             self._call("before_step")
             try:
                 self.run_step()
-            except StopIteration:  # the loader ran out before the epoch's length: a stream's end
+            except StreamEnded:  # the stream ran out: its pass, and the epoch, end here
                 self._in_step = False
-                self._loader_ended()
+                self._stream_ended()
                 steps = self.inner_iter
                 break
             self._call("after_step")
@@ -592,13 +617,10 @@ class TrainerBase:
         self.inner_iter = 0
         return True
 
-    def _loader_ended(self) -> None:
-        """The loader stopped before the epoch's length: a stream's epoch ends there (said once when it falls
-        short of its ``__len__``); anything else is an error naming the count."""
-        dataset = getattr(self.train_loader, "dataset", None)
-        if self.inner_iter == 0 or not isinstance(dataset, IterableDataset):
-            promised = f"of the {self.steps_per_epoch} its length promises" if self.steps_per_epoch else "; a pass must yield at least one"
-            raise RuntimeError(f"the train loader stopped after {self.inner_iter} batches in epoch {self.epoch + 1}, short {promised}")
+    def _stream_ended(self) -> None:
+        """A stream's pass ended: said once when it falls short of its ``__len__``; an error when it yielded nothing."""
+        if self.inner_iter == 0:
+            raise RuntimeError(f"the train stream yielded no batch in epoch {self.epoch + 1}; a pass must yield at least one")
         if self.steps_per_epoch is not None and not self._short_stream_said:
             self._short_stream_said = True
             logger.warning("The train stream ended after %d batches, short of the %d its length promises: epoch %d "
@@ -616,6 +638,8 @@ class TrainerBase:
         loader = self.train_loader
         if hasattr(loader, "set_epoch"):  # launcher.data.EpochLoader: skips without loading
             loader.set_epoch(self.epoch, self.inner_iter)
+            if isinstance(getattr(loader, "dataset", None), IterableDataset):
+                return StreamPass(iter(loader))  # its end is told apart from a StopIteration raised in a step
             return iter(loader)
         sampler = getattr(loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
@@ -789,6 +813,8 @@ class TrainerBase:
             if h.name in state["hooks"]:
                 try:
                     h.load_state_dict(state["hooks"][h.name])
+                except ConfigError:
+                    raise  # the hook's config, named as such (e.g. the LR hook rebuilding its schedule)
                 except Exception as err:
                     raise HookStateError(f"hook {h.name} ({type(h).__module__}.{type(h).__qualname__}) could not load its "
                                          f"saved state: {type(err).__name__}: {err}") from err

@@ -491,3 +491,27 @@ def test_a_run_shorter_than_the_window_traces_the_steps_it_has_and_says_where(tm
     messages = [r.getMessage() for r in caplog.records]
     assert any("the run has 4" in m and "2 of the 3 active steps" in m for m in messages), messages
     assert any(str(trace) in m and "https://ui.perfetto.dev" in m for m in messages), messages
+
+
+def test_a_run_stopped_early_and_then_lengthened_trains_on_to_its_next_validation(tmp_path):
+    """Raising max_epochs of a finished run asks for more training: the stop decision in final.pt is not
+    taken again at once (it is after a kill, when the run resumes from an earlier checkpoint)."""
+    from hooks.checkpoint import PeriodicCheckpointer
+
+    def trainer(max_epochs):
+        class Flat(HookBase):
+            priority = 55
+
+            def after_val(self):
+                self.trainer.last_val["val/loss"] = 1.0  # never improves
+
+        return make_trainer("epoch", work_dir=tmp_path, max_epochs=max_epochs, hooks={
+            "evaluator": Evaluator(), "flat": Flat(), "early_stopping": EarlyStopping(patience=2),
+            "checkpointer": PeriodicCheckpointer()})
+
+    first = trainer(20)
+    first.train()
+    assert first.status == "stopped" and first.epoch == 3
+    second = trainer(30)
+    second.train()
+    assert second.resumed_from.name == "final.pt" and second.status == "stopped" and second.epoch == 4

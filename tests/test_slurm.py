@@ -271,3 +271,23 @@ def test_a_sweep_sbatch_refuses_is_one_line_naming_what_it_said(launcher, tmp_pa
                   tmp_path, cluster_env)
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
     assert f"hydra/launcher={launcher}: sbatch refused the sweep's jobs: invalid partition specified: nope" in proc.stderr
+
+
+def test_scontrol_states_end_only_ended_jobs_and_a_purged_task_has_ended(monkeypatch):
+    """Without accounting the watcher reads scontrol. A task booting its node (CONFIGURING) is not done, a
+    FAILED one is, and one the controller no longer lists while its siblings run (MinJobAge past) has ended."""
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    from launcher import slurm
+
+    lines = ("JobId=8 ArrayJobId=7 ArrayTaskId=0 JobState=CONFIGURING Reason=None\n"
+             "JobId=9 ArrayJobId=7 ArrayTaskId=1 JobState=FAILED Reason=NonZeroExitCode\n"
+             "JobId=7 ArrayJobId=7 ArrayTaskId=4-5%2 JobState=PENDING Reason=JobArrayTaskLimit\n")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=lines, stderr=""))
+    watcher = SlurmInfoWatcher(delay_s=1)
+    for task in range(6):
+        watcher.register_job(f"7_{task}")
+    slurm.fill_states_from_scontrol(watcher, every_waiting_job=True)
+    states = {task: watcher._info_dict[f"7_{task}"]["State"] for task in range(6)}
+    assert states == {0: "RUNNING", 1: "FAILED", 2: "ENDED", 3: "ENDED", 4: "PENDING", 5: "PENDING"}
+    assert [watcher.is_done(f"7_{t}", mode="cache") for t in range(6)] == [False, True, True, True, False, False]

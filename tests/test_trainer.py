@@ -406,13 +406,33 @@ def test_a_method_named_like_another_engines_event_is_warned_about(caplog):
     assert "hook mm: MmcvStyle.after_train_iter is not an event of this trainer and is never called (did you mean after_step?)" in warning
 
 
-def test_a_forward_that_takes_inputs_and_labels_apart_is_refused_before_training():
+def test_a_forward_that_takes_inputs_and_labels_apart_is_refused_before_training(tmp_path, monkeypatch):
+    from launcher.trainer import EpochTrainer
+
+    monkeypatch.chdir(tmp_path)
     class TwoArgs(ToyModel):
         def forward(self, x, y):
             return super().forward((x, y))
 
-    with pytest.raises(TypeError, match=r"TwoArgs.forward\(x, y\) cannot take what the trainer passes: model\(batch\)"):
+    from launcher.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^model._target_: .*TwoArgs.forward\(x, y\) cannot take what the trainer "
+                                          r"passes: model\(batch\)"):
         make_trainer("epoch", model=TwoArgs())
+
+    class OwnStep(EpochTrainer):  # a trainer whose own run_step and validate call the model their way
+        def run_step(self):
+            x, y = next(self._data_iter)
+            loss = self.train_model(x, y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+        def validate(self):
+            return {}
+
+    model = TwoArgs()
+    OwnStep(model, torch.optim.SGD(model.parameters(), lr=0.1), ToyData(), device="cpu", max_epochs=1).train()
 
 
 def test_a_hook_whose_state_does_not_load_is_named_with_the_checkpoint(tmp_path):
@@ -520,3 +540,45 @@ def test_precise_bn_leaves_a_streams_epoch_and_every_random_state_as_training_ha
                              hooks=[Evaluator(by_epoch=False, period=5), PreciseBN(num_batches=2), check])
     trainer.train()
     assert check.checked >= 2
+
+
+def test_a_stopiteration_raised_inside_a_step_is_not_taken_for_the_streams_end():
+    class Raises(ToyModel):
+        calls = 0
+
+        def forward(self, batch):
+            Raises.calls += 1
+            if Raises.calls == 3:
+                raise StopIteration("from the model")
+            return super().forward(batch)
+
+    with pytest.raises(StopIteration, match="from the model"):
+        stream_trainer("iter", model=Raises(), max_iters=20).train()
+
+
+def test_a_schedule_by_epoch_over_a_stream_of_unknown_length_needs_no_count_unless_it_takes_one():
+    import functools
+
+    from hooks.lr_scheduler import LRScheduler
+    from launcher.errors import ConfigError
+
+    step = LRScheduler(functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5), by_epoch=True)
+    trainer = stream_trainer("iter", hooks={"lr_scheduler": step}, max_iters=20)  # 8 batches a pass: 2 passes end
+    trainer.train()
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * 0.25)
+    cosine = LRScheduler(functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR), by_epoch=True)
+    with pytest.raises(ConfigError, match=r"^hooks.lr_scheduler.by_epoch: the schedule's T_max would be the run's "
+                                          r"number of epochs, which a train stream without __len__ does not tell"):
+        stream_trainer("iter", hooks={"lr_scheduler": cosine}, max_iters=20).train()
+
+
+def test_a_streams_workers_draw_their_own_seeds_on_each_rank_and_epoch():
+    from launcher.data import StreamLoader
+    from noisy_data import NoisyStream
+
+    def seed(rank, epoch):
+        loader = StreamLoader(NoisyStream(size=40, shape=[4]), 8, False, 0, rank)
+        loader.set_epoch(epoch)
+        return loader.generator.initial_seed()
+
+    assert len({seed(0, 0), seed(1, 0), seed(0, 1), seed(1, 1)}) == 4
