@@ -190,6 +190,28 @@ def test_sigterm_under_ddp_checkpoints_on_rank0_and_resumes_bitwise(tmp_path, un
     _assert_same_run(tmp_path / "run", uninterrupted)
 
 
+def test_a_sigterm_sent_again_while_rank0_writes_its_checkpoint_leaves_the_run_interrupted(tmp_path):
+    """A local sweep asks its jobs again every 2 s until they end. The launcher passes SIGTERM on once: a second
+    one killed rank 1, waiting for rank 0's interrupt checkpoint, and the run was recorded failed."""
+    import time
+
+    env = {**ENV, "LAUNCHER_TEST_CHECKPOINT_WRITE_DELAY": "3"}  # rank 0's checkpoint write takes 3 s
+    proc = subprocess.Popen(cli(*RESUMABLE, "hydra.run.dir=run", "hooks.checkpointer.period=1000"), cwd=tmp_path,
+                            env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "run" / "metrics.jsonl").is_file():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    while not list((tmp_path / "run" / "checkpoints").glob(".iter_*.tmp*")):  # rank 0 is writing it
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-3000:]
+    assert read_run(tmp_path / "run")["status"] == "interrupted"
+
+
 def test_ctrl_c_reaches_each_worker_once_whoever_it_is_sent_to(tmp_path, uninterrupted):
     """kill -INT to the launcher alone (as an IDE's stop button does) and Ctrl-C in the terminal (the
     whole foreground process group) both stop the workers at one boundary with a checkpoint, exit 75."""
