@@ -27,7 +27,7 @@ from hydra.errors import CompactHydraException
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
 
 from launcher.errors import ConfigError
-from launcher.plugins import as_plain, explain_launcher_error, job_dir, mark_pending, record_dead_job
+from launcher.plugins import BASIC_SWEEPER, as_plain, explain_launcher_error, job_dir, mark_pending, record_dead_job
 from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
 
 log = logging.getLogger("launcher")
@@ -206,12 +206,14 @@ class CappedLocalLauncher(LocalLauncher):
         from submitit.local import local as submitit_local
 
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        job_dirs = [self._job_dir(overrides, initial_job_idx + i) for i, overrides in enumerate(job_overrides)]
-        mark_pending(job_dirs, job_overrides, initial_job_idx)  # for sweepers whose jobs are not known up front
+        if self.config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:  # the basic one's were marked at its start
+            dirs = [self._job_dir(overrides, initial_job_idx + i) for i, overrides in enumerate(job_overrides)]
+            mark_pending(dirs, job_overrides, initial_job_idx)
         returns: List[Optional[JobReturn]] = [None] * len(job_overrides)
         todo = iter(range(len(job_overrides)))
         errors: List[BaseException] = []
         started = threading.local()  # each thread's job: its controller process
+        composing = threading.Lock()
         stopper = StopJobsOnSignal(str(sweep_dir))
         start_controller, popen = submitit_local.start_controller, subprocess.Popen
 
@@ -248,7 +250,9 @@ class CappedLocalLauncher(LocalLauncher):
                         return
                     code = started.process.poll() if started.process is not None else None
                     how = how_it_died(code) if isinstance(err, UncompletedJobError) else f"failed outside the run: {_last_line(err)}"
-                    returns[i] = record_dead_job(self.config, job_dirs[i], job_overrides[i], initial_job_idx + i, how, code)
+                    with composing:  # the job's dir, from its config: composed one thread at a time
+                        path = self._job_dir(job_overrides[i], initial_job_idx + i)
+                    returns[i] = record_dead_job(self.config, path, job_overrides[i], initial_job_idx + i, how, code)
                 except BaseException as err:  # noqa: B036 -- raised in the sweep's thread, below
                     errors.append(err)
                     return
