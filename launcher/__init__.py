@@ -460,13 +460,14 @@ def _after_worker_failure(err: Exception, run_dir: Path) -> int:
     raise distributed.WorkerFailed(f"{message} (log: {log})") from None
 
 
-def _spawned_worker(rank: int, world_size: int, port: int, parent: int, config: dict, run_dir: str, overrides: List[str]) -> None:
+def _spawned_worker(rank: int, world_size: int, port: int, parent: int, ready: Any, config: dict, run_dir: str,
+                    overrides: List[str]) -> None:
     """One worker of ``trainer.devices=N``: joins the process group and trains its share."""
     from omegaconf import OmegaConf
 
     from launcher import distributed
 
-    distributed.detach_worker(parent)
+    distributed.worker_started(rank, parent, ready)
     distributed.worker_environment(rank, world_size, port)
     distributed.worker_logging(rank, Path(run_dir))
     register_configs()

@@ -285,11 +285,11 @@ def free_port() -> int:
 
 
 def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Optional[int], Any]:
-    """Start ``worker(rank, nprocs, port, *args)`` in ``nprocs`` processes here and wait for all of them.
+    """Start ``worker(rank, nprocs, port, parent_pid, ready, *args)`` in ``nprocs`` processes here and wait for all.
 
     SIGTERM, SIGUSR2 and SIGINT sent to this process are passed on to the workers (each checkpoints
     and stops at the same step boundary; a second SIGINT aborts them, a third stops the wait). The
-    workers have process groups of their own (:func:`detach_worker`), so a Ctrl-C in the terminal
+    workers have process groups of their own (:func:`worker_started`), so a Ctrl-C in the terminal
     reaches this process alone and each worker gets it once, through here, as with ``kill -INT``;
     a Ctrl-Z (SIGTSTP) stops the workers with this process, and they go on when it does.
     When one worker fails the others are stopped (SIGTERM, then SIGKILL) and torch's
@@ -304,9 +304,19 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
     from launcher.signals import suspend_along
 
     port = free_port()
-    context = mp.start_processes(worker, args=(nprocs, port, os.getpid(), *args), nprocs=nprocs, join=False,
-                                 start_method="spawn")
+    ready = mp.get_context("spawn").RawArray("b", nprocs)  # set by each worker once it holds signals (worker_started)
+    processes: List[Any] = []
     received: List[int] = []
+    held: List[Tuple[int, int]] = []  # (rank, signal) for workers still starting, whom the signal would kill
+
+    def send(rank: int, signum: int) -> None:
+        if rank >= len(processes) or not ready[rank]:
+            held.append((rank, signum))
+        elif processes[rank].is_alive() and processes[rank].pid:
+            try:
+                os.kill(processes[rank].pid, signum)
+            except ProcessLookupError:
+                pass
 
     def forward(signum: int, frame: Any) -> None:
         if received.count(signal.SIGINT) >= 2 and signum == signal.SIGINT:
@@ -315,27 +325,28 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
         received.append(signum)
         if repeated:  # a SIGTERM asked again (a sweep stopping its jobs): the workers have it already, and one
             return    # that has left training (rank 1 waiting for rank 0's checkpoint) would die of a second
-        for process in context.processes:
-            if process.is_alive() and process.pid:
-                try:
-                    os.kill(process.pid, signum)
-                except ProcessLookupError:
-                    pass
+        for rank in range(nprocs):
+            send(rank, signum)
 
     previous: Dict[int, Any] = {}
     handlers = {signal.SIGTERM: forward, signal.SIGINT: forward}
     if hasattr(signal, "SIGUSR2"):
         handlers[signal.SIGUSR2] = forward
     if hasattr(signal, "SIGTSTP"):  # Ctrl-Z: the workers stop with this process, and go on with it
-        handlers[signal.SIGTSTP] = suspend_along(lambda: [p.pid for p in context.processes if p.is_alive() and p.pid])
+        handlers[signal.SIGTSTP] = suspend_along(lambda: [p.pid for p in processes if p.is_alive() and p.pid])
     try:
         for sig, handler in handlers.items():
             previous[sig] = signal.signal(sig, handler)
     except ValueError:  # not the main thread: nothing to forward
         pass
     try:
-        while not context.join(timeout=1.0, grace_period=10.0):
-            pass
+        context = mp.start_processes(worker, args=(nprocs, port, os.getpid(), ready, *args), nprocs=nprocs,
+                                     join=False, start_method="spawn")
+        processes.extend(context.processes)
+        while not context.join(timeout=0.2, grace_period=10.0):
+            for rank, signum in [h for h in held if ready[h[0]]]:  # started since: pass the signal on now
+                held.remove((rank, signum))
+                send(rank, signum)
     except Exception as err:
         if signal.SIGINT in received:  # a worker ended by the Ctrl-C (e.g. before training): an abort, not a failure
             raise KeyboardInterrupt from None
@@ -344,7 +355,7 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for process in context.processes:
+        for process in processes:
             if process.is_alive():
                 process.kill()
     first = received[0] if received else None
@@ -389,10 +400,17 @@ def worker_logging(rank: int, run_dir: "Path") -> None:
         root.addHandler(handler)
 
 
-def detach_worker(parent: int) -> None:
-    """In a worker of :func:`spawn`: a process group of its own, so that a Ctrl-C in the terminal
-    reaches the parent alone (which passes it on once); and, on Linux, killed when the parent dies
-    (a parent killed with SIGKILL would otherwise leave its workers training, unseen)."""
+def worker_started(rank: int, parent: int, ready: Any) -> None:
+    """First thing in a worker of :func:`spawn`. Stop signals are held from here until training
+    starts, where they stop the run at its first step (:class:`~launcher.signals.SignalLatch`); the
+    parent holds those sent before (``ready``), which would have killed the worker as it started.
+    A process group of its own, so that a Ctrl-C in the terminal reaches the parent alone (which
+    passes it on once); and, on Linux, killed when the parent dies (a parent killed with SIGKILL
+    would otherwise leave its workers training, unseen)."""
+    from launcher.signals import SignalLatch
+
+    SignalLatch().install()
+    ready[rank] = 1
     os.setpgrp()
     if sys.platform.startswith("linux"):
         import ctypes

@@ -68,8 +68,32 @@ def suspend_along(processes: Callable[[], Iterable[int]]) -> Callable[[int, Opti
     return suspend
 
 
+class SignalLatch:
+    """A handler that holds a SIGTERM or SIGUSR2 received before training starts (a spawned worker
+    still building its trainer), for :class:`GracefulStop` to act on once it is installed: the run
+    stops at its first step, with a checkpoint. A Ctrl-C (SIGINT) still aborts at once, as it does
+    in one process before training."""
+
+    SIGNALS = tuple(s for s in SIGNALS if s != signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.received: Optional[int] = None
+        self.previous: Dict[int, Any] = {}
+
+    def install(self) -> "SignalLatch":
+        """Hold the signals from now on (main thread only); the handlers it replaces are kept for chaining."""
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {sig: signal.signal(sig, self) for sig in self.SIGNALS}
+        return self
+
+    def __call__(self, signum: int, frame: Optional[FrameType]) -> None:
+        if self.received is None:
+            self.received = signum
+
+
 class GracefulStop:
-    """Context manager installing the handlers around ``trainer.train()``."""
+    """Context manager installing the handlers around ``trainer.train()``. A signal that a
+    :class:`SignalLatch` it replaces has held stops the run at its first step boundary."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
@@ -78,7 +102,12 @@ class GracefulStop:
 
     def __enter__(self) -> "GracefulStop":
         self._installed = handlers(self._handle, SIGNALS)
-        self._previous = self._installed.__enter__()
+        self._previous = dict(self._installed.__enter__())
+        for sig, previous in list(self._previous.items()):
+            if isinstance(previous, SignalLatch):
+                self._previous[sig] = previous.previous.get(sig)  # chain to what the latch replaced
+                if previous.received == sig:
+                    self._handle(sig, None)
         return self
 
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
