@@ -141,21 +141,34 @@ class StreamEnded(Exception):
 
 class StreamPass:
     """One pass over a stream, ending in :class:`StreamEnded`: a StopIteration raised inside a step (a model's,
-    a hook's) is then never taken for the end of the data."""
+    a hook's) is then never taken for the end of the data.
 
-    __slots__ = ("_batches",)
+    Under DDP (``ranks``: the trainer) the ranks agree at each batch on whether every one of them has
+    one, so that a stream with fewer batches on one rank ends the pass on all of them together, the
+    others dropping the rest of theirs with a warning, instead of leaving them in a collective that
+    the rank done with its pass never joins (gloo aborts, NCCL hangs).
+    """
 
-    def __init__(self, batches: Iterator) -> None:
+    __slots__ = ("_batches", "_ranks")
+
+    def __init__(self, batches: Iterator, ranks: Optional["TrainerBase"] = None) -> None:
         self._batches = batches
+        self._ranks = ranks
 
     def __iter__(self) -> "StreamPass":
         return self
 
     def __next__(self) -> Any:
         try:
-            return next(self._batches)
+            batch = next(self._batches)
         except StopIteration:
+            if self._ranks is not None:
+                distributed.max_int(1)  # this rank has run out: the others end the pass with it
             raise StreamEnded from None
+        if self._ranks is not None and distributed.max_int(0):
+            self._ranks._stream_ended_elsewhere()
+            raise StreamEnded
+        return batch
 
 
 class HookStateError(RuntimeError):
@@ -308,6 +321,7 @@ class TrainerBase:
         self._train_keys: Dict[str, str] = {}  # loss name -> "train/<name>"
         self._unchecked: List[tuple] = []  # losses not yet checked for finiteness (accelerators)
         self._short_stream_said = False
+        self._uneven_stream_said = False
         self._hooks: List[HookBase] = []
         self._handlers: Dict[str, List[Callable[[], None]]] = {e: [] for e in EVENTS}
         self._step_hook: Any = None  # the hook that takes over backward and the optimizer step, if any
@@ -627,6 +641,15 @@ class TrainerBase:
                            "ends there (so does every epoch that falls short)", self.inner_iter, self.steps_per_epoch,
                            self.epoch + 1)
 
+    def _stream_ended_elsewhere(self) -> None:
+        """Under DDP another rank's pass over the stream ended while this rank had batches left: said once."""
+        if not self._uneven_stream_said:
+            self._uneven_stream_said = True
+            logger.warning("rank %d: the train stream's pass ended on another rank after %d batches while this rank had "
+                           "more; the rest of this rank's pass is dropped, in this epoch and any other that is uneven. Give "
+                           "every rank as many batches (each pass checks it, at one small all-reduce a step)",
+                           self.rank, self.inner_iter)
+
     def epoch_text(self, epoch: int) -> str:
         """The 0-based ``epoch`` as the console shows it: from 1, out of ``max_epochs`` where that is known."""
         if self.max_epochs is None:
@@ -639,7 +662,8 @@ class TrainerBase:
         if hasattr(loader, "set_epoch"):  # launcher.data.EpochLoader: skips without loading
             loader.set_epoch(self.epoch, self.inner_iter)
             if isinstance(getattr(loader, "dataset", None), IterableDataset):
-                return StreamPass(iter(loader))  # its end is told apart from a StopIteration raised in a step
+                # its end is told apart from a StopIteration raised in a step; under DDP the ranks end it together
+                return StreamPass(iter(loader), self if self.dist is not None else None)
             return iter(loader)
         sampler = getattr(loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):

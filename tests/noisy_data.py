@@ -69,3 +69,20 @@ class SizedNoisyStream(NoisyStream):
 
     def __len__(self):
         return len(self.data) + self.promise
+
+
+class RankShardedStream(NoisyStream):
+    """The stream shared out by DDP rank, with ``extra`` more samples on rank 0 than on the others."""
+
+    def __init__(self, extra=0, **kwargs):
+        super().__init__(**kwargs)
+        self.extra = extra
+
+    def __iter__(self):
+        import torch.distributed as dist
+
+        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        order = torch.randperm(len(self.data), generator=torch.Generator().manual_seed(self.epoch)).tolist()
+        for index in order[rank::world] + (order[:self.extra] if rank == 0 else []):
+            x, y = self.data[index]
+            yield x + 0.1 * random.uniform(0.5, 1.5) * torch.randn_like(x), y

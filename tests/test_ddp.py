@@ -232,6 +232,21 @@ def test_a_sigterm_while_the_workers_start_stops_the_run_at_its_first_step(tmp_p
     _assert_same_run(tmp_path / "run", uninterrupted)
 
 
+def test_a_stream_with_more_batches_on_one_rank_ends_each_pass_with_the_shortest_and_says_so(tmp_path):
+    """A stream shared out by rank with 2 more batches on rank 0 (10 a pass on rank 1, 12 on rank 0) used to
+    end in gloo's collective mismatch: rank 1 left the pass while rank 0 waited in the gradients' all-reduce."""
+    proc = launch(cli(*DATA, "data.train._target_=noisy_data.RankShardedStream", "+data.train.extra=64",
+                      "data.batch_size=32", "trainer=iter", "trainer.max_iters=25", "trainer.devices=2",
+                      "hooks.evaluator.by_epoch=false", "hooks.evaluator.period=15", "hydra.run.dir=run"), tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert out.count("the train stream's pass ended on another rank after 10 batches") == 1, out[-3000:]
+    final = torch.load(tmp_path / "run" / "checkpoints" / "final.pt", map_location="cpu", weights_only=False)
+    assert (final["iter"], final["epoch"], final["inner_iter"]) == (25, 2, 5)  # passes of 10, 10, then 5 steps
+    ranks = [weights(tmp_path / "run" / f"weights_rank{r}.pt") for r in (0, 1)]
+    assert_bitwise(*ranks)
+
+
 def test_ctrl_c_reaches_each_worker_once_whoever_it_is_sent_to(tmp_path, uninterrupted):
     """kill -INT to the launcher alone (as an IDE's stop button does) and Ctrl-C in the terminal (the
     whole foreground process group) both stop the workers at one boundary with a checkpoint, exit 75."""
