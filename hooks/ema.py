@@ -95,6 +95,8 @@ class EMA(HookBase):
 
     def state_dict(self) -> Dict[str, Any]:
         state: Dict[str, Any] = {"ema": self._build().state_dict()}
+        if self._last_val is not None:  # a run resumed at its end validates the EMA weights only if it had not
+            state["last_val"] = [self._last_val[0], self._last_val[1]]
         if self._final:
             state["raw"] = self._raw
         return state
@@ -107,3 +109,5 @@ class EMA(HookBase):
         # training goes on from the weights the optimizer state belongs to.
         self._raw, self._final = state.get("raw"), False
         self._put_back_raw()
+        last_val = state.get("last_val")
+        self._last_val = (int(last_val[0]), bool(last_val[1])) if last_val is not None else None

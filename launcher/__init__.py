@@ -298,6 +298,14 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
     ``before_chain`` runs before an interrupted run hands the signal on (submitit's handler requeues
     the job and exits): under DDP, leaving the process group once every rank is done.
     """
+    from launcher.signals import SignalLatch
+
+    with SignalLatch():  # a SIGTERM while the trainer is built stops it at its first step; one at the end is held
+        return _train_held(cfg, run_dir, overrides, main, before_chain)
+
+
+def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool,
+                before_chain: Callable[[], None]) -> RunResult:
     from launcher.rundir import RunRecord, plain_config
     from launcher.signals import EXIT_INTERRUPTED, GracefulStop
 
@@ -463,12 +471,21 @@ def _after_worker_failure(err: Exception, run_dir: Path) -> int:
 def _spawned_worker(rank: int, world_size: int, port: int, parent: int, ready: Any, config: dict, run_dir: str,
                     overrides: List[str]) -> None:
     """One worker of ``trainer.devices=N``: joins the process group and trains its share."""
+    import signal
+
     from omegaconf import OmegaConf
 
     from launcher import distributed
+    from launcher.signals import SignalLatch
 
-    distributed.worker_started(rank, parent, ready)
-    distributed.worker_environment(rank, world_size, port)
-    distributed.worker_logging(rank, Path(run_dir))
-    register_configs()
-    run(OmegaConf.create(config), run_dir, overrides, checked=True)  # the parent checked the run dir
+    try:
+        distributed.worker_started(rank, parent, ready)
+        distributed.worker_environment(rank, world_size, port)
+        distributed.worker_logging(rank, Path(run_dir))
+        register_configs()
+        run(OmegaConf.create(config), run_dir, overrides, checked=True)  # the parent checked the run dir
+    except KeyboardInterrupt:  # torch's worker wrapper would exit 0 on it, and the parent wait for its peers
+        raise SystemExit(130) from None
+    finally:  # a stop signal from here is the parent's late copy: ignored (handlers are gone as Python shuts down)
+        for sig in SignalLatch.SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)

@@ -303,16 +303,18 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
 
     from launcher.signals import suspend_along
 
+    from launcher.signals import SignalLatch
+
     port = free_port()
     ready = mp.get_context("spawn").RawArray("b", nprocs)  # set by each worker once it holds signals (worker_started)
     processes: List[Any] = []
     received: List[int] = []
-    held: List[Tuple[int, int]] = []  # (rank, signal) for workers still starting, whom the signal would kill
+    held: List[Tuple[int, int]] = []  # (rank, signal) for workers still starting, who would not see it yet
 
     def send(rank: int, signum: int) -> None:
-        if rank >= len(processes) or not ready[rank]:
-            held.append((rank, signum))
-        elif processes[rank].is_alive() and processes[rank].pid:
+        if signum in SignalLatch.SIGNALS and (rank >= len(processes) or not ready[rank]):
+            held.append((rank, signum))  # a stop: passed on once the worker holds it (a Ctrl-C goes now: an abort)
+        elif rank < len(processes) and processes[rank].is_alive() and processes[rank].pid:
             try:
                 os.kill(processes[rank].pid, signum)
             except ProcessLookupError:
@@ -328,22 +330,33 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
         for rank in range(nprocs):
             send(rank, signum)
 
-    previous: Dict[int, Any] = {}
     handlers = {signal.SIGTERM: forward, signal.SIGINT: forward}
     if hasattr(signal, "SIGUSR2"):
         handlers[signal.SIGUSR2] = forward
     if hasattr(signal, "SIGTSTP"):  # Ctrl-Z: the workers stop with this process, and go on with it
         handlers[signal.SIGTSTP] = suspend_along(lambda: [p.pid for p in processes if p.is_alive() and p.pid])
+    previous: Dict[int, Any] = {}
     try:
-        for sig, handler in handlers.items():
-            previous[sig] = signal.signal(sig, handler)
-    except ValueError:  # not the main thread: nothing to forward
-        pass
-    try:
+        # The workers start with the stop signals ignored (a disposition they inherit), so that one sent to
+        # every process of a SLURM step cannot kill a worker still importing torch; this process's own
+        # copy waits, blocked, until the handlers below take it (it is passed on once the worker holds it).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, list(handlers))
+        try:
+            previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SignalLatch.SIGNALS}
+            context = mp.start_processes(worker, args=(nprocs, port, os.getpid(), ready, *args), nprocs=nprocs,
+                                         join=False, start_method="spawn")
+            processes.extend(context.processes)
+            for sig, handler in handlers.items():
+                previous.setdefault(sig, signal.signal(sig, handler))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    except ValueError:  # not the main thread: nothing to forward, nothing to ignore
         context = mp.start_processes(worker, args=(nprocs, port, os.getpid(), ready, *args), nprocs=nprocs,
                                      join=False, start_method="spawn")
         processes.extend(context.processes)
-        while not context.join(timeout=0.2, grace_period=10.0):
+    try:
+        # after a Ctrl-C the workers are aborting: one that lingers (waiting for a peer gone) is killed soon
+        while not context.join(timeout=0.2, grace_period=2.0 if signal.SIGINT in received else 10.0):
             for rank, signum in [h for h in held if ready[h[0]]]:  # started since: pass the signal on now
                 held.remove((rank, signum))
                 send(rank, signum)
@@ -401,20 +414,22 @@ def worker_logging(rank: int, run_dir: "Path") -> None:
 
 
 def worker_started(rank: int, parent: int, ready: Any) -> None:
-    """First thing in a worker of :func:`spawn`. Stop signals are held from here until training
-    starts, where they stop the run at its first step (:class:`~launcher.signals.SignalLatch`); the
-    parent holds those sent before (``ready``), which would have killed the worker as it started.
-    A process group of its own, so that a Ctrl-C in the terminal reaches the parent alone (which
-    passes it on once); and, on Linux, killed when the parent dies (a parent killed with SIGKILL
-    would otherwise leave its workers training, unseen)."""
-    from launcher.signals import SignalLatch
+    """First thing in a worker of :func:`spawn`. The worker started with the stop signals ignored
+    and blocked (:func:`spawn`); from here they are held until training starts, where they stop the
+    run at its first step (:class:`~launcher.signals.SignalLatch`), and the parent passes on those
+    it held for this worker (``ready``). A process group of its own, so that a Ctrl-C in the
+    terminal reaches the parent alone (which passes it on once); and, on Linux, killed when the
+    parent dies (a parent killed with SIGKILL would otherwise leave its workers training, unseen)."""
+    import signal
+
+    from launcher.signals import SIGNALS, SignalLatch
 
     SignalLatch().install()
     ready[rank] = 1
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)  # a Ctrl-C that came while starting aborts here
     os.setpgrp()
     if sys.platform.startswith("linux"):
         import ctypes
-        import signal
 
         try:
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG

@@ -8,6 +8,7 @@ SIGINT (Ctrl-C twice) aborts at once.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from types import FrameType
@@ -48,8 +49,6 @@ def suspend_along(processes: Callable[[], Iterable[int]]) -> Callable[[int, Opti
     this process as SIGTSTP would, and continues them when this process is continued (``fg``, ``bg``).
     Where the kernel discards the stop (a process group no shell controls), they go on at once.
     """
-    import os
-
     def suspend(signum: int, frame: Optional[FrameType]) -> None:
         stopped = []
         for pid in processes():
@@ -69,26 +68,54 @@ def suspend_along(processes: Callable[[], Iterable[int]]) -> Callable[[int, Opti
 
 
 class SignalLatch:
-    """A handler that holds a SIGTERM or SIGUSR2 received before training starts (a spawned worker
-    still building its trainer), for :class:`GracefulStop` to act on once it is installed: the run
-    stops at its first step, with a checkpoint. A Ctrl-C (SIGINT) still aborts at once, as it does
-    in one process before training."""
+    """A handler that holds a SIGTERM or SIGUSR2 received before training starts (the trainer being
+    built, a spawned worker starting), for :class:`GracefulStop` to act on once it is installed: the
+    run stops at its first step, with a checkpoint. Back in place after training, it holds a signal
+    that comes as the run ends, which would otherwise end a finished run's process by that signal. A
+    Ctrl-C (SIGINT) still aborts at once, as it does in one process before training.
+
+    As a context manager it puts the handlers it replaced back at the end. A latch installed over
+    another takes what that one holds.
+    """
 
     SIGNALS = tuple(s for s in SIGNALS if s != signal.SIGINT)
 
     def __init__(self) -> None:
         self.received: Optional[int] = None
         self.previous: Dict[int, Any] = {}
+        self.before_training = True  # says so when it holds a signal (GracefulStop clears it: training began)
 
     def install(self) -> "SignalLatch":
         """Hold the signals from now on (main thread only); the handlers it replaces are kept for chaining."""
         if threading.current_thread() is threading.main_thread():
             self.previous = {sig: signal.signal(sig, self) for sig in self.SIGNALS}
+            for old in self.previous.values():
+                if isinstance(old, SignalLatch) and self.received is None:
+                    self.received = old.received
         return self
 
     def __call__(self, signum: int, frame: Optional[FrameType]) -> None:
         if self.received is None:
             self.received = signum
+            if self.before_training:  # a stuck start-up (a rendezvous, a download) would otherwise seem to ignore it
+                os.write(2, f"{signal.Signals(signum).name} received while the run starts: it stops at its first step, "
+                            f"with a checkpoint (Ctrl-C or SIGKILL ends it at once)\n".encode())
+
+    def __enter__(self) -> "SignalLatch":
+        return self.install()
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self.previous.items():
+            signal.signal(sig, old)
+
+    @staticmethod
+    def unlatched(handler: Any, sig: int) -> Any:
+        """``handler``, or the first handler under the latches it is made of, for ``sig``; those latches
+        no longer say that the run starts (training has)."""
+        while isinstance(handler, SignalLatch):
+            handler.before_training = False
+            handler = handler.previous.get(sig)
+        return handler
 
 
 class GracefulStop:
@@ -105,7 +132,7 @@ class GracefulStop:
         self._previous = dict(self._installed.__enter__())
         for sig, previous in list(self._previous.items()):
             if isinstance(previous, SignalLatch):
-                self._previous[sig] = previous.previous.get(sig)  # chain to what the latch replaced
+                self._previous[sig] = SignalLatch.unlatched(previous, sig)  # chain to what the latch replaced
                 if previous.received == sig:
                     self._handle(sig, None)
         return self

@@ -821,6 +821,8 @@ class TrainerBase:
             "phase_index": self.phase_index,
             "data": {"epoch": self.epoch, "batches_done": self.inner_iter, "seed": getattr(self.train_loader, "seed", None)},
             "storage": self.storage.state_dict(),
+            # so a run resumed at its end knows its last validation (the evaluator's at-end one, ReduceLROnPlateau)
+            "last_val": {k: float(v) for k, v in self.last_val.items()},
             "hooks": {h.name: h.state_dict() for h in self._hooks},
             "rng": rng,
             # under DDP each rank's generators, so every rank resumes its own random stream
@@ -833,6 +835,7 @@ class TrainerBase:
         self.iter, self.epoch, self.inner_iter = state["iter"], state["epoch"], state["inner_iter"]
         self.phase_index = state.get("phase_index", 0)
         self.storage.load_state_dict(state["storage"])
+        self.last_val = dict(state.get("last_val", {}))
         for h in self._hooks:
             if h.name in state["hooks"]:
                 try:

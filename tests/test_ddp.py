@@ -212,15 +212,21 @@ def test_a_sigterm_sent_again_while_rank0_writes_its_checkpoint_leaves_the_run_i
     assert read_run(tmp_path / "run")["status"] == "interrupted"
 
 
+def _workers_starting(proc: subprocess.Popen) -> None:
+    """Wait until ``proc`` has spawned its two workers (they are importing torch, long before training)."""
+    spawned = lambda: subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "spawn_main"], capture_output=True,  # noqa: E731
+                                     text=True).stdout.split()
+    assert _until(lambda: len(spawned()) == 2 or proc.poll() is not None, timeout=120), "no workers started"
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+
+
 def test_a_sigterm_while_the_workers_start_stops_the_run_at_its_first_step(tmp_path, uninterrupted):
     """A preemption or a sweep's stop can come while the workers still import torch and build the
     trainer. It used to kill the worker that had no handler yet, and the run was recorded failed: now
     the launcher holds the signal until each worker can take it, and the run stops at its first step."""
     proc = subprocess.Popen(cli(*RESUMABLE, "hydra.run.dir=run"), cwd=tmp_path, env=ENV, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    spawned = lambda: subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "spawn_main"], capture_output=True,  # noqa: E731
-                                     text=True).stdout.split()
-    assert _until(lambda: len(spawned()) == 2 or proc.poll() is not None, timeout=120), "no workers started"
+    _workers_starting(proc)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, (out + err)[-3000:]
@@ -230,6 +236,20 @@ def test_a_sigterm_while_the_workers_start_stops_the_run_at_its_first_step(tmp_p
     again = launch(cli(*RESUMABLE, "hydra.run.dir=run"), tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     _assert_same_run(tmp_path / "run", uninterrupted)
+
+
+def test_a_sigint_while_the_workers_start_aborts_at_once(tmp_path):
+    """kill -INT (an IDE's stop button) while the workers start: an abort within seconds. A worker that took
+    the KeyboardInterrupt used to exit 0, and the parent waited on its peer, stuck joining the process group."""
+    proc = subprocess.Popen(cli(*RESUMABLE, "hydra.run.dir=run"), cwd=tmp_path, env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _workers_starting(proc)
+    time.sleep(1.5)  # one worker may be ready and the other not
+    proc.send_signal(signal.SIGINT)
+    start = time.monotonic()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode not in (0, 75) and time.monotonic() - start < 20, (proc.returncode, (out + err)[-3000:])
+    assert read_run(tmp_path / "run")["status"] == "aborted"
 
 
 def test_a_stream_with_more_batches_on_one_rank_ends_each_pass_with_the_shortest_and_says_so(tmp_path):

@@ -194,6 +194,20 @@ def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_and_resumes_exactly(
     assert final["hooks"] == torch.load(reference / "checkpoints" / "final.pt", weights_only=True)["hooks"]
 
 
+def test_a_sigterm_while_the_trainer_is_built_stops_the_run_at_its_first_step(tmp_path, references, tmp_path_factory):
+    """A preemption can come while the data and model are still being built: the run used to die of the signal,
+    leaving run.json "running"; now it stops at its first step with a checkpoint, exit 75, and resumes."""
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir = tmp_path / "run"
+    stopped = subprocess.run([*command(run_dir, "iter", 0), "+hooks.pace.signal_when_built=true"], cwd=tmp_path, env=ENV,
+                             capture_output=True, text=True)
+    assert stopped.returncode == 75, stopped.stderr[-3000:]
+    assert read_run(run_dir)["status"] == "interrupted" and read_run(run_dir)["iter"] == 0
+    assert "Interrupted at iteration 0 (SIGTERM)" in stopped.stdout + stopped.stderr
+    run_to_end(command(run_dir, "iter", 0), tmp_path)
+    assert_same_final_state(run_dir, reference)
+
+
 def test_a_stop_between_writes_adds_no_row_an_uninterrupted_run_lacks(tmp_path):
     """Writers write every 5 steps; a SIGTERM in between leaves the rows since the last write to the resumed run."""
     def cmd(run_dir):
@@ -330,6 +344,34 @@ def test_every_hook_state_survives_kills_with_hooks_full(tmp_path):
         assert torch.equal(got["ema"]["ema"][key], tensor), f"ema {key} differs"
     assert got["early_stopping"] == want["early_stopping"]
     assert got["lr_scheduler"] == want["lr_scheduler"]
+
+
+@pytest.mark.parametrize("hooks", [
+    ["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.ReduceLROnPlateau",
+     "+hooks.lr_scheduler.scheduler.patience=0", "+hooks.lr_scheduler.scheduler.factor=0.5"],
+    ["hooks=[default,ema]", "hooks.ema.eval_with_ema=false"],
+], ids=["plateau", "ema"])
+def test_a_run_stopped_after_its_last_step_resumes_to_the_end_an_uninterrupted_run_has(hooks, tmp_path):
+    """SIGTERM after the last step (its validation done, final.pt not yet written): the resumed run used to
+    validate once more, not knowing of the last validation, and ReduceLROnPlateau stepped once more."""
+    def cmd(run_dir):
+        return [sys.executable, "-m", "launcher", f"hydra.run.dir={run_dir}", "data=synthetic", "data.train.size=640",
+                "data.batch_size=32", "trainer.max_epochs=3", *hooks]
+
+    reference = tmp_path / "ref"
+    run_to_end(cmd(reference), tmp_path)
+    run_dir = tmp_path / "run"
+    stopped = subprocess.run([*cmd(run_dir), "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0",
+                              "+hooks.pace.signal_after=47"], cwd=tmp_path, env=ENV, capture_output=True, text=True)
+    assert stopped.returncode == 75 and read_run(run_dir)["iter"] == 48, stopped.stderr[-3000:]
+    run_to_end(cmd(run_dir), tmp_path)
+    assert_same_final_state(run_dir, reference)
+    got = torch.load(run_dir / "checkpoints" / "final.pt", weights_only=False)
+    want = torch.load(reference / "checkpoints" / "final.pt", weights_only=False)
+    assert got["hooks"]["lr_scheduler"] == want["hooks"]["lr_scheduler"]
+    assert got["last_val"] == want["last_val"]
+    assert got["storage"]["keys"] == want["storage"]["keys"]
+    assert got["storage"]["lengths"] == want["storage"]["lengths"]  # validated three times, not four
 
 
 def noisy_command(run_dir: Path) -> List[str]:
