@@ -634,7 +634,9 @@ class TrainerBase:
     def _stream_ended(self) -> None:
         """A stream's pass ended: said once when it falls short of its ``__len__``; an error when it yielded nothing."""
         if self.inner_iter == 0:
-            raise RuntimeError(f"the train stream yielded no batch in epoch {self.epoch + 1}; a pass must yield at least one")
+            where = " on at least one rank" if self.dist is not None else ""
+            raise RuntimeError(f"the train stream yielded no batch in epoch {self.epoch + 1}{where}; a pass must yield at "
+                               f"least one{' on every rank' if where else ''}")
         if self.steps_per_epoch is not None and not self._short_stream_said:
             self._short_stream_said = True
             logger.warning("The train stream ended after %d batches, short of the %d its length promises: epoch %d "
