@@ -298,9 +298,13 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
     ``before_chain`` runs before an interrupted run hands the signal on (submitit's handler requeues
     the job and exits): under DDP, leaving the process group once every rank is done.
     """
+    from launcher import distributed
     from launcher.signals import SignalLatch
 
-    with SignalLatch():  # a SIGTERM while the trainer is built stops it at its first step; one at the end is held
+    env = distributed.from_environment()
+    if env is not None and env.source != "spawn":  # torchrun's agent (srun) ends the others with it when a rank fails
+        return _train_held(cfg, run_dir, overrides, main, before_chain)
+    with SignalLatch():  # a SIGTERM while the trainer is built stops it at its first step
         return _train_held(cfg, run_dir, overrides, main, before_chain)
 
 

@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -336,25 +337,34 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
     if hasattr(signal, "SIGTSTP"):  # Ctrl-Z: the workers stop with this process, and go on with it
         handlers[signal.SIGTSTP] = suspend_along(lambda: [p.pid for p in processes if p.is_alive() and p.pid])
     previous: Dict[int, Any] = {}
-    try:
-        # The workers start with the stop signals ignored (a disposition they inherit), so that one sent to
-        # every process of a SLURM step cannot kill a worker still importing torch; this process's own
-        # copy waits, blocked, until the handlers below take it (it is passed on once the worker holds it).
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, list(handlers))
-        try:
-            previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SignalLatch.SIGNALS}
-            context = mp.start_processes(worker, args=(nprocs, port, os.getpid(), ready, *args), nprocs=nprocs,
-                                         join=False, start_method="spawn")
-            processes.extend(context.processes)
-            for sig, handler in handlers.items():
-                previous.setdefault(sig, signal.signal(sig, handler))
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    except ValueError:  # not the main thread: nothing to forward, nothing to ignore
+
+    def start() -> Any:
         context = mp.start_processes(worker, args=(nprocs, port, os.getpid(), ready, *args), nprocs=nprocs,
                                      join=False, start_method="spawn")
         processes.extend(context.processes)
+        return context
+
     try:
+        if threading.current_thread() is not threading.main_thread():  # nothing to forward, nothing to ignore
+            context = start()
+        else:
+            # The workers start with the stop signals ignored (a disposition they inherit across exec, on
+            # Linux), so that one sent to every process of a SLURM step cannot kill a worker still importing
+            # torch; this process's own copy waits, blocked, until the handlers below take it, and is passed
+            # on once the worker holds it. Blocked and ignored, a signal stays pending on Linux only.
+            from multiprocessing import resource_tracker
+
+            resource_tracker.ensure_running()  # starting it unblocks SIGINT and SIGTERM: before they are blocked
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, list(handlers)) if hasattr(signal, "pthread_sigmask") else None
+            try:
+                if mask is not None and sys.platform.startswith("linux"):
+                    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SignalLatch.SIGNALS}
+                context = start()
+                for sig, handler in handlers.items():
+                    previous.setdefault(sig, signal.signal(sig, handler))
+            finally:
+                if mask is not None:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         # after a Ctrl-C the workers are aborting: one that lingers (waiting for a peer gone) is killed soon
         while not context.join(timeout=0.2, grace_period=2.0 if signal.SIGINT in received else 10.0):
             for rank, signum in [h for h in held if ready[h[0]]]:  # started since: pass the signal on now
@@ -426,7 +436,8 @@ def worker_started(rank: int, parent: int, ready: Any) -> None:
 
     SignalLatch().install()
     ready[rank] = 1
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)  # a Ctrl-C that came while starting aborts here
+    if hasattr(signal, "pthread_sigmask"):  # what spawn() blocked as it started this process; a Ctrl-C then aborts here
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [*SIGNALS, *([signal.SIGTSTP] if hasattr(signal, "SIGTSTP") else [])])
     os.setpgrp()
     if sys.platform.startswith("linux"):
         import ctypes

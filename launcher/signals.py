@@ -70,18 +70,19 @@ def suspend_along(processes: Callable[[], Iterable[int]]) -> Callable[[int, Opti
 class SignalLatch:
     """A handler that holds a SIGTERM or SIGUSR2 received before training starts (the trainer being
     built, a spawned worker starting), for :class:`GracefulStop` to act on once it is installed: the
-    run stops at its first step, with a checkpoint. Back in place after training, it holds a signal
-    that comes as the run ends, which would otherwise end a finished run's process by that signal. A
-    Ctrl-C (SIGINT) still aborts at once, as it does in one process before training.
+    run stops at its first step, with a checkpoint. A Ctrl-C (SIGINT) still aborts at once, as it does
+    in one process before training.
 
-    As a context manager it puts the handlers it replaced back at the end. A latch installed over
-    another takes what that one holds.
+    As a context manager it puts the handlers it replaced back at the end, and passes a signal it
+    holds that no GracefulStop took (the build failed; one that came after training) on to them: a
+    sweep run in this process stops, a process whose run failed ends. A latch installed over another
+    takes what that one holds.
     """
 
     SIGNALS = tuple(s for s in SIGNALS if s != signal.SIGINT)
 
     def __init__(self) -> None:
-        self.received: Optional[int] = None
+        self.received: Optional[int] = None  # held, not yet taken by a GracefulStop
         self.previous: Dict[int, Any] = {}
         self.before_training = True  # says so when it holds a signal (GracefulStop clears it: training began)
 
@@ -91,7 +92,7 @@ class SignalLatch:
             self.previous = {sig: signal.signal(sig, self) for sig in self.SIGNALS}
             for old in self.previous.values():
                 if isinstance(old, SignalLatch) and self.received is None:
-                    self.received = old.received
+                    self.received, old.received = old.received, None
         return self
 
     def __call__(self, signum: int, frame: Optional[FrameType]) -> None:
@@ -107,13 +108,25 @@ class SignalLatch:
     def __exit__(self, *exc: Any) -> None:
         for sig, old in self.previous.items():
             signal.signal(sig, old)
+        held, self.received = self.received, None
+        if held is not None and self.previous:
+            os.kill(os.getpid(), held)  # to the handler it would have reached without this latch
+
+    def take(self, sig: int) -> bool:
+        """Whether this latch (or one under it) holds ``sig``; it no longer does, and training has begun."""
+        latch: Any = self
+        taken = False
+        while isinstance(latch, SignalLatch):
+            latch.before_training = False
+            if latch.received == sig:
+                latch.received, taken = None, True
+            latch = latch.previous.get(sig)
+        return taken
 
     @staticmethod
     def unlatched(handler: Any, sig: int) -> Any:
-        """``handler``, or the first handler under the latches it is made of, for ``sig``; those latches
-        no longer say that the run starts (training has)."""
+        """``handler``, or the first handler under the latches it is made of, for ``sig``."""
         while isinstance(handler, SignalLatch):
-            handler.before_training = False
             handler = handler.previous.get(sig)
         return handler
 
@@ -133,7 +146,7 @@ class GracefulStop:
         for sig, previous in list(self._previous.items()):
             if isinstance(previous, SignalLatch):
                 self._previous[sig] = SignalLatch.unlatched(previous, sig)  # chain to what the latch replaced
-                if previous.received == sig:
+                if previous.take(sig):
                     self._handle(sig, None)
         return self
 

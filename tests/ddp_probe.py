@@ -76,3 +76,16 @@ class MetricOnRank0(MLP):
         if not self.training and int(os.environ.get("RANK", 0)) == 0:
             out["only_rank0"] = 7.0
         return out
+
+
+def latch_worker(rank, nprocs, port, parent, ready, out_dir):
+    """A worker of launcher.distributed.spawn that only starts, then writes the stop signal it holds (or 0)."""
+    import time
+
+    from launcher import distributed
+
+    distributed.worker_started(rank, parent, ready)
+    time.sleep(2.0)  # the parent passes on what it held for this worker
+    held = signal.getsignal(signal.SIGTERM).received
+    with open(os.path.join(out_dir, f"rank{rank}"), "w") as f:
+        f.write(str(held or 0))

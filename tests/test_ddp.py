@@ -238,6 +238,47 @@ def test_a_sigterm_while_the_workers_start_stops_the_run_at_its_first_step(tmp_p
     _assert_same_run(tmp_path / "run", uninterrupted)
 
 
+def test_a_sigterm_to_the_launcher_while_it_starts_its_workers_reaches_each_of_them(tmp_path, monkeypatch):
+    """The parent blocks the stop signals while it starts the workers, and they start with them ignored: a
+    SIGTERM in that window waits, and each worker gets it once it can hold it. Starting multiprocessing's
+    resource tracker there unblocked SIGTERM, and the signal was lost: the run trained on to its end."""
+    import torch.multiprocessing as mp
+
+    from launcher import distributed
+    from ddp_probe import latch_worker
+
+    start = mp.start_processes
+
+    def start_then_signal(*args, **kwargs):
+        context = start(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # inside the window
+        return context
+
+    monkeypatch.setattr(mp, "start_processes", start_then_signal)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)}
+    received, _ = distributed.spawn(latch_worker, (str(tmp_path),), 2)
+    assert received == signal.SIGTERM
+    assert [(tmp_path / f"rank{r}").read_text() for r in (0, 1)] == [str(int(signal.SIGTERM))] * 2
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_workers_that_fail_to_start_leave_the_signal_handlers_as_they_were(monkeypatch):
+    import torch.multiprocessing as mp
+
+    from launcher import distributed
+    from ddp_probe import latch_worker
+
+    def fail(*args, **kwargs):
+        raise OSError("no more processes")
+
+    monkeypatch.setattr(mp, "start_processes", fail)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT, signal.SIGTSTP)}
+    with pytest.raises(OSError, match="no more processes"):
+        distributed.spawn(latch_worker, ("unused",), 2)
+    assert {s: signal.getsignal(s) for s in before} == before
+    assert not signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
 def test_a_sigint_while_the_workers_start_aborts_at_once(tmp_path):
     """kill -INT (an IDE's stop button) while the workers start: an abort within seconds. A worker that took
     the KeyboardInterrupt used to exit 0, and the parent waited on its peer, stuck joining the process group."""

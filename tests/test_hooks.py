@@ -280,6 +280,49 @@ class SignalAt(HookBase):
             os.kill(os.getpid(), signal.SIGUSR2)
 
 
+class SignalWhenBuilt(HookBase):
+    """SIGUSR2s this process as it is built: while the trainer is being built, before training."""
+
+    def __init__(self):
+        super().__init__()
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGUSR2)
+
+
+@pytest.mark.parametrize("build_fails", [False, True])
+def test_a_signal_while_the_run_is_built_reaches_the_previous_handler_once(build_fails, tmp_path):
+    """submitit's SIGUSR2 (preemption) while the data and model are built: the run stops at its first step and
+    submitit's handler requeues it with the checkpoint on disk. Where the build then fails, the signal is not
+    swallowed: it goes on to that handler (or ends the process, or stops a sweep run in it)."""
+    import signal
+
+    import launcher
+    from launcher.errors import ConfigError
+
+    calls = []
+
+    def previous(signum, frame):  # stands in for submitit's requeueing handler
+        last = tmp_path / "checkpoints" / "last"
+        calls.append((signum, last.read_text().strip() if last.exists() else None))
+
+    old = signal.signal(signal.SIGUSR2, previous)
+    try:
+        cfg = launcher.compose(["data=synthetic", "data.train.size=320", "data.batch_size=32", "trainer=iter",
+                                "trainer.max_iters=50", "+hooks.early._target_=test_hooks.SignalWhenBuilt",
+                                *(["+hooks.late._target_=test_hooks.SignalAt", "+hooks.late.at=oops"] if build_fails else [])])
+        if build_fails:
+            with pytest.raises(ConfigError, match="hooks.late"):
+                launcher.run(cfg, tmp_path)
+        else:
+            assert launcher.run(cfg, tmp_path).status == "interrupted"
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    assert calls == [(signal.SIGUSR2, None if build_fails else "iter_0000000.pt")]
+    assert signal.getsignal(signal.SIGUSR2) is old
+
+
 def test_the_console_eta_counts_the_time_validation_takes_between_steps(caplog, tmp_path):
     import re
     import time
