@@ -137,6 +137,11 @@ class JobDied(CompactHydraException):
     Hydra prints a CompactHydraException as its message alone: the sweep's last screen says the rest."""
 
 
+class JobInterrupted(CompactHydraException):
+    """A sweep job's run stopped itself on a signal sent to it alone (``scancel --signal=TERM``, ``kill``), with a
+    checkpoint: not a failure, and not done; a rerun of the sweep resumes it."""
+
+
 def how_it_died(exit_code: Optional[int]) -> str:
     """What a job's controller exit status (:func:`run_controller`) says of a job that left no result."""
     if exit_code is not None and exit_code > 128:

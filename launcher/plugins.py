@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
@@ -146,15 +147,28 @@ def launcher_errors_explained(launcher: str) -> Iterator[None]:
 def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: int, how: str,
                     exit_code: Optional[int] = None) -> Any:
     """The failed JobReturn of a sweep job that ended without a result (killed, out of memory...), recorded as
-    any failed job's is: ``run.json`` (it said running), ``failure.json``, the summary and one line in the log."""
+    any failed job's is: ``run.json`` (it said running), ``failure.json``, the summary and one line in the log.
+    A job whose run stopped itself on a signal (``run.json`` says interrupted: a checkpoint is on disk) is not
+    failed: it stays interrupted, and the log says to rerun the sweep to resume it."""
     import logging
 
     from hydra.core.utils import JobReturn, JobStatus
 
-    from launcher.local import JobDied
+    from launcher.local import JobDied, JobInterrupted
     from launcher.rundir import mark_failed
-    from launcher.summary import record_failure, write_summary
+    from launcher.summary import record_failure
 
+    try:
+        record = json.loads((job_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        record = {}
+    if record.get("status") == "interrupted":  # stopped itself on a signal (scancel, kill -TERM), its checkpoint on disk
+        stopped = JobInterrupted(f"stopped at iteration {record.get('iter')} ({record.get('stop_reason')}), with a "
+                                 f"checkpoint: rerun the sweep to resume it")
+        logging.getLogger("launcher").warning("Sweep job %d (%s) was interrupted: %s; log: %s", idx, " ".join(overrides),
+                                              stopped, job_dir / f"{config.hydra.job.name}.log")
+        _write_summary(config)
+        return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=stopped)
     died = JobDied(how)
     error = f"{type(died).__name__}: {died}"
     if (job_dir / "run.json").is_file():
@@ -162,9 +176,15 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
     record_failure(job_dir, error, overrides)
     logging.getLogger("launcher").error("Sweep job %d failed (%s): %s; log: %s", idx, " ".join(overrides), error,
                                         job_dir / f"{config.hydra.job.name}.log")
+    _write_summary(config)
+    return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=died)
+
+
+def _write_summary(config: Any) -> None:
+    from launcher.summary import write_summary
+
     try:
         write_summary(Path(str(config.hydra.sweep.dir)), config.get("objective", "val/accuracy"),
                       config.get("objective_mode", "max"))
     except (OSError, ValueError):
         pass  # the sweep's end writes it again
-    return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=died)

@@ -224,7 +224,7 @@ def fill_states_from_scontrol(watcher: Any, every_waiting_job: bool = False) -> 
         if out.returncode != 0 and "Invalid job id" not in out.stderr:
             continue  # scontrol failed otherwise: this round tells nothing
         for job_id in waiting:
-            if job_id.split("_")[0] != array or job_id == array:
+            if job_id.split("_")[0] != array:  # (a one-job sweep's job is a plain job: its id is the "array"'s)
                 continue
             # a task the controller no longer lists (purged after MinJobAge, or the whole array gone) has ended
             state = known.get(job_id, "ENDED")

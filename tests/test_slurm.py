@@ -265,6 +265,31 @@ def test_a_job_killed_outright_is_one_failed_job_and_the_sweep_ends(tmp_path, cl
     assert rows.count(",failed,") == 1 and rows.count(",done,") == 1, rows
 
 
+def test_a_job_stopped_by_scancel_term_stays_interrupted_and_a_one_job_sweep_sees_it_end(tmp_path, cluster_env):
+    """scancel --signal=TERM: the run checkpoints and ends (exit 75) without a result for submitit. The sweep
+    recorded it failed (run.json rewritten, failure.json, summary); and a one-job sweep, whose job is a plain
+    job rather than an array's task, never read its state from scontrol and waited for ever."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", *SLURM, "seed=0", "trainer.max_epochs=40", f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace",
+            "+hooks.pace.seconds=0.05", *FAST]
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=tmp_path, env=cluster_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    while not (sweep / "0" / "checkpoints" / "last").is_file():
+        assert proc.poll() is None and time.monotonic() < deadline, "the job did not checkpoint"
+        time.sleep(0.2)
+    job = read_run(sweep / "0")["submitit"]["job_id"]
+    assert "_" not in job  # a plain job
+    subprocess.run(["scancel", "--signal=TERM", job], env=cluster_env, check=True)
+    out, _ = proc.communicate(timeout=300)
+    record = read_run(sweep / "0")
+    assert record["status"] == "interrupted" and record["stop_reason"] == "received SIGTERM", out[-3000:]
+    assert "Sweep job 0 (seed=0 " in out and "was interrupted: stopped at iteration" in out, out[-3000:]
+    assert "rerun the sweep to resume it" in out and "Traceback" not in out
+    assert not (sweep / "0" / "failure.json").exists()
+    assert ",interrupted," in (sweep / "summary.csv").read_text()
+
+
 @pytest.mark.parametrize("launcher", ["slurm", "slurm_detached"])
 def test_a_sweep_sbatch_refuses_is_one_line_naming_what_it_said(launcher, tmp_path, cluster_env):
     proc = launch(["-m", f"hydra/launcher={launcher}", *SLURM[1:], "hydra.launcher.partition=nope", "seed=0,1", *FAST],
@@ -291,3 +316,22 @@ def test_scontrol_states_end_only_ended_jobs_and_a_purged_task_has_ended(monkeyp
     states = {task: watcher._info_dict[f"7_{task}"]["State"] for task in range(6)}
     assert states == {0: "RUNNING", 1: "FAILED", 2: "ENDED", 3: "ENDED", 4: "PENDING", 5: "PENDING"}
     assert [watcher.is_done(f"7_{t}", mode="cache") for t in range(6)] == [False, True, True, True, False, False]
+
+
+def test_a_one_job_sweeps_plain_job_takes_its_state_from_scontrol_and_has_ended_once_purged(monkeypatch):
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    from launcher import slurm
+
+    def scontrol(args, **kwargs):
+        if args[-1] == "12":
+            return subprocess.CompletedProcess(args, 0, stdout="JobId=12 JobName=x JobState=CANCELLED Reason=None\n", stderr="")
+        return subprocess.CompletedProcess(args, 1, stdout="", stderr="slurm_load_jobs error: Invalid job id specified")
+
+    monkeypatch.setattr(subprocess, "run", scontrol)
+    watcher = SlurmInfoWatcher(delay_s=1)
+    for job in ("12", "13"):
+        watcher.register_job(job)
+    slurm.fill_states_from_scontrol(watcher, every_waiting_job=True)
+    assert {j: watcher._info_dict[j]["State"] for j in ("12", "13")} == {"12": "CANCELLED", "13": "ENDED"}
+    assert watcher.is_done("12", mode="cache") and watcher.is_done("13", mode="cache")
