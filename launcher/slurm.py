@@ -11,13 +11,15 @@ dir gets ``submitted.json`` (its SLURM job id, overrides and log files) so that
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, List, Sequence
+from typing import Any, Iterator, List, Sequence
 from unittest import mock
 
 from hydra.core.utils import JobReturn, JobStatus
@@ -41,10 +43,39 @@ class SlurmJob(SlurmLauncher):
     """
 
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
+        held = os.environ.pop(HELD_SIGNAL, None)
+        if held:  # came before submitit's handlers were in place (see held_start): theirs now, e.g. a requeue
+            os.kill(os.getpid(), int(held))
         ret = super().__call__(*args, **kwargs)
         if ret.status == JobStatus.FAILED and os.environ.get("SLURM_JOB_ID"):
             exit_failed_at_exit()
         return ret
+
+
+HELD_SIGNAL = "LAUNCHER_HELD_SIGNAL"
+# What srun runs instead of ``python -u -m submitit.core._submit <folder>``: the same, with SIGUSR2 (preemption,
+# time-out) and SIGTERM held from the interpreter's first line. submitit installs its handlers only once it has
+# unpickled the job, which imports torch (seconds on a cluster's shared file system); a signal before that used
+# to kill the job (FAILED, never requeued). SlurmJob passes a held one on to submitit's handlers.
+_HELD_START = ("import os, signal\n"
+               "def hold(signum, frame):\n"
+               f"    os.environ.setdefault({HELD_SIGNAL!r}, str(signum))\n"
+               "signal.signal(signal.SIGUSR2, hold)\n"
+               "signal.signal(signal.SIGTERM, hold)\n"
+               "from submitit.core.submission import submitit_main\n"
+               "submitit_main()\n")
+
+
+@contextlib.contextmanager
+def held_start() -> Iterator[None]:
+    """While the jobs are submitted: their command holds an early signal (see ``_HELD_START``)."""
+    from submitit.slurm.slurm import SlurmExecutor
+
+    def command(executor: Any) -> str:
+        return " ".join([executor.python, "-u", "-c", shlex.quote(_HELD_START), shlex.quote(str(executor.folder))])
+
+    with mock.patch.object(SlurmExecutor, "_submitit_command_str", property(command)):
+        yield
 
 
 def exit_failed_at_exit() -> None:
@@ -76,7 +107,7 @@ class DetachedSlurmLauncher(SlurmLauncher):
             ret.return_value = f"submitted as SLURM job {job.job_id}"
             return [ret]
 
-        with mock.patch.object(submitit.Job, "results", no_wait):
+        with mock.patch.object(submitit.Job, "results", no_wait), held_start():
             with launcher_errors_explained("slurm_detached"):
                 returns = super().launch(job_overrides, initial_job_idx)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -157,7 +188,7 @@ class AttachedSlurmLauncher(SlurmLauncher):
         try:
             with handlers(stop, (signal.SIGINT, signal.SIGTERM)), mock.patch.object(Executor, "map_array", recording), \
                     mock.patch.object(submitit.Job, "results", results_or_died), \
-                    mock.patch.object(SlurmInfoWatcher, "update", update_with_scontrol):
+                    mock.patch.object(SlurmInfoWatcher, "update", update_with_scontrol), held_start():
                 with launcher_errors_explained("slurm"):
                     return super().launch(job_overrides, initial_job_idx)
         except (_Stop, KeyboardInterrupt) as err:

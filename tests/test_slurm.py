@@ -98,6 +98,48 @@ def _diagnose(job: str, job_dir: Path, env, out: str) -> str:
     return "\n".join(parts)
 
 
+def _release_when_requeued(job: str, cluster_env: dict, deadline: float) -> None:
+    """Wait for the preempted ``job`` to be requeued, then make it eligible at once (not in ~2 minutes)."""
+    while "PENDING" not in _squeue(job, cluster_env) and time.monotonic() < deadline:  # requeued, held ~2 min
+        time.sleep(0.2)
+    requeued = time.time()
+    # Release it only once the node is done with the first attempt: started while the node is still
+    # "completing" (a 2-task job's srun step takes a moment), SLURM kills it ("Job credential revoked").
+    while _node_state(cluster_env) not in ("idle", "") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # slurmd compares the new attempt's credential with the first attempt's revocation to the second:
+    # a release within the second of the requeue is killed the same way ("Job 8 already killed").
+    time.sleep(max(0.0, math.floor(requeued) + 1.1 - time.time()))
+    subprocess.run(["scontrol", "update", f"JobId={job.split('_')[0]}", "StartTime=now"], env=cluster_env, check=True)
+
+
+def test_a_job_preempted_as_its_python_starts_is_requeued_not_killed(tmp_path, cluster_env):
+    """SIGUSR2 while the job's Python still imports torch to unpickle the job, before submitit has installed
+    its handlers: the signal's default action killed the job (FAILED, never requeued). The job's command now
+    holds it from its first line, and hands it to submitit's handler, which requeues the job."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", "-m", *SLURM, "seed=0", f"hydra.sweep.dir={sweep}", *FAST],
+                            cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+
+    def job_python():
+        found = subprocess.run(["pgrep", "-f", f"submitit.*{sweep}"], capture_output=True, text=True).stdout.split()
+        return found[0] if found else None
+
+    while job_python() is None:
+        assert proc.poll() is None and time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.02)
+    time.sleep(0.3)  # its Python has started, and imports torch for seconds yet
+    job = next(p.name for p in (sweep / ".submitit").iterdir() if p.name[0].isdigit())  # submitit's folder for it
+    subprocess.run(["scancel", "--signal=USR2", job], env=cluster_env, check=True)
+    _release_when_requeued(job, cluster_env, deadline)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-4000:] + _diagnose(job, sweep / "0", cluster_env, out)
+    assert read_run(sweep / "0")["status"] == "completed"
+    log = next((sweep / ".submitit").rglob("*_log.err")).read_text() if (sweep / ".submitit").is_dir() else ""
+    assert "User defined signal 2" not in log
+
+
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_path, cluster_env, tasks):
     common = ["trainer=iter", "trainer.max_iters=120", "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=50",
@@ -123,17 +165,7 @@ def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_pat
         time.sleep(0.05)
     job = read_run(job_dir)["submitit"]["job_id"]
     subprocess.run(["scancel", "--signal=USR2", job], env=cluster_env, check=True)
-    while "PENDING" not in _squeue(job, cluster_env) and time.monotonic() < deadline:  # requeued, held ~2 min
-        time.sleep(0.2)
-    requeued = time.time()
-    # Release it only once the node is done with the first attempt: started while the node is still
-    # "completing" (a 2-task job's srun step takes a moment), SLURM kills it ("Job credential revoked").
-    while _node_state(cluster_env) not in ("idle", "") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    # slurmd compares the new attempt's credential with the first attempt's revocation to the second:
-    # a release within the second of the requeue is killed the same way ("Job 8 already killed").
-    time.sleep(max(0.0, math.floor(requeued) + 1.1 - time.time()))
-    subprocess.run(["scontrol", "update", f"JobId={job.split('_')[0]}", "StartTime=now"], env=cluster_env, check=True)
+    _release_when_requeued(job, cluster_env, deadline)
     try:
         out, _ = proc.communicate(timeout=300)
     except subprocess.TimeoutExpired:
