@@ -243,28 +243,37 @@ def test_resuming_a_checkpoint_of_another_optimizer_is_refused_before_training(t
         trainer.train()
 
 
-def test_signal_stops_at_a_boundary_then_chains_the_previous_handler_after_the_checkpoint(tmp_path):
-    import os
+@pytest.fixture
+def requeue_handler(tmp_path):
+    """A SIGUSR2 handler installed before the run, standing in for submitit's requeueing one: it records each
+    call with the checkpoint then on disk. Yields (calls, handler); the handler that was there is put back."""
     import signal
-
-    import launcher
 
     calls = []
 
-    def previous(signum, frame):  # stands in for submitit's requeueing handler
+    def previous(signum, frame):
         last = tmp_path / "checkpoints" / "last"
         calls.append((signum, last.read_text().strip() if last.exists() else None))
 
     old = signal.signal(signal.SIGUSR2, previous)
     try:
-        cfg = launcher.compose(["data=synthetic", "data.train.size=320", "data.batch_size=32", "trainer=iter",
-                                "trainer.max_iters=50", "+hooks.kill._target_=test_hooks.SignalAt", "+hooks.kill.at=5"])
-        result = launcher.run(cfg, tmp_path)
+        yield calls, previous
     finally:
         signal.signal(signal.SIGUSR2, old)
+
+
+def test_signal_stops_at_a_boundary_then_chains_the_previous_handler_after_the_checkpoint(tmp_path, requeue_handler):
+    import signal
+
+    import launcher
+
+    calls, previous = requeue_handler
+    cfg = launcher.compose(["data=synthetic", "data.train.size=320", "data.batch_size=32", "trainer=iter",
+                            "trainer.max_iters=50", "+hooks.kill._target_=test_hooks.SignalAt", "+hooks.kill.at=5"])
+    result = launcher.run(cfg, tmp_path)
     assert result.status == "interrupted"
     assert calls == [(signal.SIGUSR2, "iter_0000006.pt")]  # called once, with the checkpoint on disk
-    assert signal.getsignal(signal.SIGUSR2) is old  # our handler is gone after the run
+    assert signal.getsignal(signal.SIGUSR2) is previous  # ours are gone after the run
 
 
 class SignalAt(HookBase):
@@ -292,7 +301,7 @@ class SignalWhenBuilt(HookBase):
 
 
 @pytest.mark.parametrize("build_fails", [False, True])
-def test_a_signal_while_the_run_is_built_reaches_the_previous_handler_once(build_fails, tmp_path):
+def test_a_signal_while_the_run_is_built_reaches_the_previous_handler_once(build_fails, tmp_path, requeue_handler):
     """submitit's SIGUSR2 (preemption) while the data and model are built: the run stops at its first step and
     submitit's handler requeues it with the checkpoint on disk. Where the build then fails, the signal is not
     swallowed: it goes on to that handler (or ends the process, or stops a sweep run in it)."""
@@ -301,26 +310,17 @@ def test_a_signal_while_the_run_is_built_reaches_the_previous_handler_once(build
     import launcher
     from launcher.errors import ConfigError
 
-    calls = []
-
-    def previous(signum, frame):  # stands in for submitit's requeueing handler
-        last = tmp_path / "checkpoints" / "last"
-        calls.append((signum, last.read_text().strip() if last.exists() else None))
-
-    old = signal.signal(signal.SIGUSR2, previous)
-    try:
-        cfg = launcher.compose(["data=synthetic", "data.train.size=320", "data.batch_size=32", "trainer=iter",
-                                "trainer.max_iters=50", "+hooks.early._target_=test_hooks.SignalWhenBuilt",
-                                *(["+hooks.late._target_=test_hooks.SignalAt", "+hooks.late.at=oops"] if build_fails else [])])
-        if build_fails:
-            with pytest.raises(ConfigError, match="hooks.late"):
-                launcher.run(cfg, tmp_path)
-        else:
-            assert launcher.run(cfg, tmp_path).status == "interrupted"
-    finally:
-        signal.signal(signal.SIGUSR2, old)
+    calls, previous = requeue_handler
+    cfg = launcher.compose(["data=synthetic", "data.train.size=320", "data.batch_size=32", "trainer=iter",
+                            "trainer.max_iters=50", "+hooks.early._target_=test_hooks.SignalWhenBuilt",
+                            *(["+hooks.late._target_=test_hooks.SignalAt", "+hooks.late.at=oops"] if build_fails else [])])
+    if build_fails:
+        with pytest.raises(ConfigError, match="hooks.late"):
+            launcher.run(cfg, tmp_path)
+    else:
+        assert launcher.run(cfg, tmp_path).status == "interrupted"
     assert calls == [(signal.SIGUSR2, None if build_fails else "iter_0000000.pt")]
-    assert signal.getsignal(signal.SIGUSR2) is old
+    assert signal.getsignal(signal.SIGUSR2) is previous
 
 
 def test_the_console_eta_counts_the_time_validation_takes_between_steps(caplog, tmp_path):
