@@ -284,8 +284,9 @@ def test_a_sigint_while_the_workers_start_aborts_at_once(tmp_path):
     the KeyboardInterrupt used to exit 0, and the parent waited on its peer, stuck joining the process group."""
     proc = subprocess.Popen(cli(*RESUMABLE, "hydra.run.dir=run"), cwd=tmp_path, env=ENV, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _workers_starting(proc)
-    time.sleep(1.5)  # one worker may be ready and the other not
+    log = tmp_path / "run" / "train.log"
+    assert _until(lambda: log.is_file() and "Joining the process group" in log.read_text() or proc.poll() is not None,
+                  timeout=120)  # rank 0 meets its peers (where it waited), long before training: building comes first
     proc.send_signal(signal.SIGINT)
     start = time.monotonic()
     out, err = proc.communicate(timeout=120)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -98,9 +99,12 @@ def _diagnose(job: str, job_dir: Path, env, out: str) -> str:
     return "\n".join(parts)
 
 
-def _release_when_requeued(job: str, cluster_env: dict, deadline: float) -> None:
-    """Wait for the preempted ``job`` to be requeued, then make it eligible at once (not in ~2 minutes)."""
+def _release_when_requeued(job: str, cluster_env: dict, deadline: float, sweep: subprocess.Popen) -> None:
+    """Wait for the preempted ``job`` to be requeued, then make it eligible at once (not in ~2 minutes);
+    return at once if the ``sweep`` ends instead (the job was not requeued)."""
     while "PENDING" not in _squeue(job, cluster_env) and time.monotonic() < deadline:  # requeued, held ~2 min
+        if sweep.poll() is not None:
+            return
         time.sleep(0.2)
     requeued = time.time()
     # Release it only once the node is done with the first attempt: started while the node is still
@@ -122,17 +126,26 @@ def test_a_job_preempted_as_its_python_starts_is_requeued_not_killed(tmp_path, c
                             cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 240
 
-    def job_python():
+    def job_python():  # the job's Python (not srun, whose command line names it too)
         found = subprocess.run(["pgrep", "-f", f"submitit.*{sweep}"], capture_output=True, text=True).stdout.split()
-        return found[0] if found else None
+        return next((pid for pid in found if Path(f"/proc/{pid}/comm").read_text().startswith("python")), None)
 
-    while job_python() is None:
+    def catches_usr2(pid) -> bool:
+        status = Path(f"/proc/{pid}/status").read_text()
+        caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
+        return bool(caught >> (signal.SIGUSR2 - 1) & 1)
+
+    while (pid := job_python()) is None:
         assert proc.poll() is None and time.monotonic() < deadline, "the job did not start"
         time.sleep(0.02)
-    time.sleep(0.3)  # its Python has started, and imports torch for seconds yet
+    # Signal once its Python has a handler, or after 0.5 s: either way long before submitit has unpickled the job
+    # (importing torch, 1 s and more), whose handler used to be the first.
+    started = time.monotonic()
+    while not catches_usr2(pid) and time.monotonic() - started < 0.5:
+        time.sleep(0.01)
     job = next(p.name for p in (sweep / ".submitit").iterdir() if p.name[0].isdigit())  # submitit's folder for it
     subprocess.run(["scancel", "--signal=USR2", job], env=cluster_env, check=True)
-    _release_when_requeued(job, cluster_env, deadline)
+    _release_when_requeued(job, cluster_env, deadline, proc)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-4000:] + _diagnose(job, sweep / "0", cluster_env, out)
     assert read_run(sweep / "0")["status"] == "completed"
@@ -165,7 +178,7 @@ def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_pat
         time.sleep(0.05)
     job = read_run(job_dir)["submitit"]["job_id"]
     subprocess.run(["scancel", "--signal=USR2", job], env=cluster_env, check=True)
-    _release_when_requeued(job, cluster_env, deadline)
+    _release_when_requeued(job, cluster_env, deadline, proc)
     try:
         out, _ = proc.communicate(timeout=300)
     except subprocess.TimeoutExpired:
