@@ -362,6 +362,9 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
                 context = start()
                 for sig, handler in handlers.items():
                     previous.setdefault(sig, signal.signal(sig, handler))
+                for sig, old in previous.items():  # a signal held while this run started (a SLURM job's): pass it on
+                    if isinstance(old, SignalLatch) and old.take(sig):
+                        forward(sig, None)
             finally:
                 if mask is not None:
                     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -382,7 +385,7 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
             if process.is_alive():
                 process.kill()
     first = received[0] if received else None
-    return first, previous.get(first) if first is not None else None
+    return first, SignalLatch.unlatched(previous.get(first), first) if first is not None else None
 
 
 def describe_worker_failure(err: BaseException) -> str:

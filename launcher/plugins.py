@@ -145,11 +145,12 @@ def launcher_errors_explained(launcher: str) -> Iterator[None]:
 
 
 def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: int, how: str,
-                    exit_code: Optional[int] = None) -> Any:
+                    exit_code: Optional[int] = None, since: Optional[float] = None) -> Any:
     """The failed JobReturn of a sweep job that ended without a result (killed, out of memory...), recorded as
     any failed job's is: ``run.json`` (it said running), ``failure.json``, the summary and one line in the log.
     A job whose run stopped itself on a signal (``run.json`` says interrupted: a checkpoint is on disk) is not
-    failed: it stays interrupted, and the log says to rerun the sweep to resume it."""
+    failed: it stays interrupted, and the log says to rerun the sweep to resume it; but only when that record
+    is this attempt's (exit status 75 where known, ``run.json`` written ``since`` the job was submitted)."""
     import logging
 
     from hydra.core.utils import JobReturn, JobStatus
@@ -158,11 +159,16 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
     from launcher.rundir import mark_failed
     from launcher.summary import record_failure
 
+    from launcher.signals import EXIT_INTERRUPTED
+
     try:
         record = json.loads((job_dir / "run.json").read_text())
+        # this attempt's record: not one an earlier attempt left (a rerun killed before its run started)
+        current = since is None or (job_dir / "run.json").stat().st_mtime >= since
     except (OSError, ValueError):
-        record = {}
-    if record.get("status") == "interrupted":  # stopped itself on a signal (scancel, kill -TERM), its checkpoint on disk
+        record, current = {}, False
+    if record.get("status") == "interrupted" and current and exit_code in (None, EXIT_INTERRUPTED):
+        # stopped itself on a signal (scancel, kill -TERM), its checkpoint on disk
         stopped = JobInterrupted(f"stopped at iteration {record.get('iter')} ({record.get('stop_reason')}), with a "
                                  f"checkpoint: rerun the sweep to resume it")
         logging.getLogger("launcher").warning("Sweep job %d (%s) was interrupted: %s; log: %s", idx, " ".join(overrides),

@@ -43,10 +43,13 @@ class SlurmJob(SlurmLauncher):
     """
 
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
-        held = os.environ.pop(HELD_SIGNAL, None)
-        if held:  # came before submitit's handlers were in place (see held_start): theirs now, e.g. a requeue
-            os.kill(os.getpid(), int(held))
-        ret = super().__call__(*args, **kwargs)
+        from launcher.signals import SignalLatch
+
+        with SignalLatch():  # over submitit's handlers: the run takes a held signal at its first step, then chains to them
+            held = os.environ.pop(HELD_SIGNAL, None)
+            if held:  # came before submitit's handlers were in place (see held_start)
+                os.kill(os.getpid(), int(held))
+            ret = super().__call__(*args, **kwargs)
         if ret.status == JobStatus.FAILED and os.environ.get("SLURM_JOB_ID"):
             exit_failed_at_exit()
         return ret
@@ -57,9 +60,11 @@ HELD_SIGNAL = "LAUNCHER_HELD_SIGNAL"
 # time-out) and SIGTERM held from the interpreter's first line. submitit installs its handlers only once it has
 # unpickled the job, which imports torch (seconds on a cluster's shared file system); a signal before that used
 # to kill the job (FAILED, never requeued). SlurmJob passes a held one on to submitit's handlers.
-_HELD_START = ("import os, signal\n"
-               "def hold(signum, frame):\n"
-               f"    os.environ.setdefault({HELD_SIGNAL!r}, str(signum))\n"
+_HELD_START = ("import os, signal, sys\n"
+               "sys.path[0] = os.getcwd()  # as python -m puts it: the submission dir, for the user's _target_s\n"
+               "def hold(signum, frame):  # a preemption (SIGUSR2, requeue) wins over a SIGTERM\n"
+               f"    if signum == signal.SIGUSR2 or {HELD_SIGNAL!r} not in os.environ:\n"
+               f"        os.environ[{HELD_SIGNAL!r}] = str(signum)\n"
                "signal.signal(signal.SIGUSR2, hold)\n"
                "signal.signal(signal.SIGTERM, hold)\n"
                "from submitit.core.submission import submitit_main\n"
@@ -164,9 +169,11 @@ class AttachedSlurmLauncher(SlurmLauncher):
                        f"its node lost?); its log: {job.paths.stderr}")
                 path = plugin_job_dir(self.config, job_overrides[offset], initial_job_idx + offset,
                                       self.hydra_context.config_loader)
-                return [record_dead_job(self.config, path, job_overrides[offset], initial_job_idx + offset, how)]
+                return [record_dead_job(self.config, path, job_overrides[offset], initial_job_idx + offset, how,
+                                        since=submitted)]
 
         accounting = has_accounting()
+        submitted = time.time()  # a run.json older than this is an earlier attempt's
 
         def update_with_scontrol(watcher: Any) -> None:
             if accounting:

@@ -117,10 +117,12 @@ def _release_when_requeued(job: str, cluster_env: dict, deadline: float, sweep: 
     subprocess.run(["scontrol", "update", f"JobId={job.split('_')[0]}", "StartTime=now"], env=cluster_env, check=True)
 
 
-def test_a_job_preempted_as_its_python_starts_is_requeued_not_killed(tmp_path, cluster_env):
-    """SIGUSR2 while the job's Python still imports torch to unpickle the job, before submitit has installed
-    its handlers: the signal's default action killed the job (FAILED, never requeued). The job's command now
-    holds it from its first line, and hands it to submitit's handler, which requeues the job."""
+@pytest.mark.parametrize("sig", ["USR2", "TERM"])
+def test_a_job_signalled_as_its_python_starts_is_requeued_or_stopped_not_killed(sig, tmp_path, cluster_env):
+    """A signal while the job's Python still imports torch to unpickle the job, before submitit has installed
+    its handlers: its default action killed the job (FAILED, never requeued). The job's command now holds it
+    from its first line; the run takes it at its first step, with a checkpoint, then submitit's handler:
+    SIGUSR2 (preemption) requeues the job, which ends completed; SIGTERM (scancel) leaves it interrupted."""
     sweep = tmp_path / "sweep"
     proc = subprocess.Popen([sys.executable, "-m", "launcher", "-m", *SLURM, "seed=0", f"hydra.sweep.dir={sweep}", *FAST],
                             cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -144,13 +146,20 @@ def test_a_job_preempted_as_its_python_starts_is_requeued_not_killed(tmp_path, c
     while not catches_usr2(pid) and time.monotonic() - started < 0.5:
         time.sleep(0.01)
     job = next(p.name for p in (sweep / ".submitit").iterdir() if p.name[0].isdigit())  # submitit's folder for it
-    subprocess.run(["scancel", "--signal=USR2", job], env=cluster_env, check=True)
-    _release_when_requeued(job, cluster_env, deadline, proc)
+    subprocess.run(["scancel", f"--signal={sig}", job], env=cluster_env, check=True)
+    if sig == "USR2":
+        _release_when_requeued(job, cluster_env, deadline, proc)
     out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out[-4000:] + _diagnose(job, sweep / "0", cluster_env, out)
-    assert read_run(sweep / "0")["status"] == "completed"
-    log = next((sweep / ".submitit").rglob("*_log.err")).read_text() if (sweep / ".submitit").is_dir() else ""
-    assert "User defined signal 2" not in log
+    log = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.*"))
+    assert "User defined signal 2" not in log and "Terminated" not in log, log[-3000:]
+    record = read_run(sweep / "0")
+    if sig == "USR2":
+        assert proc.returncode == 0, out[-4000:] + _diagnose(job, sweep / "0", cluster_env, out)
+        assert record["status"] == "completed"
+        assert "received SIGUSR2" in (sweep / "0" / "train.log").read_text()
+    else:
+        assert record["status"] == "interrupted" and record["iter"] == 0, out[-4000:]
+        assert "was interrupted: stopped at iteration 0 (received SIGTERM)" in out
 
 
 @pytest.mark.parametrize("tasks", [1, 2])
@@ -380,3 +389,14 @@ def test_a_one_job_sweeps_plain_job_takes_its_state_from_scontrol_and_has_ended_
     slurm.fill_states_from_scontrol(watcher, every_waiting_job=True)
     assert {j: watcher._info_dict[j]["State"] for j in ("12", "13")} == {"12": "CANCELLED", "13": "ENDED"}
     assert watcher.is_done("12", mode="cache") and watcher.is_done("13", mode="cache")
+
+
+def test_the_job_command_holds_signals_and_puts_the_submission_dir_on_sys_path_as_python_m_did(tmp_path):
+    from launcher import slurm
+
+    code = slurm._HELD_START.replace("from submitit.core.submission import submitit_main\nsubmitit_main()\n",
+                                     "os.kill(os.getpid(), signal.SIGTERM)\nos.kill(os.getpid(), signal.SIGUSR2)\n"
+                                     f"print(sys.path[0], os.environ[{slurm.HELD_SIGNAL!r}])\n")
+    assert code != slurm._HELD_START
+    out = subprocess.run([sys.executable, "-u", "-c", code, "folder"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.split() == [str(tmp_path), str(int(signal.SIGUSR2))], out.stderr

@@ -460,3 +460,33 @@ def test_the_summary_keeps_a_failed_runs_time_and_metrics_and_names_a_misspelled
     assert not (tmp_path / "summary.md").exists()
     proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path)], capture_output=True, text=True)
     assert "(log: x)" in proc.stdout and "(log: x) (log:" not in proc.stdout
+
+
+def test_a_dead_job_is_interrupted_only_on_its_own_attempts_record(tmp_path):
+    """A job whose run stopped itself (run.json interrupted, exit 75) stays interrupted; the same record left by an
+    earlier attempt, under a job killed on its rerun before its run started, must not hide that kill."""
+    import json
+    import os
+    import time
+
+    from omegaconf import OmegaConf
+
+    from launcher.local import JobDied, JobInterrupted
+    from launcher.plugins import record_dead_job
+
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"name": "launcher"}},
+                               "objective": "val/accuracy", "objective_mode": "max"})
+    job = tmp_path / "0"
+
+    def dead(**kw):
+        job.mkdir(exist_ok=True)
+        (job / "run.json").write_text(json.dumps({"status": "interrupted", "iter": 10, "stop_reason": "received SIGTERM"}))
+        os.utime(job / "run.json", (time.time() - 60, time.time() - 60))
+        return record_dead_job(config, job, ["seed=0"], 0, "killed by SIGKILL (signal 9)", **kw)._return_value
+
+    assert isinstance(dead(exit_code=75), JobInterrupted)
+    assert isinstance(dead(since=time.time() - 120), JobInterrupted)
+    assert isinstance(dead(exit_code=-9), JobDied)  # the local launcher knows the exit status: a kill
+    assert json.loads((job / "run.json").read_text())["status"] == "failed"
+    assert isinstance(dead(since=time.time()), JobDied)  # SLURM: the record predates this attempt's submission
+    assert "killed by SIGKILL" in json.loads((job / "failure.json").read_text())["error"]
