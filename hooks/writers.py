@@ -163,7 +163,8 @@ class BufferedFileWriter(PeriodicWriter):
     Taking a checkpoint calls :meth:`state_dict`, which writes the batch first: a run killed
     after a checkpoint finds every row that checkpoint covers in the file. Batching matters on
     fast steps: formatting and flushing one row every ``period`` steps runs cold code each time
-    (tens of µs), a batch once a second runs it warm. ``flush_secs=0`` writes at every period.
+    (tens of µs), a batch once a second runs it warm. ``flush_secs=0`` writes at every period
+    (``metrics.jsonl`` one period late: see :meth:`JSONWriter.sync`).
     """
 
     def __init__(self, period: int = 20, window: int = 20, flush_secs: float = 1.0, priority: Optional[int] = None) -> None:
@@ -231,15 +232,20 @@ class JSONWriter(BufferedFileWriter):
 
     def buffer(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
         rows: Dict[int, Dict[str, Any]] = {}  # one row per iteration, so each value keeps its own
+        if self._rows:  # a validation at the iteration of the last periodic write joins its row
+            last = self._rows.pop()
+            rows[last["iter"]] = last
         for key, (value, it) in sorted(scalars.items()):
             rows.setdefault(it, {"iter": it, "epoch": self.trainer.storage.epoch})[key] = value
         self._rows.extend(rows[it] for it in sorted(rows))
 
     def sync(self, to_disk: bool = True) -> None:
-        if self._rows and self._file is not None:
-            self._file.write("".join(json.dumps(row) + "\n" for row in self._rows))
+        # A batch sent on time keeps its newest row back, so a validation at that iteration (an epoch
+        # that ends on a write) still joins it; a validation, a checkpoint and the end send every row.
+        rows, self._rows = (self._rows[:-1], self._rows[-1:]) if not to_disk else (self._rows, [])
+        if rows and self._file is not None:
+            self._file.write("".join(json.dumps(row) + "\n" for row in rows))
             self._file.flush()
-        self._rows = []
 
     def close(self) -> None:
         if self._file is not None:

@@ -182,7 +182,18 @@ def test_a_checkpoint_sends_the_rows_it_covers_to_the_files_before_the_batch_is_
     assert [e.step for e in acc.Scalars("train/loss")] == list(range(8))  # and all of them at the end
 
     run(tmp_path / "no_checkpoints", [])
-    assert seen["rows"] == [0]  # without a checkpoint the rows wait for their batch
+    assert seen["rows"] == []  # without a checkpoint the rows wait for their batch
+
+
+def test_a_validation_at_the_iteration_of_a_periodic_write_joins_its_row(tmp_path):
+    """Epochs of 4 steps, a write every 2: each validation falls on an iteration already written.
+    ``flush_secs=0`` sends every batch at once, the case where the row has left the buffer soonest."""
+    hooks = [Evaluator(), JSONWriter(period=2, flush_secs=0), PeriodicCheckpointer()]
+    make_trainer("epoch", hooks=hooks, max_epochs=3, work_dir=tmp_path).train()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iter"] for r in rows] == [1, 3, 5, 7, 9, 11]  # one row per iteration
+    assert [(r["iter"], r["epoch"]) for r in rows if "val/accuracy" in r] == [(3, 0), (7, 1), (11, 2)]
+    assert all("train/loss" in r for r in rows)
 
 
 def test_resume_path_false_and_load_from(tmp_path):
