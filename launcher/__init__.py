@@ -348,7 +348,8 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         raise
     objective = metrics.get(cfg.objective)
     if objective is None:
-        warn_if_objective_unknown(str(cfg.objective), metrics, "the run's metrics", "The run returns NaN")
+        if trainer.status != "interrupted":  # an interrupted run has not validated yet: its rerun reports
+            warn_if_objective_unknown(str(cfg.objective), metrics, "the run's metrics", "The run returns NaN")
         objective = float("nan")
     exit_code = EXIT_INTERRUPTED if trainer.status == "interrupted" else 0
     record.finish(trainer.status, exit_code, metrics, objective={"name": cfg.objective, "value": objective},
