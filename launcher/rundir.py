@@ -133,7 +133,7 @@ class RunRecord:
             env = submitit.JobEnvironment()
         except RuntimeError:
             return None
-        return {"job_id": env.job_id, "stdout": str(env.paths.stdout), "stderr": str(env.paths.stderr)}
+        return {"job_id": env.job_id, "cluster": env.cluster, "stdout": str(env.paths.stdout), "stderr": str(env.paths.stderr)}
 
     def _write(self) -> None:
         if not self.write:

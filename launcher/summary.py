@@ -104,8 +104,91 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
                        metrics=row["metrics"] if own else {}, seconds=row["seconds"] if own else None)
         except (OSError, ValueError, KeyError, TypeError):
             pass
+        row["slurm_job"] = _slurm_job(d, record, row["status"])
         rows.append(row)
+    _settle_with_slurm(rows)
     return rows
+
+
+# SLURM states of a job that is still queued or running (or about to be again); any other is an end
+_SLURM_ACTIVE = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "REQUEUE_FED": "pending",
+                 "REQUEUE_HOLD": "pending", "RESV_DEL_HOLD": "pending", "SUSPENDED": "pending", "STOPPED": "pending",
+                 "RESIZING": "running", "RUNNING": "running", "COMPLETING": "running", "SIGNALING": "running",
+                 "STAGE_OUT": "running"}
+
+
+def _slurm_job(job_dir: Path, record: Dict[str, Any], status: str) -> Optional[str]:
+    """The SLURM job id of a job the summary cannot finish on its own: one submitted but not started
+    (``submitted.json`` of the detached launcher), or one recorded running in a SLURM job."""
+    if status == "pending":
+        try:
+            job_id = json.loads((job_dir / "submitted.json").read_text()).get("job_id")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return str(job_id) if job_id else None
+    job = record.get("submitit") or {}
+    if status == "running" and job.get("cluster") == "slurm" and job.get("job_id"):
+        return str(job["job_id"])
+    return None
+
+
+def slurm_states(job_ids: List[str]) -> Dict[str, str]:
+    """SLURM's state of each job (``123``, or ``123_4`` for an array task): ``GONE`` for one the controller
+    no longer knows (it forgets ended jobs after ``MinJobAge``, 5 minutes by default); ``{}`` where SLURM
+    cannot be asked (no ``squeue`` here, the controller down)."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(["squeue", "--noheader", "--array", "--states=all", "--jobs", ",".join(job_ids),
+                               "--format=%i|%T"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if proc.returncode != 0:  # every job forgotten; anything else tells nothing
+        return {j: "GONE" for j in job_ids} if "Invalid job id" in proc.stderr else {}
+    known = dict(line.split("|", 1) for line in proc.stdout.split() if "|" in line)
+    return {j: known.get(j, "GONE") for j in job_ids}
+
+
+def _settle_with_slurm(rows: List[Dict[str, Any]]) -> None:
+    """A SLURM job that ended without its run recording the end: cancelled while queued, failed before its
+    run started (a node failure, an error in the job's Python start-up), or killed while running (out of
+    memory, past its time after the signal's grace, a node lost). Without asking SLURM its row would read
+    pending, or running, for good."""
+    asked = [r for r in rows if r["slurm_job"]]
+    if not asked:
+        return
+    states = slurm_states(sorted({r["slurm_job"] for r in asked}))
+    for r in asked:
+        state = states.get(r["slurm_job"])
+        if state is None or state in _SLURM_ACTIVE:
+            if state is not None and r["status"] == "pending":
+                r["status"] = _SLURM_ACTIVE[state]  # running: its Python is starting
+            continue
+        try:  # the run may have started, or ended, since its record was read
+            now = STATUS.get(json.loads((Path(r["dir"]) / "run.json").read_text()).get("status", ""), "pending")
+        except (OSError, ValueError, AttributeError):
+            now = "pending"
+        if now != r["status"]:
+            continue  # the next refresh reads it
+        ended = "left the queue" if state == "GONE" else f"ended {state}"
+        log = r["stderr"] or _submitted_log(Path(r["dir"]))
+        started = bool(log) and Path(log).is_file()  # submitit's log: the job's Python started
+        where = f" (log: {log})" if started else ""
+        if r["status"] == "pending":
+            # SLURM forgets an array task cancelled while queued at once: gone without a log, it never ran
+            cancelled = state.startswith("CANCELLED") or (state == "GONE" and not started)
+            r["status"] = "cancelled" if cancelled else "failed"
+            r["error"] = f"SLURM job {r['slurm_job']} {ended} before its run started{where}"
+        else:
+            r["status"] = "failed"
+            r["error"] = f"SLURM job {r['slurm_job']} {ended} while its run was running: the process was killed{where}"
+
+
+def _submitted_log(job_dir: Path) -> Optional[str]:
+    try:
+        return json.loads((job_dir / "submitted.json").read_text()).get("stderr")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def record_failure(job_dir: Path, error: str, overrides: Any) -> None:

@@ -264,6 +264,48 @@ def test_detached_submission_returns_at_once_with_job_ids_and_sweep_dir(tmp_path
     assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")) == ["seed_0", "seed_1"]
 
 
+def test_the_summary_of_a_detached_sweep_asks_slurm_about_jobs_that_ended_without_a_record(tmp_path, cluster_env):
+    """A detached sweep's job cancelled while queued never writes run.json, and one killed outright leaves
+    run.json "running": the summary read them pending and running for good. It now asks SLURM."""
+    sweep = tmp_path / "sweep"
+    proc = launch(["-m", "hydra/launcher=slurm_detached", *SLURM[1:], "hydra.launcher.array_parallelism=1", "seed=0,1",
+                   "trainer.max_epochs=40", f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace",
+                   "+hooks.pace.seconds=0.05", *FAST], tmp_path, cluster_env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    ids = [json.loads((sweep / str(n) / "submitted.json").read_text())["job_id"] for n in (0, 1)]
+    deadline = time.monotonic() + 240
+    while True:  # job 0 trains; job 1 waits behind it (one task at a time)
+        try:
+            record = read_run(sweep / "0")
+            if record["status"] == "running":
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        assert time.monotonic() < deadline, f"job 0 did not start: {_squeue(ids[0], cluster_env)!r}"
+        time.sleep(0.2)
+    assert not (sweep / "1" / "run.json").exists()
+    subprocess.run(["scancel", ids[1]], env=cluster_env, check=True)
+    os.kill(record["pid"], signal.SIGKILL)  # as the OOM killer: no handler runs, run.json stays "running"
+
+    summary = ""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], capture_output=True, text=True,
+                              env=cluster_env, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = done.stdout
+        if "| running |" not in summary and "| pending |" not in summary:
+            break
+        time.sleep(1)
+    assert read_run(sweep / "0")["status"] == "running" and not (sweep / "1" / "run.json").exists()
+    import csv
+
+    rows = list(csv.DictReader((sweep / "summary.csv").open()))
+    assert [(r["job"], r["status"]) for r in rows] == [("0", "failed"), ("1", "cancelled")], summary
+    assert f"SLURM job {ids[0]} ended" in summary and "while its run was running: the process was killed" in summary
+    assert f"(log: {record['submitit']['stderr']})" in summary
+
+
 def test_ctrl_c_while_waiting_leaves_the_jobs_running_and_says_how_to_follow_and_cancel_them(tmp_path, cluster_env):
     import signal
 
