@@ -106,4 +106,13 @@ if __name__ == "__main__":
         from launcher import plugins
 
         plugins.register()  # hydra/launcher=local and slurm_detached
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # a Ctrl-C that aborts (while the run starts; a second one): one line, no traceback
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        import signal
+
+        print("Aborted by Ctrl-C (SIGINT).", file=sys.stderr, flush=True)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # end by the signal, as a shell's loop expects of a Ctrl-C
+        os.kill(os.getpid(), signal.SIGINT)
