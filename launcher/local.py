@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 from unittest import mock
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.utils import JobReturn
 from hydra.errors import CompactHydraException
@@ -82,11 +82,13 @@ class StopJobsOnSignal:
     """
 
     RESEND_S = 2.0  # seconds between the SIGTERMs to a job that has not ended yet
+    REPEAT_S = 1.0  # the same signal again within this: one request sent twice (GNU timeout signals us, then our group)
 
     def __init__(self, sweep_dir: str, wait_s: float = 120.0) -> None:
         self.sweep_dir, self.wait_s = sweep_dir, wait_s
         self.starting = threading.Lock()  # held while a job starts: none starts once stopping
         self.stopping = False
+        self._first: Optional[Tuple[int, float]] = None  # the signal that stopped the sweep, and when
         sigs = [s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)) if s is not None]
         self._installed = handlers(self._stop, sigs)
         # Ctrl-Z: the jobs (in sessions of their own, which the terminal does not reach) stop with the sweep
@@ -103,6 +105,11 @@ class StopJobsOnSignal:
 
     def _stop(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
+        now = time.monotonic()
+        if self._first is not None and self._first[0] == signum and now - self._first[1] < self.REPEAT_S:
+            return  # the same stop sent twice at once (timeout -s TERM): the first one is being carried out
+        if self._first is None:
+            self._first = (signum, now)
         if self.stopping:
             log.warning("%s again: not waiting for the jobs; each still writes its checkpoint and ends", name)
             for pid in child_pids():  # once more, for a job that was still starting up at the first signal
