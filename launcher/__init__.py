@@ -227,7 +227,11 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     check_hooks_package()  # before importing the trainer, which imports the hooks package
     from launcher.trainer import check_devices
 
-    devices = check_devices(cfg.trainer.get("devices", 1))  # before the run dir or the data: a typo costs nothing
+    from launcher import distributed
+
+    # before the run dir or the data: a typo costs nothing
+    devices = check_devices(cfg.trainer.get("devices", 1), cfg.trainer.get("device", "auto"),
+                            spawned=distributed.from_environment() is None)
     if run_dir is None:
         run_dir = new_run_dir()
     run_dir = Path(run_dir)
@@ -237,8 +241,6 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
             return run(cfg, run_dir, overrides, checked=False, on_start=lambda: save_config_files(
                 run_dir, {"config.yaml": cfg, "overrides.yaml": list(overrides or [])}))
     ignore_outputs_in_git(run_dir)
-    from launcher import distributed
-
     env = distributed.from_environment()
     if not checked:
         other = training_here_now(run_dir) if env is None or env.is_main else None

@@ -40,6 +40,7 @@ import inspect
 import logging
 import math
 import numbers
+import os
 import random
 import sys
 import time
@@ -190,10 +191,28 @@ def _check_forward_takes_a_batch(model: nn.Module) -> None:
                           f"(unpack it inside forward: x, y = batch; README: 'Model contract')") from None
 
 
-def check_devices(devices: Any) -> int:
-    """``trainer.devices``, or a ConfigError naming it: asked before anything is built."""
+def check_devices(devices: Any, device: Any = "auto", spawned: bool = True) -> int:
+    """``trainer.devices``, or a ConfigError naming it: asked before anything is built. Processes this
+    launcher starts (``spawned``) are one per GPU on CUDA, and at most one per usable CPU core on the CPU:
+    each imports torch (a few hundred MB), so ``devices=500`` would take the machine down."""
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise ConfigError(f"trainer.devices should be an integer of at least 1 (processes to train with), got {devices!r}")
+    if devices == 1 or not spawned:  # torchrun or srun started the processes: they are theirs to count
+        return devices
+    device = str(device)
+    if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
+        gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise ConfigError(f"trainer.device: {device!r} was asked for but CUDA is not available here; use auto or cpu")
+        if devices > gpus:
+            raise ConfigError(f"trainer.devices={devices}: this machine has {gpus} CUDA device(s), one process each; "
+                              f"use trainer.devices={gpus} or fewer")
+    elif device == "cpu" or device == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if devices > cores:
+            raise ConfigError(f"trainer.devices={devices}: training on the CPU takes one process per core, and this "
+                              f"process may use {cores} core(s); use trainer.devices={cores} or fewer (each process "
+                              f"imports torch, a few hundred MB)")
     return devices
 
 
@@ -261,7 +280,7 @@ class TrainerBase:
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        self.devices = check_devices(devices)  # launcher.run spawns that many workers; each builds a trainer in the process group
+        self.devices = check_devices(devices, spawned=False)  # launcher.run spawns that many workers; each builds a trainer in the process group
         self.dist = distributed.current()  # None in a single process
         self.rank = self.dist.rank if self.dist else 0
         self.world_size = self.dist.world_size if self.dist else 1

@@ -164,6 +164,9 @@ BAD_INPUTS = [
                                                        "a file conf/hooks/<option>.yaml nests its hook"]),
     (["+hooks.mine=3"], ["hooks.mine: 3 is not a hook; each entry of hooks is one hook"]),
     (["trainer.devices=0", "data=arrays"], ["trainer.devices should be an integer of at least 1", "got 0"]),  # before the data
+    # 500 workers importing torch took a 2-core, 24 GB machine down (out of memory, load 330)
+    (["trainer.devices=500", "trainer.device=cpu", "data=arrays"],
+     ["trainer.devices=500: training on the CPU takes one process per core", "use trainer.devices="]),
 ]
 
 
