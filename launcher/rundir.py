@@ -39,8 +39,21 @@ def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    done = data.get("status") in ("completed", "stopped") and (Path(run_dir) / "checkpoints" / "final.pt").is_file()
+    done = data.get("status") in ("completed", "stopped") and readable_archive(Path(run_dir) / "checkpoints" / "final.pt")
     return data if done else None
+
+
+def readable_archive(path: Path) -> bool:
+    """Whether ``path`` is a whole ``torch.save`` file, by its zip directory (at the file's end, so a file cut
+    short or overwritten fails), without reading the tensors: a finished run whose ``final.pt`` is damaged
+    is not finished (it trains on from its newest readable checkpoint), rather than reported a success."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/data.pkl") or name == "data.pkl" for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
 
 
 def _attempt_seconds(record: Mapping[str, Any], run_dir: Optional[Path] = None) -> float:

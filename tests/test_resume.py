@@ -259,6 +259,21 @@ def test_rerunning_a_finished_run_does_not_train_again(tmp_path, references, tmp
     assert (final.stat().st_mtime_ns, (reference / "metrics.jsonl").read_bytes()) == before
 
 
+def test_a_finished_run_whose_final_checkpoint_is_damaged_trains_on_to_a_readable_one(tmp_path, references, tmp_path_factory):
+    """A damaged final.pt (cut short, overwritten) was reported as a finished run, exit 0: the user believed
+    the final weights were there. The run now trains on from its newest readable checkpoint and writes them."""
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    final = run_dir / "checkpoints" / "final.pt"
+    data = final.read_bytes()
+    final.write_bytes(data[: len(data) - 100])  # its zip directory, at the end, is lost
+    proc = run_to_end(command(run_dir, "iter", 0), tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "already finished" not in out and f"Checkpoint {final} is unreadable" in out
+    assert_same_final_state(run_dir, reference)
+
+
 def test_explicit_resume_path_trains_on_even_when_the_run_finished(tmp_path, references, tmp_path_factory):
     reference = reference_for(references, tmp_path_factory, "iter", 0)
     run_dir = tmp_path / "run"
