@@ -224,6 +224,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     from launcher.rundir import (LENGTH, check_rerun, describe_changes, finished_result, ignore_outputs_in_git, lengthens,
                                  save_config_files, training_here_now)
 
+    check_unresolvable(cfg)
     check_hooks_package()  # before importing the trainer, which imports the hooks package
     from launcher.trainer import check_devices
 
@@ -371,6 +372,35 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
     else:
         logger.info("Finished (%s): %s = %.4f", trainer.status, cfg.objective, objective)
     return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=run_dir)
+
+
+def check_unresolvable(cfg: DictConfig) -> None:
+    """A ConfigError naming the key, its value as written and why, for a value that does not resolve
+    (``seed=${oc.env:NOPE}``, a ``???`` left unset): found before anything is built, not as a traceback
+    from wherever the key is first read. ``${hydra:...}`` is left alone (it resolves only inside Hydra's job)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+    try:
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None)
+        if not key:
+            return  # not about one key: whoever reads the config reports it
+        if isinstance(err, MissingMandatoryValue):
+            raise ConfigError(f"{key}: no value given (??? in the config); set it, e.g. {key}=<value>") from None
+        raw: Any = "???"
+        try:
+            parent, _, leaf = str(key).rpartition(".")
+            node = OmegaConf.select(cfg, parent) if parent else cfg
+            raw = node._get_node(leaf)._value()  # type: ignore[union-attr]  # as written, unresolved
+        except Exception:  # noqa: BLE001 -- the message goes without it
+            pass
+        if isinstance(raw, str) and "${hydra:" in raw:
+            return
+        reason = str(getattr(err, "msg", "") or err).splitlines()[0]
+        reason = reason.replace("KeyError raised while resolving interpolation: ", "").strip('"')
+        raise ConfigError(f"{key}={raw}: {reason}") from None
 
 
 def log_to_files_only(err: BaseException) -> None:

@@ -66,6 +66,8 @@ def explain_config_errors() -> None:
     from hydra.errors import (CompactHydraException, ConfigCompositionException, InstantiationException, MissingConfigException,
                               OverrideParseException)
 
+    import yaml
+
     from launcher.build import composition_message, group_value_message
 
     report = getattr(hydra_utils, "run_and_report", None)
@@ -83,6 +85,9 @@ def explain_config_errors() -> None:
                     raise
                 print(f"Config error: {err.__cause__}", file=sys.stderr)
                 sys.exit(2)
+            except yaml.YAMLError as err:  # a config file that is not YAML: its place, not the parser's traceback
+                print(f"Config error: {yaml_message(err)}", file=sys.stderr)
+                sys.exit(2)
             except (MissingConfigException, ConfigCompositionException, OverrideParseException, ValueError) as err:
                 if isinstance(err, ConfigError):  # a sweep job's: its one line, as a single run prints it (the sweep's report follows)
                     raise CompactHydraException(f"Config error: {err}") from None
@@ -94,10 +99,32 @@ def explain_config_errors() -> None:
                     raise err from None
                 print(f"Config error: {message}", file=sys.stderr)
                 sys.exit(2)
+            except OSError as err:  # after MissingConfigException, an IOError too
+                if not made_by_hydra(err):
+                    raise
+                print(f"Config error: cannot make the output dir {err.filename}: {err.strerror}; hydra.run.dir "
+                      f"(hydra.sweep.dir and hydra.sweep.subdir with -m) must name a directory", file=sys.stderr)
+                sys.exit(2)
 
         return report(composed)
 
     hydra_utils.run_and_report = run_and_report
+
+
+def yaml_message(err: Exception) -> str:
+    """A YAML error in one line: the file, line and column, and what the parser expected there."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "a config file"
+    what = "; ".join(str(part) for part in (getattr(err, "context", None), getattr(err, "problem", None)) if part)
+    return f"{where}: {what or err} (not valid YAML)"
+
+
+def made_by_hydra(err: OSError) -> bool:
+    """Whether ``err`` comes from Hydra making a run or sweep dir (``mkdir`` called from Hydra's code)."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and frames[-1].name == "mkdir" and any(f"{os.sep}hydra{os.sep}" in f.filename for f in frames[-3:-1])
 
 
 if __name__ == "__main__":

@@ -163,11 +163,30 @@ BAD_INPUTS = [
     (["+hooks._target_=hooks.timer.IterationTimer"], ["hooks._target_: hooks.timer.IterationTimer is not under a hook's name",
                                                        "a file conf/hooks/<option>.yaml nests its hook"]),
     (["+hooks.mine=3"], ["hooks.mine: 3 is not a hook; each entry of hooks is one hook"]),
-    (["trainer.devices=0", "data=arrays"], ["trainer.devices should be an integer of at least 1", "got 0"]),  # before the data
+    (["trainer.devices=0", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"], ["trainer.devices should be an integer of at least 1", "got 0"]),  # before the data
+    (["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}"], ["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}: Environment variable 'LAUNCHER_NO_SUCH_VAR' not found"]),
+    (["model.in_features=???"], ["model.in_features: no value given (??? in the config)"]),
     # 500 workers importing torch took a 2-core, 24 GB machine down (out of memory, load 330)
-    (["trainer.devices=500", "trainer.device=cpu", "data=arrays"],
+    (["trainer.devices=500", "trainer.device=cpu", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"],
      ["trainer.devices=500: training on the CPU takes one process per core", "use trainer.devices="]),
 ]
+
+
+def test_a_config_file_that_is_not_yaml_and_a_run_dir_that_is_a_file_are_one_line_each(tmp_path):
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "broken.yaml").write_text("_target_: launcher.models.MLP\nin_features: [64\n")
+    (tmp_path / "taken").write_text("a file, not a dir\n")
+    for args, words in [
+        (["--config-dir", str(tmp_path / "conf"), "model=broken"], [f"{tmp_path / 'conf' / 'model' / 'broken.yaml'}, line 3",
+                                                                    "expected ',' or ']'", "(not valid YAML)"]),
+        (["hydra.run.dir=taken"], ["cannot make the output dir taken: File exists", "must name a directory"]),
+        (["-m", "hydra.sweep.dir=taken", "seed=0,1"], ["cannot make the output dir taken: File exists"]),
+    ]:
+        proc = run_cli([*args, *FAST], tmp_path, timeout=120)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and "Traceback" not in out, out[-3000:]
+        assert out.strip().splitlines()[-1].startswith("Config error: ") and all(w in out for w in words), out[-3000:]
+    assert (tmp_path / "taken").read_text() == "a file, not a dir\n"
 
 
 @pytest.mark.parametrize("overrides, words", BAD_INPUTS, ids=[" ".join(o) for o, _ in BAD_INPUTS])
