@@ -93,7 +93,8 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
 
     file = Path(path).expanduser()
     if not file.is_file():
-        raise FileNotFoundError(f"data file {str(file)!r} does not exist (expected a .npz or .pt file)")
+        what = "is a directory" if file.is_dir() else "does not exist"
+        raise FileNotFoundError(f"data file {str(file)!r} {what} (expected a .npz or .pt file)")
     try:
         if file.suffix == ".npz":
             with np.load(file) as npz:
@@ -111,7 +112,12 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
         raise KeyError(f"data file {str(file)!r} has no array named {missing[0]!r}; it has {sorted(content)}")
     if not isinstance(getattr(torch, str(dtype), None), torch.dtype):
         raise ValueError(f"data dtype {dtype!r} is not a torch dtype; use e.g. float32, float16 or bfloat16")
-    x, y = torch.as_tensor(content[inputs]).to(getattr(torch, dtype)), torch.as_tensor(content[targets]).long()
+    x, y = torch.as_tensor(content[inputs]).to(getattr(torch, dtype)), torch.as_tensor(content[targets])
+    if y.is_floating_point() and not torch.equal(y, y.round()):  # .long() would cut 0.7 to class 0, unseen
+        bad = y[y != y.round()].flatten()[0].item()
+        raise ValueError(f"data file {str(file)!r}: {targets!r} holds non-integer values ({bad:g}): a classifier's "
+                         f"labels are class numbers 0, 1, ...; store them as integers")
+    y = y.long()
     if len(x) != len(y):
         raise ValueError(f"data file {str(file)!r}: {inputs!r} has {len(x)} samples but {targets!r} has {len(y)}")
     return TensorDataset(x, y)

@@ -27,11 +27,40 @@ class Classifier(nn.Module):
         # an AttributeError before Module.__getattr__ finds it, ~9k instructions a step on the
         # benchmark's MLP. (A subclass whose ``net`` is no submodule still gets ``self.net``.)
         net = self._modules.get("net")
-        logits = (net if net is not None else self.net)(inputs)
-        loss = F.cross_entropy(logits, labels)
+        try:  # costs nothing until it raises (Python 3.11+)
+            logits = (net if net is not None else self.net)(inputs)
+            loss = F.cross_entropy(logits, labels)
+        except (RuntimeError, IndexError, ValueError) as err:
+            raise self.misfit(inputs, labels, err) from err
         if self.training:
             return loss
         return {"loss": loss, "accuracy": (logits.argmax(dim=1) == labels).float().mean()}
+
+    # The config keys that size the network to the data, as the subclasses take them.
+    num_classes: int = 0
+
+    def misfit(self, inputs: Any, labels: Any, err: BaseException) -> BaseException:
+        """A ConfigError naming the ``model.*`` key that does not fit this batch, or ``err`` itself."""
+        from launcher.errors import ConfigError
+
+        shape = list(inputs.shape) if isinstance(inputs, torch.Tensor) else None
+        why = self.input_misfit(inputs) if isinstance(inputs, torch.Tensor) else None
+        if why is None and isinstance(labels, torch.Tensor) and self.num_classes:
+            if labels.is_floating_point():
+                why = (f"the labels are {str(labels.dtype).replace('torch.', '')}: cross-entropy takes class numbers "
+                       f"0..{self.num_classes - 1} as integers")
+            elif labels.numel() and not 0 <= int(labels.min()) <= int(labels.max()) < self.num_classes:
+                low, high = int(labels.min()), int(labels.max())
+                why = (f"model.num_classes={self.num_classes}, but this batch has labels from {low} to {high} (class "
+                       f"numbers go 0..num_classes-1)"
+                       + (f"; set model.num_classes={high + 1} or more" if low >= 0 else "; labels cannot be negative"))
+        if why is None:
+            return err
+        return ConfigError(f"{why} (this batch's inputs have shape {shape}; {type(err).__name__}: "
+                           f"{str(err).splitlines()[0] if str(err) else ''})")
+
+    def input_misfit(self, inputs: torch.Tensor) -> Any:
+        return None
 
 
 def _widths(key: str, value: Any) -> List[int]:
@@ -56,6 +85,7 @@ class MLP(Classifier):
         width, num_classes = _positive("in_features", in_features), _positive("num_classes", num_classes)
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
             raise ValueError(f"model.dropout should be a number in [0, 1), got {dropout!r}")
+        self.in_features, self.num_classes = width, num_classes
         layers: list = [nn.Flatten()]
         for h in _widths("hidden", hidden):
             layers += [nn.Linear(width, h), nn.ReLU()]
@@ -65,6 +95,13 @@ class MLP(Classifier):
         layers.append(nn.Linear(width, num_classes))
         self.net = nn.Sequential(*layers)
 
+    def input_misfit(self, inputs: torch.Tensor) -> Any:
+        features = inputs[0].numel() if inputs.dim() > 1 else None
+        if features is not None and features != self.in_features:
+            return (f"model.in_features={self.in_features}, but each sample of the data has {features} features "
+                    f"(shape {list(inputs.shape[1:])}); set model.in_features={features}")
+        return None
+
 
 class CNN(Classifier):
     """``3x3 conv -> BatchNorm -> ReLU`` per channel width, a 2x2 max-pool, then a linear head."""
@@ -72,9 +109,19 @@ class CNN(Classifier):
     def __init__(self, in_channels: int = 1, channels: Sequence[int] = (32, 64), num_classes: int = 10):
         super().__init__()
         width, num_classes = _positive("in_channels", in_channels), _positive("num_classes", num_classes)
+        self.in_channels, self.num_classes = width, num_classes
         layers: list = []
         for c in _widths("channels", channels):
             layers += [nn.Conv2d(width, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU()]
             width = c
         layers += [nn.MaxPool2d(2), nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(width * 4, num_classes)]
         self.net = nn.Sequential(*layers)
+
+    def input_misfit(self, inputs: torch.Tensor) -> Any:
+        if inputs.dim() != 4:
+            return (f"model=cnn takes images, batches shaped (batch, channels, height, width); this data's batches "
+                    f"have {inputs.dim()} dimensions: use model=mlp, or data shaped [channels, height, width]")
+        if inputs.shape[1] != self.in_channels:
+            return (f"model.in_channels={self.in_channels}, but the data's images have {inputs.shape[1]} channels "
+                    f"(shape {list(inputs.shape[1:])}); set model.in_channels={inputs.shape[1]}")
+        return None

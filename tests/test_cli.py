@@ -172,6 +172,34 @@ BAD_INPUTS = [
 ]
 
 
+MISFITS = [
+    (["data.train.shape=[1,4,4]"], ["model.in_features=64, but each sample of the data has 16 features", "set model.in_features=16"]),
+    (["data.train.num_classes=20"], ["model.num_classes=10, but this batch has labels from 0 to", "set model.num_classes="]),
+    (["model=cnn", "data.train.shape=[64]"], ["model=cnn takes images", "use model=mlp"]),
+    (["model=cnn", "data.train.shape=[3,8,8]"], ["model.in_channels=1, but the data's images have 3 channels",
+                                                 "set model.in_channels=3"]),
+    (["data=arrays", "data.train.path=labels.npz", "data.val.path=labels.npz", "model.in_features=4"],
+     ["'y' holds non-integer values (0.5)", "store them as integers"]),
+    (["data=arrays", "data.train.path=.", "data.val.path=."], ["is a directory (expected a .npz or .pt file)"]),
+]
+
+
+@pytest.mark.parametrize("overrides, words", MISFITS, ids=[" ".join(o) for o, _ in MISFITS])
+def test_data_that_does_not_fit_the_model_is_one_line_naming_the_key_to_change(overrides, words, tmp_path):
+    """Each was a torch traceback from the first step (mat1 and mat2 shapes cannot be multiplied, Target 18 is
+    out of bounds), naming no key; float labels were cut to integers without a word."""
+    import numpy as np
+
+    np.savez(tmp_path / "labels.npz", x=np.zeros((8, 4), dtype=np.float32), y=np.array([0, 1, 0.5, 1, 0, 1, 0, 1]))
+    data = [] if "data=arrays" in overrides else ["data=synthetic", "data.train.size=256"]
+    proc = run_cli([*data, "trainer.max_epochs=1", *overrides], tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out, out[-3000:]
+    assert all(word in out for word in words), out[-3000:]
+    for d in run_dirs(tmp_path):
+        assert read_run(d)["status"] == "failed" and read_run(d)["exit_code"] == 2
+
+
 def test_a_config_file_that_is_not_yaml_and_a_run_dir_that_is_a_file_are_one_line_each(tmp_path):
     (tmp_path / "conf" / "model").mkdir(parents=True)
     (tmp_path / "conf" / "model" / "broken.yaml").write_text("_target_: launcher.models.MLP\nin_features: [64\n")
