@@ -105,9 +105,31 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         row["slurm_job"] = _slurm_job(d, record, row["status"])
+        if row["status"] == "running" and not row["slurm_job"] and _died_here(d, record):
+            row.update(status="failed", error=f"its process (pid {record.get('pid')} on this host) ended without "
+                                              f"recording its end: killed (SIGKILL, the OOM killer?)")
         rows.append(row)
     _settle_with_slurm(rows)
     return rows
+
+
+def _died_here(job_dir: Path, record: Dict[str, Any]) -> bool:
+    """Whether a run recorded running on this host has no live process (killed outright, along with the
+    sweep that would have recorded it: the OOM killer, a reboot). A SLURM job's is SLURM's to say."""
+    import os
+    import socket
+
+    from launcher.rundir import training_here_now
+
+    if record.get("host") != socket.gethostname() or record.get("pid") in (os.getpid(), os.getppid()) or \
+            (record.get("submitit") or {}).get("cluster") == "slurm":
+        return False
+    if training_here_now(job_dir) is not None:
+        return False
+    try:  # it may have ended, and recorded it, since its record was read
+        return json.loads((job_dir / "run.json").read_text()).get("status") == "running"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 # SLURM states of a job that is still queued or running (or about to be again); any other is an end

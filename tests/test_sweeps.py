@@ -499,3 +499,32 @@ def test_a_dead_job_is_interrupted_only_on_its_own_attempts_record(tmp_path):
     assert json.loads((job / "run.json").read_text())["status"] == "failed"
     assert isinstance(dead(since=time.time()), JobDied)  # SLURM: the record predates this attempt's submission
     assert "killed by SIGKILL" in json.loads((job / "failure.json").read_text())["error"]
+
+
+def test_the_summary_reads_a_job_whose_process_died_unrecorded_as_failed_not_running(tmp_path):
+    """The OOM killer took a local sweep and one of its jobs: run.json said running for good, and so did the
+    summary run later by hand. A job whose process is alive still reads running."""
+    import datetime
+    import socket
+
+    from launcher.summary import jobs
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    alive = subprocess.Popen(["sleep", "60"])
+    try:
+        now = datetime.datetime.now().astimezone().isoformat()
+        for job, pid in (("0", dead.pid), ("1", alive.pid)):
+            (tmp_path / job).mkdir()
+            (tmp_path / job / "run.json").write_text(json.dumps({
+                "status": "running", "overrides": [f"seed={job}"], "pid": pid, "host": socket.gethostname(),
+                "start_time": now, "attempt": 1, "metrics": {}}))
+        rows = jobs(tmp_path)
+        assert [r["status"] for r in rows] == ["failed", "running"]
+        assert f"its process (pid {dead.pid} on this host) ended without recording its end" in rows[0]["error"]
+        (tmp_path / "0" / "run.json").write_text(json.dumps({"status": "running", "overrides": ["seed=0"], "pid": dead.pid,
+                                                            "host": "another-host", "start_time": now}))
+        assert jobs(tmp_path)[0]["status"] == "running"  # another host's process cannot be checked from here
+    finally:
+        alive.kill()
+        alive.wait()
