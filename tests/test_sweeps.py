@@ -417,6 +417,19 @@ def test_a_subdir_that_gives_two_jobs_one_run_dir_is_refused_before_any_job_runs
     assert not sweep.exists()
 
 
+@pytest.mark.parametrize("launcher", ["basic", "local"])
+def test_a_swept_value_that_does_not_compose_is_refused_before_any_job_runs(launcher, tmp_path):
+    """``model=mlp,cnnn``: job 0 trained, then job 1 failed; ``optimizer.lrr=0.1,0.2`` left a sweep dir of jobs
+    marked pending that could never run, and a last line saying "2 pending"."""
+    sweep = tmp_path / "sweep"
+    for bad, words in ((["model=mlp,cnnn"], ["model: there is no option 'cnnn'; did you mean 'cnn'?", "(sweep job 1: "]),
+                       (["optimizer.lrr=0.1,0.2"], ["optimizer.lrr: no such key in optimizer; did you mean optimizer.lr?"])):
+        proc = run_cli(["-m", f"hydra/launcher={launcher}", *FAST, *bad, f"hydra.sweep.dir={sweep}"], tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+        assert proc.stderr.strip().splitlines()[-1].startswith("Config error: ") and all(w in proc.stderr for w in words)
+        assert "pending" not in proc.stdout + proc.stderr and not sweep.exists()
+
+
 def test_a_launcher_option_that_does_not_exist_is_one_line_naming_the_close_one(tmp_path):
     proc = run_cli(["-m", "hydra/launcher=local", "+hydra.launcher.maxparallel=2", *FAST, "seed=0,1",
                     f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
