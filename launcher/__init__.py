@@ -10,7 +10,7 @@ import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from omegaconf import DictConfig
 
@@ -113,6 +113,7 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
 
     from hooks.base import HookBase
 
+    check_trainer_config(cfg)
     seed_everything(cfg.seed)
     if cfg.model.get("_target_"):
         logger.info("Instantiating model <%s>", cfg.model.get("_target_"))
@@ -150,6 +151,21 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
         hooks[name] = hook
     logger.info("Hooks: %s", ", ".join(hooks) or "none")
     return build("trainer", cfg.trainer, model=model, optimizer=optimizer, data=data, hooks=hooks, work_dir=Path(run_dir))
+
+
+def check_trainer_config(cfg: DictConfig) -> None:
+    """The trainer class's :meth:`~launcher.trainer.TrainerBase.check_config` on ``cfg.trainer``, before
+    anything is built; a ``_target_`` that does not import is left to the build, which names it."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    try:
+        cls = get_class(str(cfg.trainer.get("_target_")))
+    except Exception:  # noqa: BLE001 -- reported by build(), with the close names
+        return
+    check = getattr(cls, "check_config", None)
+    if callable(check):
+        check(OmegaConf.to_container(cfg.trainer, resolve=True))
 
 
 def new_run_dir(root: Union[str, Path] = "outputs") -> Path:
@@ -324,6 +340,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         trainer = build_trainer(cfg, run_dir)
         trainer.meta = {"overrides": list(overrides or []), "seed": cfg.seed, "objective": cfg.objective}
         warn_if_objective_never_recorded(trainer, str(cfg.objective))
+        warn_if_last_epochs_unvalidated(trainer)
         if trainer.is_main and str(cfg.objective).startswith("val/"):
             from hooks.base import HookBase
 
@@ -439,6 +456,41 @@ def warn_if_objective_never_recorded(trainer: Any, objective: str) -> None:
         return
     logger.warning("objective %r will not be recorded: this run never validates, as %s; the run will return NaN. "
                    "Add validation, or name a training metric, e.g. objective=train/loss objective_mode=min", objective, why)
+
+
+def last_validated_epoch(workflow: Sequence[Tuple[str, int]], max_epochs: int) -> Optional[int]:
+    """The training epoch after which a workflow's last val phase runs (None: it never validates)."""
+    phases = [phase for phase, epochs in workflow for _ in range(epochs)]
+    done, last, i = 0, None, 0
+    while True:
+        phase = phases[i % len(phases)]
+        if phase == "train":
+            if done >= max_epochs:
+                return last
+            done += 1
+        else:
+            last = done
+        i += 1
+
+
+def warn_if_last_epochs_unvalidated(trainer: Any) -> None:
+    """``workflow=[[train, 2], [val, 1]]`` with ``max_epochs=3``: the last epoch trains after the last
+    validation, so ``val/*`` and the objective describe epoch 2's weights, not ``final.pt``'s. Say so."""
+    from hooks.evaluator import Evaluator
+
+    workflow = getattr(trainer, "workflow", None)
+    if not trainer.is_main or not workflow or not any(phase == "val" for phase, _ in workflow) or \
+            any(isinstance(h, Evaluator) and h.at_end for h in trainer.hooks):
+        return
+    last = last_validated_epoch(workflow, trainer.max_epochs)
+    if last is None or last == trainer.max_epochs:
+        return
+    fits = next(m for m in range(trainer.max_epochs + 1, 2 * trainer.max_epochs + 100)
+                if last_validated_epoch(workflow, m) == m)
+    logger.warning("trainer.workflow=%s with trainer.max_epochs=%d: the last val phase comes after epoch %d, so the "
+                   "last %d epoch(s) are not validated and val/* (and the objective) describe epoch %d's weights, not "
+                   "the final ones; set trainer.max_epochs=%d, or add hooks.evaluator (it validates at the end)",
+                   [list(w) for w in workflow], trainer.max_epochs, last, trainer.max_epochs - last, last, fits)
 
 
 def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], devices: int) -> RunResult:

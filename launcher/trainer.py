@@ -216,6 +216,12 @@ def check_devices(devices: Any, device: Any = "auto", spawned: bool = True) -> i
     return devices
 
 
+def _positive_length(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"trainer.{key} should be an integer greater than zero, got {value!r}")
+    return value
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
@@ -265,6 +271,12 @@ class TrainerBase:
 
     FINITE_CHECK_PERIOD = 20  # steps between finiteness checks of losses on an accelerator
     SYNC_FREE_DEVICES = ("cpu",)  # reading a scalar there costs no device sync: check every step
+
+    @classmethod
+    def check_config(cls, config: Mapping[str, Any]) -> None:
+        """Refuse (ConfigError) what the trainer's config (``cfg.trainer``, plain values) gets wrong before
+        the data and hooks are built, which can take minutes: the constructor's own checks, called early.
+        A subclass that takes arguments of its own may check them here too."""
 
     def __init__(
         self,
@@ -916,11 +928,15 @@ class IterTrainer(TrainerBase):
 
     def __init__(self, *args: Any, max_iters: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if not isinstance(max_iters, int) or max_iters <= 0:
-            raise ConfigError(f"trainer.max_iters should be an integer greater than zero, got {max_iters!r}")
-        self.max_iters = max_iters
+        self.max_iters = _positive_length("max_iters", max_iters)
         # None where the stream's length is unknown: its epochs end where it does
         self.max_epochs = math.ceil(max_iters / max(self.steps_per_epoch, 1)) if self.steps_per_epoch else None
+
+    @classmethod
+    def check_config(cls, config: Mapping[str, Any]) -> None:
+        """The run's length, checked before the data is built (see :meth:`TrainerBase.check_config`)."""
+        if "max_iters" in config:
+            _positive_length("max_iters", config["max_iters"])
 
     def train(self, start_iter: Optional[int] = None, max_iter: Optional[int] = None) -> Dict[str, float]:  # type: ignore[override]
         """Train from step ``start_iter`` (default: where the trainer is) to ``max_iter`` (default: ``max_iters``)."""
@@ -956,22 +972,29 @@ class EpochTrainer(TrainerBase):
                 f"data.train: {type(self.train_loader.dataset).__name__} is an IterableDataset without __len__, and "
                 f"trainer=epoch needs an epoch's length (for max_epochs, the LR schedule and resume): give it a "
                 f"__len__ (samples per epoch), or use trainer=iter with trainer.max_iters")
-        if not isinstance(max_epochs, int) or max_epochs <= 0:
-            raise ConfigError(f"trainer.max_epochs should be an integer greater than zero, got {max_epochs!r}")
-        self.max_epochs = max_epochs
+        self.max_epochs = _positive_length("max_epochs", max_epochs)
         self.workflow = self._check_workflow(workflow)
         if any(phase == "val" for phase, _ in self.workflow) and self.val_loader is None:
             raise ConfigError("trainer.workflow has a 'val' phase but the data config has no val set (data.val)")
         self.max_iters = max_epochs * self.steps_per_epoch
 
-    def _check_workflow(self, workflow: Sequence[Sequence[Any]]) -> List[tuple]:
+    @classmethod
+    def check_config(cls, config: Mapping[str, Any]) -> None:
+        """The run's length and workflow, checked before the data is built (see :meth:`TrainerBase.check_config`)."""
+        if "max_epochs" in config:
+            _positive_length("max_epochs", config["max_epochs"])
+        if "workflow" in config:
+            cls._check_workflow(config["workflow"])
+
+    @classmethod
+    def _check_workflow(cls, workflow: Sequence[Sequence[Any]]) -> List[tuple]:
         flows = []
         for item in workflow:
             ok = isinstance(item, Sequence) and len(item) == 2 and not isinstance(item, str)
-            if not ok or item[0] not in self.PHASES or not isinstance(item[1], int) or item[1] <= 0:
+            if not ok or item[0] not in cls.PHASES or not isinstance(item[1], int) or item[1] <= 0:
                 raise ConfigError(
                     f"trainer.workflow: bad entry {list(item) if ok else item!r}; each entry should be "
-                    f"[phase, epochs] with phase in {list(self.PHASES)} and epochs an integer greater than zero, "
+                    f"[phase, epochs] with phase in {list(cls.PHASES)} and epochs an integer greater than zero, "
                     f"e.g. [[train, 2], [val, 1]]"
                 )
             flows.append((item[0], item[1]))

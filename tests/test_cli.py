@@ -166,10 +166,29 @@ BAD_INPUTS = [
     (["trainer.devices=0", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"], ["trainer.devices should be an integer of at least 1", "got 0"]),  # before the data
     (["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}"], ["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}: Environment variable 'LAUNCHER_NO_SUCH_VAR' not found"]),
     (["model.in_features=???"], ["model.in_features: no value given (??? in the config)"]),
+    # the trainer's own checks, before the data is built (a large dataset made them minutes late)
+    (["trainer.max_epochs=0", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"],
+     ["trainer.max_epochs should be an integer greater than zero, got 0"]),
+    (["trainer.workflow=[[trian,1]]", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"],
+     ["trainer.workflow: bad entry ['trian', 1]"]),
+    (["trainer=iter", "trainer.max_iters=-1", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"],
+     ["trainer.max_iters should be an integer greater than zero, got -1"]),
     # 500 workers importing torch took a 2-core, 24 GB machine down (out of memory, load 330)
     (["trainer.devices=500", "trainer.device=cpu", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"],
      ["trainer.devices=500: training on the CPU takes one process per core", "use trainer.devices="]),
 ]
+
+
+def test_a_workflow_whose_last_epochs_are_never_validated_says_so(tmp_path):
+    """[[train, 2], [val, 1]] for 3 epochs: the objective was epoch 2's, reported as the run's, without a word."""
+    args = [*FAST, "trainer.workflow=[[train,2],[val,1]]", "~hooks.evaluator"]
+    proc = run_cli([*args, "trainer.max_epochs=3"], tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert ("the last val phase comes after epoch 2, so the last 1 epoch(s) are not validated" in out
+            and "set trainer.max_epochs=4, or add hooks.evaluator" in out), out[-3000:]
+    proc = run_cli([*args, "trainer.max_epochs=4", "hydra.run.dir=four"], tmp_path, timeout=120)
+    assert proc.returncode == 0 and "not validated" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
 
 
 MISFITS = [
