@@ -62,6 +62,13 @@ class LRScheduler(HookBase):
             factory = self._factory
             target = factory.func if isinstance(factory, functools.partial) else factory
             given = factory.keywords if isinstance(factory, functools.partial) else {}
+            schedules = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+            if isinstance(target, type) and not issubclass(target, schedules) and not (
+                    callable(getattr(target, "step", None)) and callable(getattr(target, "state_dict", None))):
+                raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.scheduler._target_: {target.__module__}."
+                                  f"{target.__qualname__} is not a learning-rate schedule; use one of "
+                                  f"torch.optim.lr_scheduler (CosineAnnealingLR, StepLR, OneCycleLR, ...) or a class "
+                                  f"with step() and state_dict()")
             try:
                 params = inspect.signature(target).parameters
             except (TypeError, ValueError):

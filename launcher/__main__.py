@@ -64,7 +64,7 @@ def explain_config_errors() -> None:
     one line rather than a traceback. ``HYDRA_FULL_ERROR=1`` gets Hydra's full report instead."""
     from hydra._internal import utils as hydra_utils
     from hydra.errors import (CompactHydraException, ConfigCompositionException, InstantiationException, MissingConfigException,
-                              OverrideParseException)
+                              OverrideParseException, SearchPathException)
 
     import yaml
 
@@ -84,6 +84,9 @@ def explain_config_errors() -> None:
                 if not isinstance(err.__cause__, ConfigError):
                     raise
                 print(f"Config error: {err.__cause__}", file=sys.stderr)
+                sys.exit(2)
+            except SearchPathException as err:  # --config-dir that does not exist
+                print(f"Config error: {err}; --config-dir takes a directory of config groups (model/, ...)", file=sys.stderr)
                 sys.exit(2)
             except yaml.YAMLError as err:  # a config file that is not YAML: its place, not the parser's traceback
                 print(f"Config error: {yaml_message(err)}", file=sys.stderr)

@@ -209,7 +209,9 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
         return ConfigError(f"{mistyped} ({target} raised {type(cause).__name__}: {_first_line(cause)})")
     if isinstance(cause, TypeError) and "argument" in str(cause):
         partial = ""
-        if "required positional argument" in str(cause) and isinstance(sub, DictConfig) and not sub.get("_partial_"):
+        takes_partial = full_key == "optimizer" or full_key.endswith(".scheduler")  # the factories we call
+        if "required positional argument" in str(cause) and isinstance(sub, DictConfig) and not sub.get("_partial_") \
+                and takes_partial:
             partial = (f"; where the launcher passes those itself (an optimizer gets the model's parameters, a "
                        f"scheduler its optimizer), set {full_key}._partial_: true")
         return ConfigError(f"{full_key}: {target} rejected the config: {_first_line(cause)}{partial}{_accepted(target, supplied)}")

@@ -166,6 +166,9 @@ BAD_INPUTS = [
     (["trainer.devices=0", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"], ["trainer.devices should be an integer of at least 1", "got 0"]),  # before the data
     (["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}"], ["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}: Environment variable 'LAUNCHER_NO_SUCH_VAR' not found"]),
     (["model.in_features=???"], ["model.in_features: no value given (??? in the config)"]),
+    (["hooks.lr_scheduler.scheduler._target_=torch.nn.Linear"],
+     ["hooks.lr_scheduler.scheduler._target_: torch.nn.modules.linear.Linear is not a learning-rate schedule"]),
+    (["--config-dir", "no/such/dir"], ["no/such/dir' not found; --config-dir takes a directory"]),
     # the trainer's own checks, before the data is built (a large dataset made them minutes late)
     (["trainer.max_epochs=0", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"],
      ["trainer.max_epochs should be an integer greater than zero, got 0"]),
@@ -239,7 +242,7 @@ def test_a_config_file_that_is_not_yaml_and_a_run_dir_that_is_a_file_are_one_lin
 @pytest.mark.parametrize("overrides, words", BAD_INPUTS, ids=[" ".join(o) for o, _ in BAD_INPUTS])
 def test_bad_input_gives_one_clear_message_and_no_successful_looking_run(overrides, words, tmp_path):
     fast = [] if any(o.startswith(("data.train._target_", "data=")) for o in overrides) else FAST
-    proc = run_cli([*fast, *overrides], tmp_path, timeout=120)
+    proc = run_cli([*overrides, *fast] if overrides[0].startswith("--") else [*fast, *overrides], tmp_path, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "Traceback" not in out
