@@ -166,6 +166,7 @@ BAD_INPUTS = [
     (["trainer.devices=0", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"], ["trainer.devices should be an integer of at least 1", "got 0"]),  # before the data
     (["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}"], ["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}: Environment variable 'LAUNCHER_NO_SUCH_VAR' not found"]),
     (["model.in_features=???"], ["model.in_features: no value given (??? in the config)"]),
+    (["trainer.max_epochs=null"], ["trainer.max_epochs=null: this key needs a value; give one"]),
     (["hooks.lr_scheduler.scheduler._target_=torch.nn.Linear"],
      ["hooks.lr_scheduler.scheduler._target_: torch.nn.modules.linear.Linear is not a learning-rate schedule"]),
     (["--config-dir", "no/such/dir"], ["no/such/dir' not found; --config-dir takes a directory"]),
