@@ -163,8 +163,7 @@ class BufferedFileWriter(PeriodicWriter):
     Taking a checkpoint calls :meth:`state_dict`, which writes the batch first: a run killed
     after a checkpoint finds every row that checkpoint covers in the file. Batching matters on
     fast steps: formatting and flushing one row every ``period`` steps runs cold code each time
-    (tens of µs), a batch once a second runs it warm. ``flush_secs=0`` writes at every period
-    (``metrics.jsonl`` one period late: see :meth:`JSONWriter.sync`).
+    (tens of µs), a batch once a second runs it warm. ``flush_secs=0`` writes at every period.
     """
 
     def __init__(self, period: int = 20, window: int = 20, flush_secs: float = 1.0, priority: Optional[int] = None) -> None:
@@ -208,6 +207,9 @@ class JSONWriter(BufferedFileWriter):
         self.filename = filename
         self._file: Any = None
         self._rows: List[Dict[str, Any]] = []
+        # The last row in the file and where it starts: a validation at its iteration rewrites it, joined
+        self._last: Optional[Tuple[int, Dict[str, Any]]] = None
+        self._cut_at: Optional[int] = None  # where the file is cut before the next write (that row goes again)
 
     def before_train(self) -> None:
         if not self.trainer.is_main:
@@ -215,7 +217,7 @@ class JSONWriter(BufferedFileWriter):
         path = self.trainer.work_dir / self.filename
         if path.exists():
             self._drop_rows_after(path, self.trainer.iter)
-        self._file = open(path, "a", encoding="utf-8")
+        self._file = open(path, "ab")
 
     @staticmethod
     def _drop_rows_after(path: Path, resume_iter: int) -> None:
@@ -232,20 +234,31 @@ class JSONWriter(BufferedFileWriter):
 
     def buffer(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
         rows: Dict[int, Dict[str, Any]] = {}  # one row per iteration, so each value keeps its own
-        if self._rows:  # a validation at the iteration of the last periodic write joins its row
-            last = self._rows.pop()
-            rows[last["iter"]] = last
         for key, (value, it) in sorted(scalars.items()):
             rows.setdefault(it, {"iter": it, "epoch": self.trainer.storage.epoch})[key] = value
+        first = min(rows, default=None)
+        # A validation at the iteration of the last periodic write (an epoch that ends on one) joins its row:
+        # still here, or already in the file, which is then cut where that row starts and the row written again.
+        if first is not None and self._rows and self._rows[-1]["iter"] == first:
+            rows[first] = {**self._rows.pop(), **rows[first]}
+        elif first is not None and not self._rows and self._last is not None and self._last[1]["iter"] == first:
+            self._cut_at = self._last[0]
+            rows[first] = {**self._last[1], **rows[first]}
+            self._last = None
         self._rows.extend(rows[it] for it in sorted(rows))
 
     def sync(self, to_disk: bool = True) -> None:
-        # A batch sent on time keeps its newest row back, so a validation at that iteration (an epoch
-        # that ends on a write) still joins it; a validation, a checkpoint and the end send every row.
-        rows, self._rows = (self._rows[:-1], self._rows[-1:]) if not to_disk else (self._rows, [])
-        if rows and self._file is not None:
-            self._file.write("".join(json.dumps(row) + "\n" for row in rows))
-            self._file.flush()
+        rows, self._rows = self._rows, []
+        if not rows or self._file is None:
+            return
+        if self._cut_at is not None:
+            self._file.truncate(self._cut_at)  # opened to append: the next write goes to the new end
+            self._cut_at = None
+        lines = [(json.dumps(row) + "\n").encode("utf-8") for row in rows]
+        start = self._file.seek(0, 2)
+        self._file.write(b"".join(lines))
+        self._file.flush()
+        self._last = (start + sum(map(len, lines[:-1])), rows[-1])
 
     def close(self) -> None:
         if self._file is not None:

@@ -399,7 +399,11 @@ def check_unresolvable(cfg: DictConfig) -> None:
     from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
     try:
-        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        for top in cfg:  # not Hydra's own node, which a config composed with return_hydra_config holds
+            if top != "hydra":
+                node = cfg[top] if not OmegaConf.is_config(cfg._get_node(top)) else cfg._get_node(top)
+                if OmegaConf.is_config(node):
+                    OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None)
         if not key:
@@ -478,9 +482,13 @@ def warn_if_last_epochs_unvalidated(trainer: Any) -> None:
     validation, so ``val/*`` and the objective describe epoch 2's weights, not ``final.pt``'s. Say so."""
     from hooks.evaluator import Evaluator
 
+    def validates_last(h: Any) -> bool:  # an evaluator that runs after the last epoch anyway
+        return isinstance(h, Evaluator) and (h.at_end or (h.by_epoch and trainer.max_epochs % h.period == 0) or
+                                             (not h.by_epoch and trainer.max_iters % h.period == 0))
+
     workflow = getattr(trainer, "workflow", None)
     if not trainer.is_main or not workflow or not any(phase == "val" for phase, _ in workflow) or \
-            any(isinstance(h, Evaluator) and h.at_end for h in trainer.hooks):
+            any(validates_last(h) for h in trainer.hooks):
         return
     last = last_validated_epoch(workflow, trainer.max_epochs)
     if last is None or last == trainer.max_epochs:

@@ -89,6 +89,8 @@ def explain_config_errors() -> None:
                 print(f"Config error: {err}; --config-dir takes a directory of config groups (model/, ...)", file=sys.stderr)
                 sys.exit(2)
             except yaml.YAMLError as err:  # a config file that is not YAML: its place, not the parser's traceback
+                if not read_by_hydra(err):
+                    raise  # a YAML error of the run's own code (a hook, a dataset): reported as any error of the run
                 print(f"Config error: {yaml_message(err)}", file=sys.stderr)
                 sys.exit(2)
             except (MissingConfigException, ConfigCompositionException, OverrideParseException, ValueError) as err:
@@ -122,6 +124,14 @@ def yaml_message(err: Exception) -> str:
     return f"{where}: {what or err} (not valid YAML)"
 
 
+def read_by_hydra(err: Exception) -> bool:
+    """Whether ``err`` comes from Hydra reading a config file (its config sources), not from the run."""
+    import traceback
+
+    return any(f"{os.sep}hydra{os.sep}" in f.filename and "config_source" in f.filename
+               for f in traceback.extract_tb(err.__traceback__))
+
+
 def made_by_hydra(err: OSError) -> bool:
     """Whether ``err`` comes from Hydra making a run or sweep dir (``mkdir`` called from Hydra's code)."""
     import traceback
@@ -139,10 +149,14 @@ if __name__ == "__main__":
     try:
         main()
     except KeyboardInterrupt:  # a Ctrl-C that aborts (while the run starts; a second one): one line, no traceback
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        import signal
+        if os.environ.get("HYDRA_FULL_ERROR") != "1":
+            def one_line(kind, value, tb):  # type: ignore[no-untyped-def]
+                if issubclass(kind, KeyboardInterrupt):
+                    print("Aborted by Ctrl-C (SIGINT).", file=sys.stderr, flush=True)
+                else:
+                    sys.__excepthook__(kind, value, tb)
 
-        print("Aborted by Ctrl-C (SIGINT).", file=sys.stderr, flush=True)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # end by the signal, as a shell's loop expects of a Ctrl-C
-        os.kill(os.getpid(), signal.SIGINT)
+            sys.excepthook = one_line
+        # Unhandled, Python runs the exit handlers (a sweep's summary and report), then ends by SIGINT, as a
+        # shell's loop expects of a Ctrl-C
+        raise

@@ -983,8 +983,8 @@ class EpochTrainer(TrainerBase):
         """The run's length and workflow, checked before the data is built (see :meth:`TrainerBase.check_config`)."""
         if "max_epochs" in config:
             _positive_length("max_epochs", config["max_epochs"])
-        if "workflow" in config:
-            cls._check_workflow(config["workflow"])
+        if "workflow" in config and isinstance(inspect.getattr_static(cls, "_check_workflow"), classmethod):
+            cls._check_workflow(config["workflow"])  # not a subclass's own instance method: its constructor calls that
 
     @classmethod
     def _check_workflow(cls, workflow: Sequence[Sequence[Any]]) -> List[tuple]:

@@ -10,10 +10,12 @@ from hooks import HookBase
 
 class Pace(HookBase):
     def __init__(self, seconds: float = 0.01, signal_after: Optional[int] = None, signal_when_built: bool = False,
-                 priority=None):
+                 ctrl_c_when_built: bool = False, priority=None):
         super().__init__(priority)
         if signal_when_built:  # SIGTERM this process while the trainer is being built, before training starts
             os.kill(os.getpid(), signal.SIGTERM)
+        if ctrl_c_when_built:  # SIGINT there: an abort
+            os.kill(os.getpid(), signal.SIGINT)
         self.seconds = seconds
         self.signal_after = signal_after  # SIGTERM this process after this iteration (once: a resumed run is past it)
 

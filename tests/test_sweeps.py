@@ -541,3 +541,19 @@ def test_the_summary_reads_a_job_whose_process_died_unrecorded_as_failed_not_run
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_a_ctrl_c_that_aborts_a_basic_sweep_still_leaves_its_summary(tmp_path):
+    """The abort's one line replaced the traceback; ending by the signal then must not skip the exit handlers,
+    which write the sweep's summary and last screen."""
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    env.pop("HYDRA_FULL_ERROR", None)
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "launcher", "-m", *FAST, "trainer.max_epochs=1", f"hydra.sweep.dir={sweep}",
+                           "+hooks.pace._target_=pace.Pace", "+hooks.pace.ctrl_c_when_built=true"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGINT, proc.stderr[-3000:]
+    assert "Aborted by Ctrl-C (SIGINT)." in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert (sweep / "summary.md").is_file() and "summary.md" in proc.stdout + proc.stderr
