@@ -81,6 +81,21 @@ def _node_state(env) -> str:
     return out.stdout.strip().split("\n")[0].rstrip("*~#")
 
 
+def _wait_running(job_dir: Path, timeout: float, why_not, alive=lambda: True) -> dict:
+    """The job's run record once it says running; fails with ``why_not()`` after ``timeout`` seconds, or once
+    ``alive()`` is false (the sweep waiting for it ended)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            record = read_run(job_dir)
+            if record["status"] == "running":
+                return record
+        except (OSError, ValueError, KeyError):
+            pass
+        assert alive() and time.monotonic() < deadline, why_not()
+        time.sleep(0.1)
+
+
 def _squeue(job: str, env) -> str:
     out = subprocess.run(["squeue", "-h", "-j", job.split("_")[0], "-o", "%T %r"], capture_output=True, text=True, env=env)
     return out.stdout.strip()
@@ -273,16 +288,8 @@ def test_the_summary_of_a_detached_sweep_asks_slurm_about_jobs_that_ended_withou
                    "+hooks.pace.seconds=0.05", *FAST], tmp_path, cluster_env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     ids = [json.loads((sweep / str(n) / "submitted.json").read_text())["job_id"] for n in (0, 1)]
-    deadline = time.monotonic() + 240
-    while True:  # job 0 trains; job 1 waits behind it (one task at a time)
-        try:
-            record = read_run(sweep / "0")
-            if record["status"] == "running":
-                break
-        except (OSError, ValueError, KeyError):
-            pass
-        assert time.monotonic() < deadline, f"job 0 did not start: {_squeue(ids[0], cluster_env)!r}"
-        time.sleep(0.2)
+    # job 0 trains; job 1 waits behind it (one task at a time)
+    record = _wait_running(sweep / "0", 240, lambda: f"job 0 did not start: {_squeue(ids[0], cluster_env)!r}")
     assert not (sweep / "1" / "run.json").exists()
     subprocess.run(["scancel", ids[1]], env=cluster_env, check=True)
     os.kill(record["pid"], signal.SIGKILL)  # as the OOM killer: no handler runs, run.json stays "running"
@@ -341,16 +348,7 @@ def test_a_job_killed_outright_is_one_failed_job_and_the_sweep_ends(tmp_path, cl
             "+hooks.pace.seconds=0.1", *FAST]
     proc = subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=tmp_path, env=cluster_env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            record = read_run(sweep / "0")
-            if record["status"] == "running":
-                break
-        except (OSError, ValueError, KeyError):
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, "job 0 did not start"
-        time.sleep(0.1)
+    record = _wait_running(sweep / "0", 120, lambda: "job 0 did not start", alive=lambda: proc.poll() is None)
     os.kill(record["pid"], signal.SIGKILL)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, (out + err)[-3000:]
