@@ -400,10 +400,13 @@ def check_unresolvable(cfg: DictConfig) -> None:
 
     try:
         for top in cfg:  # not Hydra's own node, which a config composed with return_hydra_config holds
-            if top != "hydra":
-                node = cfg[top] if not OmegaConf.is_config(cfg._get_node(top)) else cfg._get_node(top)
-                if OmegaConf.is_config(node):
-                    OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
+            if top == "hydra":
+                continue
+            node = cfg._get_node(top)
+            if OmegaConf.is_config(node):
+                OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
+            else:
+                cfg[top]  # a value: reading it resolves it
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None)
         if not key:

@@ -393,9 +393,7 @@ def composition_message(err: BaseException) -> str:
     full_key = getattr(cause, "full_key", None)
     if full_key and getattr(cause, "msg", None):  # a value the schema refuses: trainer.max_epochs=ten
         if "is not Optional" in str(cause.msg):  # OmegaConf's words for null where the schema wants a value
-            kind = getattr(getattr(cause, "ref_type", None), "__name__", None)
-            return f"{full_key}=null: this key needs a value" + (f" (a {kind})" if kind and kind != "Any" else "") + \
-                f"; give one, e.g. {full_key}=<value>, or leave the override out for its default"
+            return f"{full_key}=null: this key needs a value; give one, e.g. {full_key}=<value>, or leave the override out"
         return f"{full_key}: {str(cause.msg).strip().splitlines()[0]}"
     deleted = re.match(r"Could not delete from config\. '([^']+)' does not exist", text)
     if deleted:
