@@ -404,6 +404,15 @@ def main() -> None:
     args = parser.parse_args()
     if not args.sweep_dir.is_dir():
         raise SystemExit(f"launcher.summary: {args.sweep_dir} is not a directory (expected outputs/multirun/<date>/<time>)")
+    if not (args.sweep_dir / "multirun.yaml").is_file():  # a date dir, or outputs/multirun: several sweeps below
+        sweeps = sorted(p.parent for p in args.sweep_dir.glob("*/multirun.yaml")) or \
+            sorted(p.parent for p in args.sweep_dir.glob("*/*/multirun.yaml"))
+        if len(sweeps) > 1:  # their jobs 0, 1, ... would be listed together, as one sweep's
+            shown = ", ".join(str(p) for p in sweeps[-5:])
+            raise SystemExit(f"launcher.summary: {args.sweep_dir} holds {len(sweeps)} sweeps, not one; give one of them: "
+                             f"{'..., ' if len(sweeps) > 5 else ''}{shown}")
+        if sweeps:
+            args.sweep_dir = sweeps[0]
     if not jobs(args.sweep_dir):
         what = "a single run's dir (its record is run.json there)" if (args.sweep_dir / "run.json").is_file() else \
             "not a sweep dir: it holds no job dirs (0/, 1/, ...)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -557,3 +558,23 @@ def test_a_ctrl_c_that_aborts_a_basic_sweep_still_leaves_its_summary(tmp_path):
     assert proc.returncode == -signal.SIGINT, proc.stderr[-3000:]
     assert "Aborted by Ctrl-C (SIGINT)." in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert (sweep / "summary.md").is_file() and "summary.md" in proc.stdout + proc.stderr
+
+
+def test_the_summary_of_a_dir_holding_several_sweeps_names_them_instead_of_merging_their_jobs(tmp_path):
+    """``launcher.summary outputs/multirun/<date>`` listed each sweep's job 0, 1, ... together as one sweep's,
+    marked one best among them, and wrote summary files into the date dir."""
+    day = tmp_path / "multirun" / "2026-12-05"
+    for sweep in ("10-00-00", "11-00-00"):
+        for job in ("0", "1"):
+            (day / sweep / job).mkdir(parents=True)
+            (day / sweep / job / "run.json").write_text(json.dumps({"status": "completed", "overrides": [f"seed={job}"],
+                                                                    "metrics": {"val/accuracy": 0.5}}))
+        (day / sweep / "multirun.yaml").write_text("objective: val/accuracy\nobjective_mode: max\n")
+    for given in (day, tmp_path / "multirun"):
+        proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(given)], capture_output=True, text=True)
+        assert proc.returncode == 1 and f"{given} holds 2 sweeps, not one; give one of them: {day / '10-00-00'}, " \
+            f"{day / '11-00-00'}" in proc.stderr, proc.stderr
+        assert not (given / "summary.md").exists()
+    shutil.rmtree(day / "11-00-00")
+    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(day)], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith(f"# Sweep {day / '10-00-00'}"), proc.stderr
