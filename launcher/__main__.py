@@ -110,6 +110,12 @@ def explain_config_errors() -> None:
                 print(f"Config error: cannot make the output dir {err.filename}: {err.strerror}; hydra.run.dir "
                       f"(hydra.sweep.dir and hydra.sweep.subdir with -m) must name a directory", file=sys.stderr)
                 sys.exit(2)
+            except CompactHydraException as err:  # last: composition's errors are CompactHydraExceptions too
+                local = sys.modules.get("launcher.local")  # imported where a sweep job was interrupted: not at start-up
+                if local is None or not isinstance(err, local.JobInterrupted):
+                    raise
+                print(str(err), file=sys.stderr)  # a job stopped on a signal sent to it alone: resumable, not failed
+                sys.exit(err.exit_code())
 
         return report(composed)
 

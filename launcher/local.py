@@ -148,6 +148,19 @@ class JobInterrupted(CompactHydraException):
     """A sweep job's run stopped itself on a signal sent to it alone (``scancel --signal=TERM``, ``kill``), with a
     checkpoint: not a failure, and not done; a rerun of the sweep resumes it."""
 
+    sweep_dir: Optional[Path] = None
+
+    def exit_code(self) -> int:
+        """The sweep's: 75 (rerun to resume) unless one of its jobs failed, which Hydra's sweeper, raising at
+        the first job that did not succeed, may not have reached."""
+        from launcher.summary import jobs
+
+        try:
+            failed = self.sweep_dir is None or any(row["status"] == "failed" for row in jobs(self.sweep_dir))
+        except OSError:
+            failed = True
+        return 1 if failed else EXIT_INTERRUPTED
+
 
 def how_it_died(exit_code: Optional[int]) -> str:
     """What a job's controller exit status (:func:`run_controller`) says of a job that left no result."""

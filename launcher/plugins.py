@@ -202,6 +202,7 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
         # stopped itself on a signal (scancel, kill -TERM), its checkpoint on disk
         stopped = JobInterrupted(f"stopped at iteration {record.get('iter')} ({record.get('stop_reason')}), with a "
                                  f"checkpoint: rerun the sweep to resume it")
+        stopped.sweep_dir = Path(str(config.hydra.sweep.dir))
         logging.getLogger("launcher").warning("Sweep job %d (%s) was interrupted: %s; log: %s", idx, " ".join(overrides),
                                               stopped, job_dir / f"{config.hydra.job.name}.log")
         _write_summary(config)

@@ -380,6 +380,7 @@ def test_a_job_stopped_by_scancel_term_stays_interrupted_and_a_one_job_sweep_see
     assert record["status"] == "interrupted" and record["stop_reason"] == "received SIGTERM", out[-3000:]
     assert "Sweep job 0 (seed=0 " in out and "was interrupted: stopped at iteration" in out, out[-3000:]
     assert "rerun the sweep to resume it" in out and "Traceback" not in out
+    assert proc.returncode == 75  # resumable, not failed
     assert not (sweep / "0" / "failure.json").exists()
     assert ",interrupted," in (sweep / "summary.csv").read_text()
 

@@ -346,6 +346,33 @@ def test_a_local_sweep_job_killed_without_a_result_is_one_failed_job_and_the_oth
     assert rows == {"| 0": "failed", "| 1": "done", "| 2": "done"}
 
 
+@pytest.mark.parametrize("kill_job_1", [False, True])
+def test_a_local_sweep_whose_job_was_stopped_alone_exits_75_unless_another_failed(kill_job_1, tmp_path):
+    """kill -TERM to one job: it checkpoints and stops (interrupted, resumable); the sweep exited 1 as for a
+    failure. It exits 75, rerun to resume, unless a job failed too (SIGKILL to job 1: exit 1)."""
+    import signal
+
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "launcher", "-m", "hydra/launcher=local", "hydra.launcher.max_parallel=2", "seed=0,1",
+            "trainer.max_epochs=8", f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.1", *FAST]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=_paced_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def training(job):
+        try:
+            return (sweep / job / "checkpoints" / "last").is_file() and read_run(sweep / job)["status"] == "running"
+        except (OSError, ValueError):
+            return False
+
+    _wait_for(lambda: training("0") and (training("1") or not kill_job_1), proc)
+    os.kill(read_run(sweep / "0")["pid"], signal.SIGTERM)
+    if kill_job_1:
+        os.kill(read_run(sweep / "1")["pid"], signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == (1 if kill_job_1 else 75), err[-3000:]
+    assert "Traceback" not in out + err and "was interrupted: stopped at iteration" in out + err, err[-3000:]
+    assert [read_run(sweep / j)["status"] for j in ("0", "1")] == ["interrupted", "failed" if kill_job_1 else "completed"]
+
+
 def test_jobs_of_a_stopped_local_sweep_that_never_started_show_as_pending_and_a_rerun_runs_them(tmp_path):
     """One job at a time, stopped during the first: the other two appeared nowhere (the summary said
     "Sweep of 1 job(s)"), though the rerun would run them."""
