@@ -77,12 +77,14 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
             record = json.loads((d / "run.json").read_text())
         except (OSError, ValueError):
             pass
+        try:  # a job not started yet: what the sweep recorded (the detached launcher: its SLURM id and logs)
+            submitted = json.loads((d / "submitted.json").read_text())
+        except (OSError, ValueError):
+            submitted = {}
+        submitted = submitted if isinstance(submitted, dict) else {}
         overrides = record.get("overrides")
-        if overrides is None:  # not started yet: what the detached launcher recorded at submission
-            try:
-                overrides = json.loads((d / "submitted.json").read_text())["overrides"]
-            except (OSError, ValueError, KeyError):
-                pass
+        if overrides is None:
+            overrides = submitted.get("overrides")
         if overrides is None:
             try:
                 overrides = [line[2:] for line in (d / ".hydra" / "overrides.yaml").read_text().splitlines() if line.startswith("- ")]
@@ -90,7 +92,7 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
                 overrides = []
         submitit = record.get("submitit") or {}
         row = {
-            "job": num, "dir": str(d), "overrides": " ".join(overrides), "stderr": submitit.get("stderr"),
+            "job": num, "dir": str(d), "overrides": " ".join(overrides), "stderr": submitit.get("stderr") or submitted.get("stderr"),
             "status": STATUS.get(record.get("status", ""), "pending"), "seconds": _seconds(record),
             "metrics": record.get("metrics", {}), "error": record.get("error", ""),
         }
@@ -104,7 +106,7 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
                        metrics=row["metrics"] if own else {}, seconds=row["seconds"] if own else None)
         except (OSError, ValueError, KeyError, TypeError):
             pass
-        row["slurm_job"] = _slurm_job(d, record, row["status"])
+        row["slurm_job"] = _slurm_job(record, submitted, row["status"])
         if row["status"] == "running" and not row["slurm_job"] and _died_here(d, record):
             row.update(status="failed", error=f"its process (pid {record.get('pid')} on this host) ended without "
                                               f"recording its end: killed (SIGKILL, the OOM killer?)")
@@ -124,12 +126,16 @@ def _died_here(job_dir: Path, record: Dict[str, Any]) -> bool:
     if record.get("host") != socket.gethostname() or record.get("pid") in (os.getpid(), os.getppid()) or \
             (record.get("submitit") or {}).get("cluster") == "slurm":
         return False
-    if training_here_now(job_dir) is not None:
-        return False
-    try:  # it may have ended, and recorded it, since its record was read
-        return json.loads((job_dir / "run.json").read_text()).get("status") == "running"
+    return training_here_now(job_dir) is None and _status_now(job_dir) == "running"
+
+
+def _status_now(job_dir: Path) -> str:
+    """The job's status as its ``run.json`` says now (``pending`` without one): it may have started, or
+    ended and recorded it, since the summary read it."""
+    try:
+        return STATUS.get(json.loads((job_dir / "run.json").read_text()).get("status", ""), "pending")
     except (OSError, ValueError, AttributeError):
-        return False
+        return "pending"
 
 
 # SLURM states of a job that is still queued or running (or about to be again); any other is an end
@@ -139,15 +145,11 @@ _SLURM_ACTIVE = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pe
                  "STAGE_OUT": "running"}
 
 
-def _slurm_job(job_dir: Path, record: Dict[str, Any], status: str) -> Optional[str]:
+def _slurm_job(record: Dict[str, Any], submitted: Dict[str, Any], status: str) -> Optional[str]:
     """The SLURM job id of a job the summary cannot finish on its own: one submitted but not started
     (``submitted.json`` of the detached launcher), or one recorded running in a SLURM job."""
     if status == "pending":
-        try:
-            job_id = json.loads((job_dir / "submitted.json").read_text()).get("job_id")
-        except (OSError, ValueError, AttributeError):
-            return None
-        return str(job_id) if job_id else None
+        return str(submitted["job_id"]) if submitted.get("job_id") else None
     job = record.get("submitit") or {}
     if status == "running" and job.get("cluster") == "slurm" and job.get("job_id"):
         return str(job["job_id"])
@@ -186,14 +188,10 @@ def _settle_with_slurm(rows: List[Dict[str, Any]]) -> None:
             if state is not None and r["status"] == "pending":
                 r["status"] = _SLURM_ACTIVE[state]  # running: its Python is starting
             continue
-        try:  # the run may have started, or ended, since its record was read
-            now = STATUS.get(json.loads((Path(r["dir"]) / "run.json").read_text()).get("status", ""), "pending")
-        except (OSError, ValueError, AttributeError):
-            now = "pending"
-        if now != r["status"]:
+        if _status_now(Path(r["dir"])) != r["status"]:
             continue  # the next refresh reads it
         ended = "left the queue" if state == "GONE" else f"ended {state}"
-        log = r["stderr"] or _submitted_log(Path(r["dir"]))
+        log = r["stderr"]
         started = bool(log) and Path(log).is_file()  # submitit's log: the job's Python started
         where = f" (log: {log})" if started else ""
         if r["status"] == "pending":
@@ -205,12 +203,6 @@ def _settle_with_slurm(rows: List[Dict[str, Any]]) -> None:
             r["status"] = "failed"
             r["error"] = f"SLURM job {r['slurm_job']} {ended} while its run was running: the process was killed{where}"
 
-
-def _submitted_log(job_dir: Path) -> Optional[str]:
-    try:
-        return json.loads((job_dir / "submitted.json").read_text()).get("stderr")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def record_failure(job_dir: Path, error: str, overrides: Any) -> None:

@@ -199,15 +199,13 @@ def check_devices(devices: Any, device: Any = "auto", spawned: bool = True) -> i
         raise ConfigError(f"trainer.devices should be an integer of at least 1 (processes to train with), got {devices!r}")
     if devices == 1 or not spawned:  # torchrun or srun started the processes: they are theirs to count
         return devices
-    device = str(device)
-    if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
+    kind = resolve_device(str(device)).type  # a device this machine lacks is named here
+    if kind == "cuda":
         gpus = torch.cuda.device_count()
-        if gpus == 0:
-            raise ConfigError(f"trainer.device: {device!r} was asked for but CUDA is not available here; use auto or cpu")
         if devices > gpus:
             raise ConfigError(f"trainer.devices={devices}: this machine has {gpus} CUDA device(s), one process each; "
                               f"use trainer.devices={gpus} or fewer")
-    elif device == "cpu" or device == "auto":
+    elif kind == "cpu":
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         if devices > cores:
             raise ConfigError(f"trainer.devices={devices}: training on the CPU takes one process per core, and this "
