@@ -446,9 +446,10 @@ class TrainerBase:
     STOP_SYNC_PERIOD = 10  # steps between the ranks' agreement on a stop, under DDP
 
     def at_boundary(self) -> None:
-        pending, self._at_boundary = self._at_boundary, []
-        for fn in pending:
-            fn()
+        if self._at_boundary:  # most steps have nothing to run: no new list for them
+            pending, self._at_boundary = self._at_boundary, []
+            for fn in pending:
+                fn()
         if self.dist is not None and not self.stop_reason and (self.inner_iter == 0 or self.iter % self.STOP_SYNC_PERIOD == 0):
             agreed = distributed.max_int(self._stop_wanted)  # one small all-reduce
             if agreed:
@@ -629,11 +630,12 @@ class TrainerBase:
             self.storage.epoch = self.epoch
             self._call("before_epoch")
         self._data_iter = self._epoch_batches()
-        storage = self.storage
+        storage, handlers = self.storage, self._handlers  # the per-step events dispatched inline: a call less each
         while self.inner_iter < steps and (until_iter is None or self.iter < until_iter):
             storage.iter = self.iter
             self._in_step = True
-            self._call("before_step")
+            for handler in handlers["before_step"]:
+                handler()
             try:
                 self.run_step()
             except StreamEnded:  # the stream ran out: its pass, and the epoch, end here
@@ -641,7 +643,8 @@ class TrainerBase:
                 self._stream_ended()
                 steps = self.inner_iter
                 break
-            self._call("after_step")
+            for handler in handlers["after_step"]:
+                handler()
             self._in_step = False
             self.iter += 1
             self.inner_iter += 1
