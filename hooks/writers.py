@@ -216,26 +216,37 @@ class JSONWriter(BufferedFileWriter):
             return
         path = self.trainer.work_dir / self.filename
         if path.exists():
-            self._drop_rows_after(path, self.trainer.iter)
+            self._last = self._drop_rows_after(path, self.trainer.iter)
         self._file = open(path, "ab")
 
     @staticmethod
-    def _drop_rows_after(path: Path, resume_iter: int) -> None:
-        """Keep the rows a resumed run's checkpoint covers (``iter < resume_iter``); a fresh run keeps none."""
-        kept = []
+    def _drop_rows_after(path: Path, resume_iter: int) -> Optional[Tuple[int, Dict[str, Any]]]:
+        """Keep the rows a resumed run's checkpoint covers (``iter < resume_iter``); a fresh run keeps none.
+
+        Returns the last row kept and where it starts: a value of its iteration that the run writes
+        later (one put at an epoch's end, after that iteration's row) joins it, as in a run never stopped.
+        """
+        kept: List[bytes] = []
+        last = None
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
                 row = json.loads(line)
             except ValueError:  # a line cut short by a kill
                 continue
             if isinstance(row, dict) and isinstance(row.get("iter"), int) and row["iter"] < resume_iter:
-                kept.append(line + "\n")
-        atomic_write(path, "".join(kept).encode("utf-8"))
+                kept.append((line + "\n").encode("utf-8"))
+                last = row
+        atomic_write(path, b"".join(kept))
+        return (sum(map(len, kept[:-1])), last) if last is not None else None
 
     def buffer(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
         rows: Dict[int, Dict[str, Any]] = {}  # one row per iteration, so each value keeps its own
+        storage = self.trainer.storage
         for key, (value, it) in sorted(scalars.items()):
-            rows.setdefault(it, {"iter": it, "epoch": self.trainer.storage.epoch})[key] = value
+            row = rows.get(it)
+            if row is None:
+                row = rows[it] = {"iter": it, "epoch": storage.epoch_of(it)}
+            row[key] = value
         first = min(rows, default=None)
         # A validation at the iteration of the last periodic write (an epoch that ends on one) joins its row:
         # still here, or already in the file, which is then cut where that row starts and the row written again.

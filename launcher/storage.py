@@ -6,6 +6,7 @@ device just to record a number.
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import sys
@@ -191,11 +192,24 @@ class EventStorage:
         self._gather = gather
         self._warned = False
         self.epoch = 0
+        self._epoch_starts: List[Tuple[int, int]] = []  # (first step, epoch) of each epoch begun: see epoch_of
         self._max_length = max_length
         self._history: Dict[str, HistoryBuffer] = {}
         self._smoothing_hints: Dict[str, bool] = {}
         self._puts = 0  # bumps on every put: several writers reading at one step share one summary
         self._summary: Tuple[int, int, Dict[str, Tuple[float, int]]] = (-1, 0, {})
+
+    def begin_epoch(self, epoch: int, iteration: int) -> None:
+        """The trainer begins ``epoch`` at step ``iteration``: values put from now on are of that epoch."""
+        self.epoch = epoch
+        if not self._epoch_starts or self._epoch_starts[-1] != (iteration, epoch):
+            self._epoch_starts.append((iteration, epoch))
+
+    def epoch_of(self, iteration: int) -> int:
+        """The epoch step ``iteration`` belongs to, for a value written after its epoch ended (one a hook puts
+        at an epoch's end reaches the files at the next write); :attr:`epoch` where no epoch begin was told."""
+        i = bisect.bisect_right(self._epoch_starts, (iteration, sys.maxsize)) - 1
+        return self._epoch_starts[i][1] if i >= 0 else self.epoch
 
     def put_scalar(self, name: str, value: Scalar, smoothing_hint: bool = True) -> None:
         """Record ``value`` for ``name`` at the current iteration.
@@ -315,14 +329,19 @@ class EventStorage:
         """
         keys = list(self._history)
         values, iters, lengths = array("d"), array("q"), []
+        oldest = self.iter
         for k in keys:
             vals, its = self._history[k].packed()
             values.extend(vals)
             iters.extend(its)
             lengths.append(len(vals))
+            oldest = min(oldest, its[0]) if its else oldest
+        # the epoch begins that a value still held can fall in, from the one holding the oldest value on
+        first = max(bisect.bisect_right(self._epoch_starts, (oldest, sys.maxsize)) - 1, 0)
         return {
             "iter": self.iter,
             "epoch": self.epoch,
+            "epoch_starts": [n for start in self._epoch_starts[first:] for n in start],  # a few ints: (step, epoch) pairs
             "keys": keys,
             "lengths": lengths,
             "values": to_le_bytes(values),
@@ -333,6 +352,8 @@ class EventStorage:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.iter = state["iter"]
         self.epoch = state["epoch"]
+        starts = list(state.get("epoch_starts", []))  # written since 2026-12-05
+        self._epoch_starts = list(zip(starts[::2], starts[1::2]))
         self._smoothing_hints = dict(state["smoothing_hints"])
         self._summary = (-1, 0, {})
         self._history = {}

@@ -627,7 +627,7 @@ class TrainerBase:
             return False
         steps = self.steps_per_epoch or sys.maxsize
         if self.inner_iter == 0:
-            self.storage.epoch = self.epoch
+            self.storage.begin_epoch(self.epoch, self.iter)
             self._call("before_epoch")
         self._data_iter = self._epoch_batches()
         storage, handlers = self.storage, self._handlers  # the per-step events dispatched inline: a call less each

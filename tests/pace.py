@@ -23,3 +23,22 @@ class Pace(HookBase):
         if self.signal_after is not None and self.trainer.iter == self.signal_after:
             os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(self.seconds)
+
+
+class EpochTally(HookBase):
+    """Puts the number of epochs ended at each epoch's end, after the epoch's validation (a lower priority):
+    the value reaches the files at the next periodic write, after that iteration's row. Resumes its count."""
+
+    def __init__(self, priority=70):
+        super().__init__(priority)
+        self.epochs = 0
+
+    def after_epoch(self):
+        self.epochs += 1
+        self.trainer.storage.put_scalar("tally/epochs", self.epochs, smoothing_hint=False)
+
+    def state_dict(self):
+        return {"epochs": self.epochs}
+
+    def load_state_dict(self, state):
+        self.epochs = state["epochs"]

@@ -232,6 +232,32 @@ def test_a_stop_between_writes_adds_no_row_an_uninterrupted_run_lacks(tmp_path):
     assert steps(run_dir) == steps(reference)
 
 
+def test_a_value_put_at_an_epochs_end_is_logged_once_in_its_own_epoch_when_the_run_stops_before_the_next_write(tmp_path):
+    """A hook puts a value at each epoch's end, after the epoch's validation row is written: the next periodic
+    write carries it, joined to that row. A run stopped in between, and resumed, logs the rows a run never
+    stopped logs (no second row for that iteration), each with the epoch its iteration belongs to."""
+    def cmd(run_dir):  # 8 steps an epoch, ending at iterations 7, 15, 23, 31; periodic writes after 4, 9, 14, 19...
+        return [sys.executable, "-m", "launcher", f"hydra.run.dir={run_dir}", "trainer=epoch", "trainer.max_epochs=4",
+                "data=synthetic", "data.train.size=320", "data.batch_size=32", "hooks.jsonl.period=5",
+                "hooks.jsonl.flush_secs=0", "+hooks.tally._target_=pace.EpochTally", "+hooks.pace._target_=pace.Pace",
+                "+hooks.pace.seconds=0.002", "+hooks.pace.signal_after=17"]
+
+    def layout(d):
+        return [(r["iter"], r["epoch"], sorted(k for k in r if k not in ("time", "data_time"))) for r in rows(d)]
+
+    reference = tmp_path / "ref"
+    stopped = subprocess.run(cmd(reference), cwd=tmp_path, env=ENV, capture_output=True)
+    assert stopped.returncode == 75 and read_run(reference)["iter"] == 18  # tally/epochs at 15 not written yet
+    run_to_end(cmd(reference), tmp_path)
+    never_stopped = tmp_path / "never"
+    run_to_end(cmd(never_stopped)[:-1], tmp_path)
+    assert layout(reference) == layout(never_stopped)
+    iters = [r["iter"] for r in rows(reference)]
+    assert len(iters) == len(set(iters))
+    assert all(r["epoch"] == r["iter"] // 8 for r in rows(reference))
+    assert [r.get("tally/epochs") for r in rows(reference) if r["iter"] in (7, 15, 23, 31)] == [1, 2, 3, 4]
+
+
 def test_truncated_newest_checkpoint_falls_back_to_the_previous_one_and_says_so(tmp_path, references, tmp_path_factory):
     reference = reference_for(references, tmp_path_factory, "iter", 0)
     run_dir = tmp_path / "run"

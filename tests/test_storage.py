@@ -180,3 +180,19 @@ def test_unknown_key_names_what_exists():
         assert "'b'" in str(e) and "['a']" in str(e)
     else:
         raise AssertionError("expected KeyError")
+
+
+def test_epoch_of_a_step_survives_a_checkpoint_and_keeps_only_the_epochs_a_held_value_can_be_in(tmp_path):
+    s = EventStorage(max_length=5)
+    for epoch in range(4):  # 4 steps an epoch
+        s.begin_epoch(epoch, 4 * epoch)
+        for i in range(4 * epoch, 4 * epoch + 4):
+            s.iter = i
+            s.put_scalar("train/loss", float(i))
+    assert [s.epoch_of(i) for i in (0, 3, 4, 9, 15)] == [0, 0, 1, 2, 3]
+    torch.save(s.state_dict(), tmp_path / "s.pt")
+    t = EventStorage()
+    t.load_state_dict(torch.load(tmp_path / "s.pt", weights_only=True))
+    assert t.state_dict()["epoch_starts"] == [8, 2, 12, 3]  # the 5 values held start at step 11
+    assert [t.epoch_of(i) for i in (11, 12, 15)] == [2, 3, 3]
+    assert EventStorage().epoch_of(7) == 0  # no epoch begun: the current one
