@@ -14,6 +14,16 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from launcher.checkpoint import atomic_write, candidates, resume_off
 
 
+def command_line() -> List[str]:
+    """This process's command as it can be typed again: ``python -m launcher ...`` for a module run with ``-m``
+    (``sys.argv[0]`` is then the module's file, which as a script lacks the package)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is None:
+        return [sys.executable, *sys.argv]
+    module = spec.name[: -len(".__main__")] if spec.name.endswith(".__main__") else spec.name
+    return [sys.executable, "-m", module, *sys.argv[1:]]
+
+
 def git_state(cwd: Path) -> Dict[str, Any]:
     """Commit and dirty flag of the git repository holding ``cwd``, or nulls outside one."""
     def git(*args: str) -> Optional[str]:
@@ -110,7 +120,7 @@ class RunRecord:
             "seed": seed,
             "overrides": list(overrides or []),
             "cwd": os.getcwd(),
-            "command": [sys.executable, *sys.argv],
+            "command": command_line(),
             "git": git_state(Path(os.getcwd())),
             "versions": {
                 "python": platform.python_version(),

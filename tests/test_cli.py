@@ -25,6 +25,7 @@ def test_default_run_trains_digits_and_leaves_a_complete_run_dir(cli, tmp_path):
     assert record["objective"]["name"] == "val/accuracy" and record["objective"]["value"] >= 0.95
     assert record["metrics"]["val/accuracy"] == record["objective"]["value"]
     assert record["seed"] == 0 and record["versions"]["torch"] == torch.__version__
+    assert record["command"][1:] == ["-m", "launcher", "trainer=epoch", "hooks=default"]  # as typed, to run again
     for key in ("git", "host", "start_time", "end_time", "versions"):
         assert record[key]
     assert {"python", "hydra"} <= set(record["versions"])
