@@ -28,6 +28,7 @@ def main(cfg: DictConfig) -> float:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
             raise  # in a sweep, Hydra records this job as failed and the other jobs keep their results
         logger.error("Config error: %s", err)
+        traceback_to_log_files(err)
         sys.exit(2)
     except WorkerFailed as err:  # its traceback is in the worker's log; this process's says nothing more
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
@@ -37,6 +38,15 @@ def main(cfg: DictConfig) -> float:
     if result.status == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
     return result.objective
+
+
+def traceback_to_log_files(err: BaseException) -> None:
+    """``err``'s traceback into the run's log file (``train.log``) only: the console keeps its one line."""
+    record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "The traceback of the error above:", (),
+                               (type(err), err, err.__traceback__))
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def save_job_config(cfg: DictConfig) -> None:

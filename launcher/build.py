@@ -9,9 +9,12 @@ import difflib
 import importlib
 import inspect
 import logging
+import os
 import pkgutil
 import re
-from typing import Any, Optional, Sequence
+import sysconfig
+import traceback
+from typing import Any, List, Optional, Sequence
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_object as _hydra_get_object
@@ -184,6 +187,37 @@ def _misfit(key: str, node: Any) -> Optional[str]:
     return None
 
 
+_HYDRA_INSTANTIATE = os.path.join("hydra", "_internal", "instantiate", "_instantiate2.py")
+
+
+def _frames_inside(err: BaseException) -> List[traceback.FrameSummary]:
+    """The frames of ``err``'s traceback below the call that built the object (Hydra's, or :func:`call`'s):
+    none when the call itself failed (arguments that do not bind), some when the code it ran raised."""
+    frames = traceback.extract_tb(err.__traceback__)
+    calls = [i for i, f in enumerate(frames) if f.filename == __file__ or f.filename.endswith(_HYDRA_INSTANTIATE)]
+    return frames[calls[-1] + 1:] if calls else []
+
+
+def _library_dirs() -> List[str]:
+    """Where the standard library, installed packages and the launcher's own packages live."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = sysconfig.get_paths()
+    dirs = {paths["stdlib"], paths["purelib"], paths["platlib"], os.path.join(here, "launcher"), os.path.join(here, "hooks")}
+    return [os.path.join(os.path.abspath(d), "") for d in dirs if d]
+
+
+def _raised_in_user_code(frames: List[traceback.FrameSummary]) -> Optional[str]:
+    """``file:line in function`` of the innermost frame in the user's own code (not Python's, an installed
+    package's or the launcher's), where an object's construction failed; None when there is none."""
+    libraries = _library_dirs()
+    for frame in reversed(frames):
+        path = os.path.abspath(frame.filename)
+        if not frame.filename.startswith("<") and not any(path.startswith(d) for d in libraries):
+            shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
+            return f"{shown}:{frame.lineno} in {frame.name}"
+    return None
+
+
 def _cause(err: BaseException) -> BaseException:
     """What the built object raised, under Hydra's InstantiationException wrapper."""
     return err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
@@ -200,14 +234,20 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
     target = _target_of(sub)
     if isinstance(err, InstantiationException) and message.startswith("Error locating target"):
         return ConfigError(f"{full_key}._target_: cannot import {target!r}: {why_not_importable(str(target))}")
-    signature_error = isinstance(cause, TypeError) and re.search(
+    inside = _frames_inside(cause)
+    # A TypeError about arguments is the config's when binding them to the target failed, or when the argument
+    # it names is a config key that the target passed on (**kwargs to a base class); not one raised by a call
+    # that the code ran (a wrong keyword inside a user's __init__).
+    named = re.search(r"argument:? '(\w+)'", str(cause))
+    from_config = not inside or (named is not None and isinstance(sub, DictConfig) and named.group(1) in sub)
+    signature_error = isinstance(cause, TypeError) and from_config and re.search(
         r"unexpected keyword argument|required (positional |keyword-only )?argument|takes \d+ positional", str(cause))
     own_check = str(cause).startswith(GROUPS)  # the object's own message, already naming its key (data.shuffle ...)
     mistyped = _mistyped(full_key, sub, target) if isinstance(cause, (ValueError, TypeError)) and not signature_error \
         and not own_check else None
     if mistyped:
         return ConfigError(f"{mistyped} ({target} raised {type(cause).__name__}: {_first_line(cause)})")
-    if isinstance(cause, TypeError) and "argument" in str(cause):
+    if isinstance(cause, TypeError) and "argument" in str(cause) and from_config:
         partial = ""
         takes_partial = full_key == "optimizer" or full_key.endswith(".scheduler")  # the factories we call
         if "required positional argument" in str(cause) and isinstance(sub, DictConfig) and not sub.get("_partial_") \
@@ -222,7 +262,9 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
     if isinstance(cause, (ValueError, TypeError)) and own_check:
         return ConfigError(str(cause))
     where = f"{full_key} ({target})" if target else full_key
-    return ConfigError(f"{where}: {type(cause).__name__}: {cause}{_given(sub)}")
+    raised_at = _raised_in_user_code(inside)
+    at = f"; raised at {raised_at} (the traceback is in the run's train.log)" if raised_at else ""
+    return ConfigError(f"{where}: {type(cause).__name__}: {cause}{_given(sub)}{at}")
 
 
 def _first_line(err: BaseException) -> str:

@@ -124,6 +124,25 @@ def test_user_errors_name_module_class_and_keys(project):
         assert proc.returncode == 2 and message in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
+def test_a_bug_in_a_users_constructor_is_shown_where_it_is_not_blamed_on_the_config(project):
+    # A wrong keyword to a call inside the user's __init__ is their code's TypeError, not arguments the config
+    # gave that the class rejects; a KeyError there names the line too; the traceback goes to train.log.
+    (project / "text_project" / "buggy.py").write_text(
+        "import torch\n\n\nclass Net(torch.nn.Module):\n    def __init__(self, vocab: int = 8, hidden: int = 4, pad_id: int = 0):\n"
+        "        super().__init__()\n        self.lin = torch.nn.Linear(vocab, hidden, bias_init=0.0)\n\n\n"
+        "class Keyed(torch.nn.Module):\n    def __init__(self, vocab: int = 8, hidden: int = 4, pad_id: int = 0):\n"
+        "        super().__init__()\n        self.sizes = {}[\"oops\"]\n")
+    for target, error, line in (("Net", "TypeError: Linear.__init__() got an unexpected keyword argument 'bias_init'", 7),
+                                ("Keyed", "KeyError: 'oops'", 13)):
+        run_dir = project / "runs" / target
+        proc = run_cli(["--config-dir", "conf", "+experiment=parity", *SHORT, f"model._target_=text_project.buggy.{target}",
+                        f"hydra.run.dir={run_dir}"], project)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and f"model (text_project.buggy.{target}): {error}" in out, out[-2000:]
+        assert f"raised at {Path('text_project', 'buggy.py')}:{line} in __init__" in out and "rejected the config" not in out
+        assert f'buggy.py", line {line}, in __init__' in (run_dir / "train.log").read_text()
+
+
 def test_trainer_subclass_selected_with_one_override(project):
     proc = run_cli(["--config-dir", "conf", "model=bag_of_tokens", "data=parity", "hooks=minimal",
                     "trainer._target_=text_project.trainer.TextTrainer", *SHORT], project)
