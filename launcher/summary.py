@@ -234,7 +234,10 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
     sweep_dir = Path(sweep_dir)
     rows = jobs(sweep_dir)
     best = best_row(rows, objective, mode)
+    # the objective first when it is another metric (a test/ one a hook records): the table ranks by it
     keys = sorted({k for r in rows for k in r["metrics"] if k.startswith(("val/", "train/"))})
+    if objective not in keys and any(objective in r["metrics"] for r in rows):
+        keys.insert(0, objective)
     header = ["job", "overrides", "status", "seconds", *keys, "best"]
 
     buf = io.StringIO()

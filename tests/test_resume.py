@@ -258,6 +258,28 @@ def test_a_value_put_at_an_epochs_end_is_logged_once_in_its_own_epoch_when_the_r
     assert [r.get("tally/epochs") for r in rows(reference) if r["iter"] in (7, 15, 23, 31)] == [1, 2, 3, 4]
 
 
+def test_killed_while_writing_final_pt_after_a_closing_validation_the_rerun_logs_that_validation_once(tmp_path):
+    """evaluator.period=3 with 4 epochs: a validation closes the run after its last checkpoint. Killed inside
+    the final.pt write, the rerun resumes from that checkpoint and validates again: its row replaces the kept one."""
+    def cmd(run_dir):
+        return [sys.executable, "-m", "launcher", f"hydra.run.dir={run_dir}", "trainer=epoch", "trainer.max_epochs=4",
+                "data=synthetic", "data.train.size=640", "data.batch_size=32", "hooks.evaluator.period=3",
+                "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.002"]
+
+    def layout(d):
+        return [(r["iter"], r["epoch"], sorted(k for k in r if k not in ("time", "data_time", "max_rss"))) for r in rows(d)]
+
+    reference, run_dir = tmp_path / "ref", tmp_path / "run"
+    run_to_end(cmd(reference), tmp_path)
+    writing_final = lambda pid: any((run_dir / "checkpoints").glob(".final.pt.tmp*"))  # noqa: E731
+    assert run_until(cmd(run_dir), tmp_path, writing_final, env={**ENV, WRITE_DELAY: "0.5"}) == -signal.SIGKILL
+    assert not (run_dir / "checkpoints" / "final.pt").exists()
+    run_to_end(cmd(run_dir), tmp_path)
+    assert [r["iter"] for r in rows(run_dir)] == [19, 39, 47, 59, 63]
+    assert layout(run_dir) == layout(reference)
+    assert_same_metrics(run_dir, reference)
+
+
 def test_truncated_newest_checkpoint_falls_back_to_the_previous_one_and_says_so(tmp_path, references, tmp_path_factory):
     reference = reference_for(references, tmp_path_factory, "iter", 0)
     run_dir = tmp_path / "run"
