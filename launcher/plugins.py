@@ -84,7 +84,39 @@ def plan_sweep(config: Any) -> None:
                 f"would share the run dir {path}, and the second would take over the first's run; make the subdir "
                 f"differ between jobs (add the swept keys, or ${{hydra.job.num}})")
         seen[path] = idx
+    swept = {o.get_key_element() for o in parsed if o.is_sweep_override()}
+    check_sweep_dir_holds_this_sweep(config, seen, jobs, swept)
     mark_pending(list(seen), jobs, 0)
+
+
+def _swept_values(overrides: Sequence[str], swept: set) -> dict:
+    return {key: value for key, _, value in (str(o).partition("=") for o in overrides) if key in swept}
+
+
+def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence[Sequence[str]], swept: set) -> None:
+    """Raise :class:`ConfigError` when a job dir of this sweep holds a job of another sweep: one that ran
+    (or was to run) other values of the swept keys. Jobs are numbered by their place in the sweep, so a
+    rerun with a value added or changed would give job 2 the dir of another job 2, be refused there and
+    train the shifted ones again; rerunning the same sweep (to resume it) always fits."""
+    from launcher.errors import ConfigError
+
+    for path, idx in job_dirs.items():
+        recorded = None
+        for name in ("run.json", "submitted.json"):
+            try:
+                recorded = json.loads((path / name).read_text()).get("overrides")
+                break
+            except (OSError, ValueError, AttributeError):
+                continue
+        if not isinstance(recorded, list):
+            continue
+        if _swept_values(recorded, swept) != _swept_values(jobs[idx], swept):
+            was = " ".join(f"{k}={v}" for k, v in sorted(_swept_values(recorded, swept).items())) or "no swept value"
+            now = " ".join(f"{k}={v}" for k, v in sorted(_swept_values(jobs[idx], swept).items()))
+            raise ConfigError(
+                f"hydra.sweep.dir={config.hydra.sweep.dir} holds another sweep: its job {idx} ran [{was}], this "
+                f"sweep's job {idx} is [{now}]; jobs are numbered by their place in the sweep, so give this sweep a "
+                f"new hydra.sweep.dir (the same command as that sweep's resumes it)")
 
 
 COMPOSE_AHEAD = 32  # jobs composed before a sweep starts, at most

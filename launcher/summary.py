@@ -108,8 +108,12 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
             pass
         row["slurm_job"] = _slurm_job(record, submitted, row["status"])
         if row["status"] == "running" and not row["slurm_job"] and _died_here(d, record):
-            row.update(status="failed", error=f"its process (pid {record.get('pid')} on this host) ended without "
-                                              f"recording its end: killed (SIGKILL, the OOM killer?)")
+            from launcher.rundir import _attempt_seconds
+
+            # its time runs to its last sign of life (metrics.jsonl, checkpoints/last), as a rerun would count it
+            row.update(status="failed", seconds=round(_attempt_seconds(record, d), 3),
+                       error=f"its process (pid {record.get('pid')} on this host) ended without recording its end: "
+                             f"killed (SIGKILL, the OOM killer?)")
         rows.append(row)
     _settle_with_slurm(rows)
     return rows

@@ -65,18 +65,21 @@ def test_rerunning_a_sweep_skips_finished_jobs_and_resumes_unfinished_ones(tmp_p
     assert read_run(unfinished)["metrics"]["val/accuracy"] == want  # as if never interrupted
 
 
-def test_a_sweep_rerun_whose_job_is_refused_reports_it_failed_in_the_summary_too(tmp_path):
-    """Rerun into an old sweep dir with another value: job 0's dir holds another config's run and is
-    refused (left as it was); the summary must not show that old run as this job's result."""
+def test_a_sweep_with_other_values_is_refused_in_a_sweep_dir_holding_another_sweep(tmp_path):
+    """Jobs are numbered by their place in the sweep: another value for job 0, or a value added in front
+    (which shifts every later job), would give a job the dir of another sweep's job. Refused before any
+    job runs, naming the job and both values; the sweep it holds is left as it was, and resumes."""
     sweep = tmp_path / "sweep"
     base = ["-m", f"hydra.sweep.dir={sweep}", "trainer.max_epochs=1", *FAST]
     assert run_cli([*base, "optimizer.lr=0.05,0.1"], tmp_path).returncode == 0
-    proc = run_cli([*base, "optimizer.lr=0.07,0.1"], tmp_path)
-    assert proc.returncode != 0
-    assert "1 of 2 sweep job(s) failed" in proc.stderr and "2 done" not in proc.stdout
-    md = (sweep / "summary.md").read_text()
-    assert "optimizer.lr=0.07` | failed |" in md and "holds a run made with another config (optimizer.lr: 0.05 -> 0.07)" in md
-    assert read_run(sweep / "0")["status"] == "completed"  # the refused job's dir: the old run's record, untouched
+    before = {p: p.read_bytes() for p in sorted(sweep.rglob("*")) if p.is_file()}
+    for values, was, now in (("optimizer.lr=0.07,0.1", "optimizer.lr=0.05", "optimizer.lr=0.07"),
+                             ("optimizer.lr=0.05,0.1 seed=0,1", "optimizer.lr=0.05", "optimizer.lr=0.05 seed=0")):
+        proc = run_cli([*base, *values.split()], tmp_path)
+        assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert f"holds another sweep: its job 0 ran [{was}], this sweep's job 0 is [{now}]" in proc.stderr, proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr
+        assert {p: p.read_bytes() for p in sorted(sweep.rglob("*")) if p.is_file()} == before
 
     again = run_cli([*base, "optimizer.lr=0.05,0.1"], tmp_path)  # the sweep it holds: nothing to train, all done
     assert again.returncode == 0 and "Sweep of 2 job(s): 2 done" in again.stdout
@@ -569,14 +572,20 @@ def test_the_summary_reads_a_job_whose_process_died_unrecorded_as_failed_not_run
     dead.wait()
     alive = subprocess.Popen(["sleep", "60"])
     try:
-        now = datetime.datetime.now().astimezone().isoformat()
+        now = datetime.datetime.now().astimezone()
         for job, pid in (("0", dead.pid), ("1", alive.pid)):
             (tmp_path / job).mkdir()
             (tmp_path / job / "run.json").write_text(json.dumps({
                 "status": "running", "overrides": [f"seed={job}"], "pid": pid, "host": socket.gethostname(),
-                "start_time": now, "attempt": 1, "metrics": {}}))
+                "start_time": (now - datetime.timedelta(seconds=30 if job == "0" else 0)).isoformat(), "seconds": 5.0, "attempt": 2,
+                "metrics": {}}))
+        last_sign = tmp_path / "0" / "metrics.jsonl"
+        last_sign.touch()
+        os.utime(last_sign, (now.timestamp() - 10,) * 2)  # its last sign of life, 20 s into the attempt
         rows = jobs(tmp_path)
         assert [r["status"] for r in rows] == ["failed", "running"]
+        assert 24.5 < rows[0]["seconds"] < 25.5 and rows[1]["seconds"] is None  # 5 s earlier + 20 s of this attempt
+        now = now.isoformat()
         assert f"its process (pid {dead.pid} on this host) ended without recording its end" in rows[0]["error"]
         (tmp_path / "0" / "run.json").write_text(json.dumps({"status": "running", "overrides": ["seed=0"], "pid": dead.pid,
                                                             "host": "another-host", "start_time": now}))
