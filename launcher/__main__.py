@@ -26,9 +26,10 @@ def main(cfg: DictConfig) -> float:
         result = launcher.run(cfg, hc.runtime.output_dir, overrides, on_start=lambda: save_job_config(cfg))
     except ConfigError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
+            traceback_to_log_files(err, f"Config error: {err}")
             raise  # in a sweep, Hydra records this job as failed and the other jobs keep their results
         logger.error("Config error: %s", err)
-        traceback_to_log_files(err)
+        traceback_to_log_files(err, "Its traceback:")
         sys.exit(2)
     except WorkerFailed as err:  # its traceback is in the worker's log; this process's says nothing more
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
@@ -40,9 +41,9 @@ def main(cfg: DictConfig) -> float:
     return result.objective
 
 
-def traceback_to_log_files(err: BaseException) -> None:
-    """``err``'s traceback into the run's log file (``train.log``) only: the console keeps its one line."""
-    record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "The traceback of the error above:", (),
+def traceback_to_log_files(err: BaseException, message: str) -> None:
+    """``message`` and ``err``'s traceback into the run's log file (``train.log``) only: the console keeps its one line."""
+    record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, message, (),
                                (type(err), err, err.__traceback__))
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):

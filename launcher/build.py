@@ -200,10 +200,13 @@ def _frames_inside(err: BaseException) -> List[traceback.FrameSummary]:
 
 def _library_dirs() -> List[str]:
     """Where the standard library, installed packages and the launcher's own packages live."""
+    import site
+
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     paths = sysconfig.get_paths()
-    dirs = {paths["stdlib"], paths["purelib"], paths["platlib"], os.path.join(here, "launcher"), os.path.join(here, "hooks")}
-    return [os.path.join(os.path.abspath(d), "") for d in dirs if d]
+    dirs = {paths["stdlib"], paths["purelib"], paths["platlib"], os.path.join(here, "launcher"), os.path.join(here, "hooks"),
+            *getattr(site, "getsitepackages", lambda: [])(), site.getusersitepackages()}
+    return [os.path.normcase(os.path.join(os.path.abspath(d), "")) for d in dirs if d]
 
 
 def _raised_in_user_code(frames: List[traceback.FrameSummary]) -> Optional[str]:
@@ -211,11 +214,36 @@ def _raised_in_user_code(frames: List[traceback.FrameSummary]) -> Optional[str]:
     package's or the launcher's), where an object's construction failed; None when there is none."""
     libraries = _library_dirs()
     for frame in reversed(frames):
-        path = os.path.abspath(frame.filename)
-        if not frame.filename.startswith("<") and not any(path.startswith(d) for d in libraries):
-            shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
-            return f"{shown}:{frame.lineno} in {frame.name}"
+        path = os.path.normcase(os.path.abspath(frame.filename))
+        parts = set(path.split(os.sep))
+        if frame.filename.startswith("<") or any(path.startswith(d) for d in libraries) or \
+                {"site-packages", "dist-packages"} & parts:
+            continue
+        try:
+            shown = os.path.relpath(frame.filename)
+        except ValueError:  # another drive (Windows)
+            shown = frame.filename
+        return f"{frame.filename if shown.startswith('..') else shown}:{frame.lineno} in {frame.name}"
     return None
+
+
+def _config_does_not_bind(target: Optional[str], sub: Any, supplied: Sequence[str]) -> bool:
+    """Whether the config's keys (and what the launcher passes, ``supplied``) fail to bind to ``target``'s
+    signature (``inspect.signature`` follows a decorator's ``__wrapped__``): the config's fault, however
+    deep the TypeError was raised."""
+    if not target or not isinstance(sub, DictConfig) or "_args_" in sub:
+        return False
+    try:
+        signature = inspect.signature(get_object(target))
+    except Exception:  # noqa: BLE001 -- no signature to check against
+        return False
+    given = {str(k): None for k in sub if not str(k).startswith("_")}
+    given.update({name: None for name in supplied})
+    try:
+        (signature.bind_partial if sub.get("_partial_") else signature.bind)(**given)
+    except TypeError:
+        return True
+    return False
 
 
 def _cause(err: BaseException) -> BaseException:
@@ -239,7 +267,8 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
     # it names is a config key that the target passed on (**kwargs to a base class); not one raised by a call
     # that the code ran (a wrong keyword inside a user's __init__).
     named = re.search(r"argument:? '(\w+)'", str(cause))
-    from_config = not inside or (named is not None and isinstance(sub, DictConfig) and named.group(1) in sub)
+    from_config = not inside or (named is not None and isinstance(sub, DictConfig) and named.group(1) in sub) or \
+        (isinstance(cause, TypeError) and _config_does_not_bind(target, sub, supplied))
     signature_error = isinstance(cause, TypeError) and from_config and re.search(
         r"unexpected keyword argument|required (positional |keyword-only )?argument|takes \d+ positional", str(cause))
     own_check = str(cause).startswith(GROUPS)  # the object's own message, already naming its key (data.shuffle ...)
@@ -263,7 +292,7 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
         return ConfigError(str(cause))
     where = f"{full_key} ({target})" if target else full_key
     raised_at = _raised_in_user_code(inside)
-    at = f"; raised at {raised_at} (the traceback is in the run's train.log)" if raised_at else ""
+    at = f"; raised at {raised_at} (its traceback: in the run's train.log, or with HYDRA_FULL_ERROR=1)" if raised_at else ""
     return ConfigError(f"{where}: {type(cause).__name__}: {cause}{_given(sub)}{at}")
 
 

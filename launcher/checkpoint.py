@@ -127,7 +127,8 @@ class BackgroundWriter:
     (a thread started per write cost the training step more: starting one waits for it to run).
     A failed write (disk full...) is raised by the next :meth:`write` or by :meth:`wait`, never lost.
     Each checkpoint is serialized into the memory that held the previous one (see :func:`serialize`),
-    so between saves the writer keeps one checkpoint's size of memory, given back by :meth:`close`.
+    so between saves the writer keeps one checkpoint's size of memory (up to ``REUSE_LIMIT``, 1 GiB;
+    a larger checkpoint takes new memory each time), given back by :meth:`close`.
     """
 
     def __init__(self) -> None:
@@ -138,8 +139,11 @@ class BackgroundWriter:
         self._buffer: Optional[io.BytesIO] = None
 
     def write(self, state: Dict[str, Any], path: PathLike, then_remove: Sequence[Path] = (), background: bool = True) -> Path:
-        self.wait()  # the previous checkpoint is on disk: its memory takes this one
-        data = self._serialize(state)
+        # the previous write still going (a slow disk): this checkpoint in new memory, serialized while it goes on
+        data = serialize(state) if self._thread is not None and self._jobs.unfinished_tasks else None
+        self.wait()
+        if data is None:
+            data = self._serialize(state)  # the previous checkpoint is on disk: its memory takes this one
         path = Path(path)
         if path.parent not in self._ready:  # once per directory, here: fewer system calls on the thread
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -156,14 +160,21 @@ class BackgroundWriter:
         self._jobs.put((data, path, then_remove))
         return path
 
+    REUSE_LIMIT = 1 << 30  # bytes: memory kept between saves for at most this big a checkpoint
+
     def _serialize(self, state: Dict[str, Any]) -> memoryview:
+        data = None
         if self._buffer is not None:
             try:
-                return serialize(state, self._buffer)
+                data = serialize(state, self._buffer)
             except BufferError:  # a view of the previous checkpoint is still held: this one gets new memory
                 pass
-        self._buffer = io.BytesIO()
-        return serialize(state, self._buffer)
+        if data is None:
+            self._buffer = io.BytesIO()
+            data = serialize(state, self._buffer)
+        if len(data) > self.REUSE_LIMIT:  # not kept for the next: a larger state's copy stays out of memory between saves
+            self._buffer = None
+        return data
 
     @staticmethod
     def _remove(paths: Sequence[Path]) -> None:

@@ -90,7 +90,15 @@ def plan_sweep(config: Any) -> None:
 
 
 def _swept_values(overrides: Sequence[str], swept: set) -> dict:
-    return {key: value for key, _, value in (str(o).partition("=") for o in overrides) if key in swept}
+    """``{key: value}`` of the swept keys (``+``/``++`` prefixes dropped; numbers compared as numbers: 0.1 is 1e-1)."""
+    def value(text: str) -> Any:
+        try:
+            return float(text)
+        except ValueError:
+            return text.strip()
+
+    keys = {k.lstrip("+") for k in swept}
+    return {key.lstrip("+"): value(v) for key, _, v in (str(o).partition("=") for o in overrides) if key.lstrip("+") in keys}
 
 
 def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence[Sequence[str]], swept: set) -> None:
@@ -111,8 +119,9 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
         if not isinstance(recorded, list):
             continue
         if _swept_values(recorded, swept) != _swept_values(jobs[idx], swept):
-            was = " ".join(f"{k}={v}" for k, v in sorted(_swept_values(recorded, swept).items())) or "no swept value"
-            now = " ".join(f"{k}={v}" for k, v in sorted(_swept_values(jobs[idx], swept).items()))
+            keys = {k.lstrip("+") for k in swept}
+            was = " ".join(o for o in recorded if o.partition("=")[0].lstrip("+") in keys) or "no swept value"
+            now = " ".join(o for o in jobs[idx] if o.partition("=")[0].lstrip("+") in keys)
             raise ConfigError(
                 f"hydra.sweep.dir={config.hydra.sweep.dir} holds another sweep: its job {idx} ran [{was}], this "
                 f"sweep's job {idx} is [{now}]; jobs are numbered by their place in the sweep, so give this sweep a "

@@ -18,7 +18,7 @@ def command_line() -> List[str]:
     """This process's command as it can be typed again: ``python -m launcher ...`` for a module run with ``-m``
     (``sys.argv[0]`` is then the module's file, which as a script lacks the package)."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if spec is None:
+    if spec is None or spec.name == "__main__":  # a script, or a directory or zip file run as one
         return [sys.executable, *sys.argv]
     module = spec.name[: -len(".__main__")] if spec.name.endswith(".__main__") else spec.name
     return [sys.executable, "-m", module, *sys.argv[1:]]

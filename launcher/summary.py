@@ -111,7 +111,7 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
             from launcher.rundir import _attempt_seconds
 
             # its time runs to its last sign of life (metrics.jsonl, checkpoints/last), as a rerun would count it
-            row.update(status="failed", seconds=round(_attempt_seconds(record, d), 3),
+            row.update(status="failed", seconds=round(_attempt_seconds(record, d), 3) if "seconds" in record else None,
                        error=f"its process (pid {record.get('pid')} on this host) ended without recording its end: "
                              f"killed (SIGKILL, the OOM killer?)")
         rows.append(row)

@@ -626,8 +626,8 @@ class TrainerBase:
         if self.stop_reason:
             return False
         steps = self.steps_per_epoch or sys.maxsize
+        self.storage.begin_epoch(self.epoch, self.iter - self.inner_iter)  # also mid-epoch: a resumed run's
         if self.inner_iter == 0:
-            self.storage.begin_epoch(self.epoch, self.iter)
             self._call("before_epoch")
         self._data_iter = self._epoch_batches()
         storage, handlers = self.storage, self._handlers  # the per-step events dispatched inline: a call less each

@@ -141,6 +141,15 @@ def test_a_bug_in_a_users_constructor_is_shown_where_it_is_not_blamed_on_the_con
         assert proc.returncode == 2 and f"model (text_project.buggy.{target}): {error}" in out, out[-2000:]
         assert f"raised at {Path('text_project', 'buggy.py')}:{line} in __init__" in out and "rejected the config" not in out
         assert f'buggy.py", line {line}, in __init__' in (run_dir / "train.log").read_text()
+    # behind a decorator the TypeError comes from its wrapper's call, but a missing argument is still the config's
+    (project / "text_project" / "decorated.py").write_text(
+        "import functools\n\nimport torch\n\n\ndef logged(fn):\n    @functools.wraps(fn)\n"
+        "    def wrapper(*args, **kwargs):\n        return fn(*args, **kwargs)\n    return wrapper\n\n\n@logged\n"
+        "def make(vocab: int, width: int, hidden: int = 4, pad_id: int = 0):\n    return torch.nn.Linear(vocab, width)\n")
+    proc = run_cli(["--config-dir", "conf", "+experiment=parity", *SHORT, "model._target_=text_project.decorated.make"], project)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "text_project.decorated.make rejected the config: make() missing 1 required " \
+        "positional argument: 'width'" in out and "raised at" not in out, out[-2000:]
 
 
 def test_trainer_subclass_selected_with_one_override(project):

@@ -106,9 +106,13 @@ def test_background_writer_reuses_its_memory_and_each_file_holds_exactly_its_own
     states = [{"w": torch.arange(50_000.0), "i": 0}, {"w": torch.arange(10.0), "i": 1},
               {"w": torch.ones(3, 3), "i": 2}, {"w": torch.arange(70_000.0), "i": 3}]
     writer = BackgroundWriter()
-    for i, state in enumerate(states[:2]):
-        writer.write(state, tmp_path / f"{i}.pt")
+    writer.write(states[0], tmp_path / "0.pt")
+    buffer = writer._buffer
+    writer.wait()
+    writer.write(states[1], tmp_path / "1.pt")
+    assert writer._buffer is buffer  # the same memory, written over
     writer.write(states[2], tmp_path / "2.pt", background=False)
+    assert writer._buffer is buffer
     held = writer._serialize({"w": torch.zeros(2), "i": -1})  # a view the writer did not give back
     writer.write(states[3], tmp_path / "3.pt")
     writer.close()

@@ -629,3 +629,11 @@ def test_the_summary_of_a_dir_holding_several_sweeps_names_them_instead_of_mergi
     shutil.rmtree(day / "11-00-00")
     proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(day)], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith(f"# Sweep {day / '10-00-00'}"), proc.stderr
+
+
+def test_the_sweep_dir_check_compares_numbers_as_numbers_and_keys_without_their_plus():
+    from launcher.plugins import _swept_values
+
+    old = _swept_values(["+optimizer.lr=0.1", "seed=0", "trainer.max_epochs=3"], {"+optimizer.lr", "seed"})
+    assert old == _swept_values(["++optimizer.lr=1e-1", "seed=0"], {"++optimizer.lr", "seed"}) == {"optimizer.lr": 0.1, "seed": 0}
+    assert old != _swept_values(["optimizer.lr=0.2", "seed=0"], {"optimizer.lr", "seed"})
