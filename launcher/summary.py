@@ -73,6 +73,7 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
     rows = []
     for num, d in sorted(_job_dirs(Path(sweep_dir)), key=lambda item: item[0]):
         record: Dict[str, Any] = {}
+        stamp = _modified(d / "run.json")  # before reading: a change after it shows (see write_summary)
         try:
             record = json.loads((d / "run.json").read_text())
         except (OSError, ValueError):
@@ -94,7 +95,7 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
         row = {
             "job": num, "dir": str(d), "overrides": " ".join(overrides), "stderr": submitit.get("stderr") or submitted.get("stderr"),
             "status": STATUS.get(record.get("status", ""), "pending"), "seconds": _seconds(record),
-            "metrics": record.get("metrics", {}), "error": record.get("error", ""),
+            "metrics": record.get("metrics", {}), "error": record.get("error", ""), "read_at": stamp,
         }
         try:  # the job's last attempt failed where run.json could not say so (e.g. refused: another config's run dir)
             if (d / "run.json").is_file() and (d / "run.json").stat().st_mtime_ns > (d / FAILURE).stat().st_mtime_ns:
@@ -230,13 +231,32 @@ def best_row(rows: List[Dict[str, Any]], objective: str, mode: Any) -> Optional[
     return (max if mode == "max" else min)(scored, key=lambda r: r["metrics"][objective]) if scored else None
 
 
+def _modified(path: Path) -> Optional[int]:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
 def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = "max") -> List[Dict[str, Any]]:
-    """Write ``summary.csv`` and ``summary.md`` into ``sweep_dir``; returns the rows."""
+    """Write ``summary.csv`` and ``summary.md`` into ``sweep_dir``; returns the rows.
+
+    Several processes write them (each job as it ends, ``python -m launcher.summary``): one whose jobs'
+    records changed while it read them (a job ended, and wrote its own summary, in between) reads them
+    again and writes once more, so the files never end older than the newest record."""
     mode = getattr(mode, "value", mode)  # the config's ObjectiveMode enum, or a string
     if mode not in ("min", "max"):
         raise ValueError(f"mode should be min or max, got {mode!r}")
     sweep_dir = Path(sweep_dir)
-    rows = jobs(sweep_dir)
+    for _ in range(3):
+        rows = jobs(sweep_dir)
+        _write_files(sweep_dir, rows, objective, mode)
+        if all(_modified(Path(r["dir"]) / "run.json") == r["read_at"] for r in rows):
+            break
+    return rows
+
+
+def _write_files(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mode: str) -> None:
     best = best_row(rows, objective, mode)
     # the objective first when it is another metric (a test/ one a hook records): the table ranks by it
     keys = sorted({k for r in rows for k in r["metrics"] if k.startswith(("val/", "train/"))})
@@ -269,7 +289,6 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
         lines += ["", "Failed jobs:"] + [f"- job {r['job']} (`{r['overrides']}`): {r['error']}"
                                          + ("" if "(log: " in r["error"] else f" (log: {r['dir']}/train.log)") for r in failed]
     atomic_write(sweep_dir / "summary.md", ("\n".join(lines) + "\n").encode())
-    return rows
 
 
 def _error_lines(path: str, job: int, n: int) -> List[str]:

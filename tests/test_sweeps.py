@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -637,3 +638,27 @@ def test_the_sweep_dir_check_compares_numbers_as_numbers_and_keys_without_their_
     old = _swept_values(["+optimizer.lr=0.1", "seed=0", "trainer.max_epochs=3"], {"+optimizer.lr", "seed"})
     assert old == _swept_values(["++optimizer.lr=1e-1", "seed=0"], {"++optimizer.lr", "seed"}) == {"optimizer.lr": 0.1, "seed": 0}
     assert old != _swept_values(["optimizer.lr=0.2", "seed=0"], {"optimizer.lr", "seed"})
+
+
+def test_a_summary_written_while_a_job_ends_is_written_again_not_left_stale(tmp_path, monkeypatch):
+    """`launcher.summary` run while the last job ends: that job writes its summary between this one's read of
+    the records and its write, which would leave the sweep's summary saying running for good."""
+    import launcher.summary as summary
+
+    (tmp_path / "0").mkdir()
+    record = {"status": "running", "overrides": ["seed=0"], "host": "another-host", "start_time": "2026-12-05T05:00:00+00:00"}
+    (tmp_path / "0" / "run.json").write_text(json.dumps(record))
+    write_files = summary._write_files
+    calls = []
+
+    def job_ends_meanwhile(*args):
+        if not calls:  # the job records its end after this writer read the records
+            time.sleep(0.01)
+            (tmp_path / "0" / "run.json").write_text(json.dumps({**record, "status": "completed", "seconds": 2.0,
+                                                                 "metrics": {"val/accuracy": 0.5}}))
+        calls.append(args)
+        write_files(*args)
+
+    monkeypatch.setattr(summary, "_write_files", job_ends_meanwhile)
+    summary.write_summary(tmp_path, "val/accuracy", "max")
+    assert len(calls) == 2 and "| 0 | `seed=0` | done | 2.0 | 0.5 | **best** |" in (tmp_path / "summary.md").read_text()
