@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 
 from hooks.base import HookBase, Priority
-from launcher.checkpoint import atomic_write
+from launcher.files import atomic_write
 
 logger = logging.getLogger("launcher")
 
@@ -133,7 +133,6 @@ class ConsoleWriter(PeriodicWriter):
         if not logger.isEnabledFor(logging.INFO):  # nothing would be printed: skip the formatting
             return
         t = self.trainer
-        storage = t.storage
         parts = [f"epoch {t.epoch_text(t.last_epoch)}"]
         train_keys = [k for k in scalars if not k.startswith("val/")]
         if train_keys:

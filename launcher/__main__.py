@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 import launcher
 from launcher.build import ConfigError
 from launcher.distributed import WorkerFailed
+from launcher.errors import REPORTED_JOB, NonFiniteLoss
 from launcher.signals import EXIT_INTERRUPTED
 
 logger = logging.getLogger("launcher")
@@ -35,6 +36,12 @@ def main(cfg: DictConfig) -> float:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
             raise
         logger.error("Run failed: %s", err)
+        sys.exit(1)
+    except NonFiniteLoss as err:  # the whole story is its message: the trainer's frames are in train.log
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
+            raise
+        print(f"Run failed: {type(err).__name__}: {err} (traceback in {os.path.join(hc.runtime.output_dir, 'train.log')})",
+              file=sys.stderr, flush=True)
         sys.exit(1)
     if result.status == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
@@ -89,6 +96,15 @@ def explain_config_errors() -> None:
         def composed():  # type: ignore[no-untyped-def]
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 return func()  # the whole traceback, as asked
+            try:
+                return explained()
+            except Exception as err:
+                if getattr(err, REPORTED_JOB, None) is None:
+                    raise
+                # a sweep job's failure, logged when the job ended; the sweep's report (at exit) lists every failed job
+                sys.exit(1)
+
+        def explained():  # type: ignore[no-untyped-def]
             try:
                 return func()
             except InstantiationException as err:  # Hydra building its launcher, whose options we check

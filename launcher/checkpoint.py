@@ -8,18 +8,18 @@ save removes.
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import logging
 import os
 import pickle
 import queue
 import threading
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
+
+from launcher.files import atomic_write, fsync_dir, write_file
 
 logger = logging.getLogger(__name__)
 
@@ -28,48 +28,6 @@ PathLike = Union[str, Path]
 # Test-only: seconds to sleep between writing a checkpoint's temporary file and renaming it,
 # so a test can kill the process inside a checkpoint write.
 _WRITE_DELAY_ENV = "LAUNCHER_TEST_CHECKPOINT_WRITE_DELAY"
-
-
-def _fsync_dir(directory: PathLike) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_file(path: PathLike, data: Union[bytes, memoryview], sync: bool) -> None:
-    """Create or truncate ``path`` and write ``data`` (fsynced if ``sync``): os calls only, each a system call."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: PathLike, data: Union[bytes, memoryview], delay: float = 0.0, sync_dir: bool = True) -> None:
-    """Write ``data`` into a temporary file beside ``path``, fsync, then rename over it.
-
-    ``sync_dir`` then fsyncs the directory so the rename itself is durable; a caller renaming
-    several files in one directory can leave it false and fsync the directory once.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        _write_file(tmp, data, sync=True)
-        if delay:
-            time.sleep(delay)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if sync_dir:
-        _fsync_dir(path.parent)
 
 
 def serialize(state: Dict[str, Any], buffer: Optional[io.BytesIO] = None) -> memoryview:
@@ -102,9 +60,9 @@ def write_checkpoint(data: Union[bytes, memoryview], path: PathLike) -> Path:
     delay = float(os.environ.get(_WRITE_DELAY_ENV, "0") or 0)
     atomic_write(path, data, delay, sync_dir=False)
     pointer_tmp = os.path.join(directory, f".last.tmp{os.getpid()}")
-    _write_file(pointer_tmp, path.name.encode() + b"\n", sync=False)
+    write_file(pointer_tmp, path.name.encode() + b"\n", sync=False)
     os.replace(pointer_tmp, os.path.join(directory, "last"))
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return path
 
 

@@ -4,3 +4,20 @@ from __future__ import annotations
 
 class ConfigError(ValueError):
     """A config value that cannot be built or used; the message names the key and what is accepted."""
+
+
+class NonFiniteLoss(FloatingPointError):
+    """The loss became infinite or NaN: the run stops there. The message names the iteration and every
+    loss; the CLI prints it in one line (its traceback, all the trainer's own frames, goes to ``train.log``)."""
+
+
+# Set on a sweep job's error once the job's failure is logged and recorded for the sweep's report: the
+# CLI then ends the sweep with that report alone, not Hydra's traceback of the sweeper re-raising it.
+REPORTED_JOB = "launcher_reported_job"
+
+
+def mark_reported(err: BaseException, job: int) -> None:
+    try:
+        setattr(err, REPORTED_JOB, job)
+    except (AttributeError, TypeError):  # an exception type without a __dict__: reported as Hydra reports it
+        pass

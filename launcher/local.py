@@ -208,6 +208,20 @@ def _last_line(err: Exception) -> str:
     return lines[-1] if lines else str(err).splitlines()[0]
 
 
+class _SayOnce(logging.Filter):
+    """Lets the first record whose message starts with ``prefix`` through, and drops the others."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix, self.said = prefix, False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(self.prefix):
+            return True
+        said, self.said = self.said, True
+        return not said
+
+
 class _NotStarted(Exception):
     """The sweep is stopping: no more jobs start."""
 
@@ -282,6 +296,9 @@ class CappedLocalLauncher(LocalLauncher):
                     errors.append(err)
                     return
 
+        plugin_log = logging.getLogger(LocalLauncher.__module__)
+        said_once = _SayOnce("Submitit 'local' sweep output dir")  # the plugin says it for each job it launches
+        plugin_log.addFilter(said_once)
         with stopper, mock.patch.object(submitit_local, "start_controller", start_controller_unless_stopping), \
                 mock.patch.object(submitit_local.LocalJob, "_results_timeout_s", 1):
             # a job's result is written before its process ends: no file system to wait for
@@ -289,8 +306,13 @@ class CappedLocalLauncher(LocalLauncher):
                      for n in range(min(self.max_parallel, len(job_overrides)))]
             for slot in slots:
                 slot.start()
-            for slot in slots:
-                slot.join()  # a signal's handler (StopJobsOnSignal) still runs here, in the main thread
+            try:
+                for slot in slots:
+                    slot.join()  # a signal's handler (StopJobsOnSignal) still runs here, in the main thread
+            finally:
+                plugin_log.removeFilter(said_once)
+        with contextlib.suppress(OSError):  # submitit makes the folder as named, %j and all; each job's has its id
+            Path(str(self.params["submitit_folder"])).rmdir()
         if errors:
             explained = explain_launcher_error(errors[0], "local")
             if explained is errors[0]:

@@ -107,16 +107,11 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
     rerun with a value added or changed would give job 2 the dir of another job 2, be refused there and
     train the shifted ones again; rerunning the same sweep (to resume it) always fits."""
     from launcher.errors import ConfigError
+    from launcher.summary import recorded_overrides
 
     for path, idx in job_dirs.items():
-        recorded = None
-        for name in ("run.json", "submitted.json"):
-            try:
-                recorded = json.loads((path / name).read_text()).get("overrides")
-                break
-            except (OSError, ValueError, AttributeError):
-                continue
-        if not isinstance(recorded, list):
+        recorded = recorded_overrides(path)
+        if recorded is None:
             continue
         if _swept_values(recorded, swept) != _swept_values(jobs[idx], swept):
             keys = {k.lstrip("+") for k in swept}
@@ -163,7 +158,7 @@ def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]
     lists the job as pending until it starts, also after the sweep is stopped before reaching it."""
     import json
 
-    from launcher.checkpoint import atomic_write  # imports torch: not at the top, which each job's controller runs
+    from launcher.files import atomic_write
 
     for offset, (path, overrides) in enumerate(zip(job_dirs, job_overrides)):
         if (path / "run.json").is_file():
@@ -227,6 +222,7 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
 
     from hydra.core.utils import JobReturn, JobStatus
 
+    from launcher.errors import mark_reported
     from launcher.local import JobDied, JobInterrupted
     from launcher.rundir import mark_failed
     from launcher.summary import record_failure
@@ -256,6 +252,7 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
     logging.getLogger("launcher").error("Sweep job %d failed (%s): %s; log: %s", idx, " ".join(overrides), error,
                                         job_dir / f"{config.hydra.job.name}.log")
     _write_summary(config)
+    mark_reported(died, idx)
     return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=died)
 
 

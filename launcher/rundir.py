@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.checkpoint import atomic_write, candidates, resume_off
+from launcher.checkpoint import candidates, resume_off
+from launcher.files import atomic_write
 
 
 def command_line() -> List[str]:

@@ -25,7 +25,7 @@ from unittest import mock
 from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
-from launcher.checkpoint import atomic_write
+from launcher.files import atomic_write
 from launcher.plugins import as_plain, launcher_errors_explained, record_dead_job
 from launcher.plugins import job_dir as plugin_job_dir
 

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from omegaconf import OmegaConf
 
-from launcher.checkpoint import atomic_write
+from launcher.files import atomic_write
 
 FAILURE = "failure.json"  # in a job dir: its last attempt in a sweep failed (error, overrides); gone once one succeeds
 STATUS = {"completed": "done", "stopped": "done", "failed": "failed", "aborted": "failed",
@@ -72,25 +72,10 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
     """One entry per job dir (see :func:`_job_dirs`), in job order."""
     rows = []
     for num, d in sorted(_job_dirs(Path(sweep_dir)), key=lambda item: item[0]):
-        record: Dict[str, Any] = {}
         stamp = _modified(d / "run.json")  # before reading: a change after it shows (see write_summary)
-        try:
-            record = json.loads((d / "run.json").read_text())
-        except (OSError, ValueError):
-            pass
-        try:  # a job not started yet: what the sweep recorded (the detached launcher: its SLURM id and logs)
-            submitted = json.loads((d / "submitted.json").read_text())
-        except (OSError, ValueError):
-            submitted = {}
-        submitted = submitted if isinstance(submitted, dict) else {}
-        overrides = record.get("overrides")
-        if overrides is None:
-            overrides = submitted.get("overrides")
-        if overrides is None:
-            try:
-                overrides = [line[2:] for line in (d / ".hydra" / "overrides.yaml").read_text().splitlines() if line.startswith("- ")]
-            except OSError:
-                overrides = []
+        record = _read_json(d / "run.json")
+        submitted = _read_json(d / "submitted.json")  # a job not started yet: what the sweep recorded (SLURM id, logs)
+        overrides = recorded_overrides(d, record, submitted) or []
         submitit = record.get("submitit") or {}
         row = {
             "job": num, "dir": str(d), "overrides": " ".join(overrides), "stderr": submitit.get("stderr") or submitted.get("stderr"),
@@ -118,6 +103,31 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
         rows.append(row)
     _settle_with_slurm(rows)
     return rows
+
+
+def _read_json(path: Path) -> Dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def recorded_overrides(job_dir: Path, record: Optional[Dict[str, Any]] = None,
+                       submitted: Optional[Dict[str, Any]] = None) -> Optional[List[str]]:
+    """The overrides a job dir's job ran (or was submitted) with: ``run.json``'s, else ``submitted.json``'s,
+    else Hydra's ``.hydra/overrides.yaml``; None when the dir tells none. ``record`` and ``submitted`` are
+    those two files' contents when the caller has read them already."""
+    job_dir = Path(job_dir)
+    for name, known in (("run.json", record), ("submitted.json", submitted)):
+        overrides = (_read_json(job_dir / name) if known is None else known).get("overrides")
+        if isinstance(overrides, list):
+            return overrides
+    try:
+        lines = (job_dir / ".hydra" / "overrides.yaml").read_text().splitlines()
+    except OSError:
+        return None
+    return [line[2:] for line in lines if line.startswith("- ")]
 
 
 def _died_here(job_dir: Path, record: Dict[str, Any]) -> bool:
@@ -358,14 +368,17 @@ class SweepSummary(Callback):  # type: ignore[misc]
             last = str(err).strip().splitlines()[-1] if str(err).strip() else ""
             import traceback
 
-            from launcher.errors import ConfigError
+            from launcher.errors import ConfigError, NonFiniteLoss, mark_reported
 
-            # a ConfigError's message is the whole story (key, value, what is accepted); other errors get their last frames
-            trace = "" if isinstance(err, ConfigError) else \
+            # a ConfigError's message is the whole story (key, value, what is accepted), and a NaN loss's (the
+            # trainer's own frames); other errors get their last frames
+            trace = "" if isinstance(err, (ConfigError, NonFiniteLoss)) else \
                 "\n" + "".join(traceback.format_exception(type(err), err, err.__traceback__)[-6:]).rstrip()
             logger.error("Sweep job %s failed (%s): %s: %s; log: %s%s", config.hydra.job.num,
                          " ".join(OmegaConf.to_container(config.hydra.overrides.task, resolve=False)), type(err).__name__, last,
                          Path(config.hydra.runtime.output_dir) / f"{config.hydra.job.name}.log", trace)
+            if not isinstance(err, ConfigError):  # a ConfigError keeps its one line at the sweep's end
+                mark_reported(err, config.hydra.job.num)
 
     @staticmethod
     def _record_failure(config: Any, job_return: Any) -> None:

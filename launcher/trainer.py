@@ -57,7 +57,7 @@ from hooks.base import EVENTS, HookBase
 from launcher import distributed
 from launcher.data import is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
-from launcher.errors import ConfigError
+from launcher.errors import ConfigError, NonFiniteLoss
 from launcher.storage import EventStorage, to_le_bytes, unpack_le
 
 logger = logging.getLogger(__name__)
@@ -756,7 +756,7 @@ class TrainerBase:
         return self.device.type in self.SYNC_FREE_DEVICES
 
     def check_finite(self, loss: torch.Tensor, losses: Optional[Mapping[str, torch.Tensor]], read: Optional[float] = None) -> None:
-        """Raise ``FloatingPointError`` for a non-finite loss, naming the iteration and every loss.
+        """Raise :class:`NonFiniteLoss` (a ``FloatingPointError``) for a non-finite loss, naming the iteration and every loss.
 
         On the CPU every step is checked (reading a CPU scalar costs no device sync). On an
         accelerator the losses are checked every ``FINITE_CHECK_PERIOD`` steps with one sync,
@@ -780,7 +780,7 @@ class TrainerBase:
 
     def _raise_non_finite(self, iteration: int, losses: Mapping[str, torch.Tensor]) -> None:
         values = ", ".join(f"{k}={v.item()}" for k, v in losses.items())
-        raise FloatingPointError(f"Loss became infinite or NaN at iteration {iteration} (epoch {self.epoch}): {values}")
+        raise NonFiniteLoss(f"Loss became infinite or NaN at iteration {iteration} (epoch {self.epoch}): {values}")
 
     @torch.no_grad()
     def validate(self) -> Dict[str, float]:

@@ -395,6 +395,37 @@ def test_runs_started_together_get_their_own_run_dirs(tmp_path):
     assert len(dirs) == 2 and all(read_run(d)["attempt"] == 1 for d in dirs)
 
 
+def test_a_nan_loss_ends_a_run_in_one_line_and_a_sweep_with_its_report_not_a_traceback(tmp_path):
+    """A NaN loss's traceback is the trainer's own frames: the console gets its one line (train.log the
+    traceback). A sweep whose jobs fail in training ends with its report of the jobs, not Hydra's traceback
+    of the sweeper re-raising the first failure; a failure in the user's code still shows its frames."""
+    (tmp_path / "single").mkdir()
+    proc = run_cli([*FAST, "optimizer.lr=1e12", "trainer.max_epochs=1"], tmp_path / "single", timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    (run_dir,) = run_dirs(tmp_path / "single" / "outputs")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("Run failed: NonFiniteLoss: Loss became infinite or NaN at iteration ") and \
+        last.endswith(f"(traceback in {run_dir / 'train.log'})"), last
+    log = (run_dir / "train.log").read_text()
+    assert "Traceback" in log and "in _raise_non_finite" in log
+    assert read_run(run_dir)["status"] == "failed"
+
+    (tmp_path / "boom.py").write_text(
+        "from hooks import HookBase\n\n\nclass Boom(HookBase):\n    def after_step(self):\n"
+        "        if self.trainer.iter == 3:\n            raise RuntimeError('boom at step 3')\n")
+    sweep = run_cli(["-m", "optimizer.lr=0.05,1e12", "trainer.max_epochs=1", *FAST], tmp_path, timeout=300)
+    out = sweep.stdout + sweep.stderr
+    assert sweep.returncode == 1 and "Traceback" not in out, out[-3000:]
+    report = sweep.stderr[sweep.stderr.index("1 of 2 sweep job(s) failed"):]
+    assert "job 1 [optimizer.lr=1000000000000.0 " in report and "NonFiniteLoss: Loss became infinite or NaN" in report
+
+    user = run_cli(["-m", "seed=0,1", "+hooks.boom._target_=boom.Boom", "trainer.max_epochs=1", *FAST], tmp_path, timeout=300)
+    out = user.stdout + user.stderr
+    assert user.returncode == 1 and "basic_sweeper.py" not in out, out[-3000:]
+    report = user.stderr[user.stderr.index("2 of 2 sweep job(s) failed"):]
+    assert report.count("RuntimeError: boom at step 3") >= 2 and 'boom.py", line 7, in after_step' in report
+
+
 def test_sweep_summary_marks_the_best_job_and_keeps_going_past_a_failed_one(tmp_path):
     proc = run_cli(["-m", "optimizer.lr=0.05,0.2,-1", "trainer.max_epochs=2", *FAST], tmp_path)
     assert proc.returncode != 0  # a job failed: the sweep says so

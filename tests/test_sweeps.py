@@ -120,6 +120,10 @@ def test_local_launcher_runs_at_most_max_parallel_jobs_at_once(tmp_path):
     end = [datetime.datetime.fromisoformat(r["end_time"]) for r in runs]
     assert start[2] >= min(end[0], end[1])
     assert start[1] < end[0] and start[0] < end[1]  # the first two ran side by side
+    out = proc.stdout + proc.stderr
+    assert out.count("Submitit 'local' sweep output dir") == 1, out[-3000:]  # the plugin says it for each job it launches
+    (sweep,) = {d.parent for d in run_dirs(tmp_path / "outputs" / "multirun")}
+    assert sorted(p.name for p in (sweep / ".submitit").iterdir() if not any(p.iterdir())) == []  # no empty "%j"
 
     bad = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.max_parallel=0", "seed=0,1", *FAST], tmp_path)
     assert bad.returncode == 2 and "hydra.launcher.max_parallel=0: use a whole number >= 1" in bad.stderr
@@ -662,3 +666,11 @@ def test_a_summary_written_while_a_job_ends_is_written_again_not_left_stale(tmp_
     monkeypatch.setattr(summary, "_write_files", job_ends_meanwhile)
     summary.write_summary(tmp_path, "val/accuracy", "max")
     assert len(calls) == 2 and "| 0 | `seed=0` | done | 2.0 | 0.5 | **best** |" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_sweeps_own_process_and_the_summary_command_do_not_import_torch():
+    """The process that dispatches a sweep (local or SLURM) and ``python -m launcher.summary`` never train:
+    importing torch there cost each sweep and each summary over a second."""
+    code = ("import sys, launcher.__main__, launcher.plugins, launcher.local, launcher.slurm, launcher.summary; "
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0

@@ -1,0 +1,53 @@
+"""Durable small-file writes with the standard library alone (no torch: a sweep's parent process and
+``python -m launcher.summary`` import this without paying for torch)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Union
+
+PathLike = Union[str, Path]
+
+
+def fsync_dir(directory: PathLike) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file(path: PathLike, data: Union[bytes, memoryview], sync: bool) -> None:
+    """Create or truncate ``path`` and write ``data`` (fsynced if ``sync``): os calls only, each a system call."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: PathLike, data: Union[bytes, memoryview], delay: float = 0.0, sync_dir: bool = True) -> None:
+    """Write ``data`` into a temporary file beside ``path``, fsync, then rename over it.
+
+    ``sync_dir`` then fsyncs the directory so the rename itself is durable; a caller renaming
+    several files in one directory can leave it false and fsync the directory once.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write_file(tmp, data, sync=True)
+        if delay:
+            time.sleep(delay)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if sync_dir:
+        fsync_dir(path.parent)
