@@ -73,6 +73,8 @@ class PeriodicCheckpointer(HookBase):
         return [name] if name and name != saving and name not in self._saved else []
 
     def before_train(self) -> None:
+        if self.trainer.is_main:  # a checkpoint dir that refuses files stops the run now, not after an epoch's training
+            self._writer.prepare(self.trainer.checkpoint_dir)
         # An interrupt checkpoint is not one of the periodic ones (they rotate as in a run never
         # stopped, and so does this hook's state); it goes once the next checkpoint is written.
         resumed = self.trainer.resumed_from

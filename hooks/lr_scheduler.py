@@ -1,6 +1,7 @@
 """LRScheduler: any ``torch.optim.lr_scheduler`` stepped per iteration or per epoch."""
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import re
@@ -93,6 +94,14 @@ class LRScheduler(HookBase):
                 missing = re.findall(r"'(\w+)'", str(err).partition("missing")[2])
                 key = f"hooks.{self.name or 'lr_scheduler'}.scheduler"
                 hint = "; add " + " ".join(f"+{key}.{m}=<value>" for m in missing) if missing else ""
+                unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(err))
+                if unexpected and isinstance(target, type):
+                    from launcher.build import accepted_names
+
+                    takes = accepted_names(f"{target.__module__}.{target.__qualname__}")[1:]  # the optimizer is ours
+                    close = difflib.get_close_matches(unexpected.group(1), takes, n=1)
+                    hint = (f"; did you mean {key}.{close[0]}?" if close else "") + \
+                        (f" {target.__qualname__} takes: {', '.join(takes)}" if takes else "")
                 raise ConfigError(f"{self._describe()}: {type(err).__name__}: {err}{hint}") from err
             if self.warmup_iters and isinstance(main, torch.optim.lr_scheduler.ReduceLROnPlateau):
                 # torch cannot chain a plateau schedule (SequentialLR refuses it): say so, rather than train without warmup

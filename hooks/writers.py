@@ -140,7 +140,8 @@ class ConsoleWriter(PeriodicWriter):
             parts.append(f"iter {step}/{t.max_iters}")
             eta = self._eta(step) if t.max_iters > step else None
             if eta is not None:
-                parts.append(f"eta {datetime.timedelta(seconds=int(eta))}")
+                # past timedelta's range (trainer.max_epochs=10**20) it says so rather than failing the run
+                parts.append(f"eta {datetime.timedelta(seconds=int(eta))}" if eta < 8.64e13 else "eta >10**9 days")
         for key in sorted(scalars):
             if key not in ("time", "data_time", "lr"):
                 parts.append(f"{key} {scalars[key][0]:.4g}")

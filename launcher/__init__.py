@@ -114,7 +114,10 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     from hooks.base import HookBase
 
     check_trainer_config(cfg)
-    seed_everything(cfg.seed)
+    seed = cfg.seed
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**64:
+        raise ConfigError(f"seed={seed!r}: use a whole number from -2**63 to 2**64-1 (torch's generator takes 64 bits)")
+    seed_everything(seed)
     if cfg.model.get("_target_"):
         logger.info("Instantiating model <%s>", cfg.model.get("_target_"))
     model = build("model", cfg.model)
@@ -123,6 +126,7 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
         raise ConfigError("optimizer: expected a factory of the model's parameters; set optimizer._partial_=true")
     # Built on the model's parameters before the trainer moves the model: Module.to keeps them.
     optimizer = call("optimizer", cfg.optimizer, factory, model.parameters())
+    check_optimizer_numbers(optimizer)
     data = build("data", cfg.data)
     if not callable(getattr(data, "train_loader", None)):
         raise ConfigError(
@@ -151,6 +155,19 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
         hooks[name] = hook
     logger.info("Hooks: %s", ", ".join(hooks) or "none")
     return build("trainer", cfg.trainer, model=model, optimizer=optimizer, data=data, hooks=hooks, work_dir=Path(run_dir))
+
+
+def check_optimizer_numbers(optimizer: Any) -> None:
+    """Raise :class:`ConfigError` for a NaN or infinite hyperparameter (``optimizer.lr=nan``), which torch
+    accepts and which would end the run at its first steps with a NaN loss that does not name the key."""
+    import math
+
+    for group in getattr(optimizer, "param_groups", []):
+        for key, value in group.items():
+            numbers = value if isinstance(value, (tuple, list)) and key != "params" else (value,)
+            if key != "params" and any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
+                raise ConfigError(f"optimizer.{key}={value!r}: not a finite number; give a finite value (e.g. "
+                                  f"optimizer.lr=0.01)")
 
 
 def check_trainer_config(cfg: DictConfig) -> None:
@@ -237,8 +254,9 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     DDP after the ranks have met, so that no rank checks against a record another rank rewrote.
     ``checked``: the run dir was checked already (a worker of ``trainer.devices=N``).
     """
-    from launcher.rundir import (LENGTH, check_rerun, describe_changes, finished_result, ignore_outputs_in_git, lengthens,
-                                 save_config_files, training_here_now)
+    from launcher.checkpoint import resume_off
+    from launcher.rundir import (LENGTH, check_resume_source, check_rerun, describe_changes, finished_result,
+                                 ignore_outputs_in_git, lengthens, save_config_files, training_here_now)
 
     check_unresolvable(cfg)
     check_hooks_package()  # before importing the trainer, which imports the hooks package
@@ -262,10 +280,18 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     if not checked:
         other = training_here_now(run_dir) if env is None or env.is_main else None
         if other:
+            stop = f"scancel --signal=TERM {other.partition('SLURM job ')[2].partition(',')[0]}" if "SLURM job " in other \
+                else "kill -TERM its pid"
             raise ConfigError(f"{run_dir}: a run is training in this dir now ({other}); a second one would overwrite "
-                              f"its checkpoints and logs. Wait for it to end, stop it (kill -TERM its pid: it saves a "
+                              f"its checkpoints and logs. Wait for it to end, stop it ({stop}: it saves a "
                               f"checkpoint to resume from), or give this run another hydra.run.dir")
         changes = check_rerun(run_dir, cfg)
+        resume = cfg.trainer.get("resume", "auto")
+        if isinstance(resume, str) and resume != "auto" and not resume_off(resume):
+            elsewhere = check_resume_source(resume, run_dir, cfg)
+            if elsewhere:
+                logger.warning("The run of %s was started with other settings; continuing with: %s", resume,
+                               describe_changes(elsewhere))
         done = finished_result(run_dir) if cfg.trainer.get("resume", "auto") in ("auto", True) else None
         if done is not None and not lengthens(changes):  # an explicit checkpoint path always trains on
             logger.info("This run already finished (%s): %s = %s; not training again", done["status"],
@@ -363,8 +389,9 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
             status = "aborted"
         elif not isinstance(err, (ConfigError, SystemExit)):
             log_to_files_only(err)
-        record.finish(status, 2 if isinstance(err, ConfigError) else 1, trainer.final_metrics(sync=False) if trainer else {},
-                      error=f"{type(err).__name__}: {err}")
+        # a Ctrl-C that aborts ends the process by SIGINT (130, as a shell reports it)
+        code = 2 if isinstance(err, ConfigError) else 130 if isinstance(err, KeyboardInterrupt) else 1
+        record.finish(status, code, trainer.final_metrics(sync=False) if trainer else {}, error=f"{type(err).__name__}: {err}")
         raise
     objective = metrics.get(cfg.objective)
     if objective is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import List, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -13,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 import launcher
 from launcher.build import ConfigError
 from launcher.distributed import WorkerFailed
-from launcher.errors import REPORTED_JOB, NonFiniteLoss
+from launcher.errors import REPORTED_JOB, RunError
 from launcher.signals import EXIT_INTERRUPTED
 
 logger = logging.getLogger("launcher")
@@ -37,7 +38,7 @@ def main(cfg: DictConfig) -> float:
             raise
         logger.error("Run failed: %s", err)
         sys.exit(1)
-    except NonFiniteLoss as err:  # the whole story is its message: the trainer's frames are in train.log
+    except RunError as err:  # the whole story is its message (a NaN loss...): the launcher's frames go to train.log
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
             raise
         print(f"Run failed: {type(err).__name__}: {err} (traceback in {os.path.join(hc.runtime.output_dir, 'train.log')})",
@@ -121,6 +122,12 @@ def explain_config_errors() -> None:
                 print(f"Config error: {yaml_message(err)}", file=sys.stderr)
                 sys.exit(2)
             except (MissingConfigException, ConfigCompositionException, OverrideParseException, ValueError) as err:
+                unwritable = log_file_refused(err)
+                if unwritable is not None:  # Hydra opening the run's log file in a dir that refuses it
+                    print(f"Config error: cannot write the run's log file {unwritable.filename}: {unwritable.strerror}; "
+                          f"hydra.run.dir (hydra.sweep.dir with -m) must name a directory this user can write to",
+                          file=sys.stderr)
+                    sys.exit(2)
                 if isinstance(err, ConfigError):  # a sweep job's: its one line, as a single run prints it (the sweep's report follows)
                     raise CompactHydraException(f"Config error: {err}") from None
                 if isinstance(err, ValueError) and not group_value_message(err):
@@ -165,6 +172,14 @@ def read_by_hydra(err: Exception) -> bool:
                for f in traceback.extract_tb(err.__traceback__))
 
 
+def log_file_refused(err: BaseException) -> Optional[OSError]:
+    """The OSError under logging's "Unable to configure handler 'file'" (Hydra setting up ``train.log``), or None."""
+    if not (isinstance(err, ValueError) and str(err).startswith("Unable to configure handler")):
+        return None
+    cause = err.__cause__ or err.__context__
+    return cause if isinstance(cause, OSError) and cause.filename else None
+
+
 def made_by_hydra(err: OSError) -> bool:
     """Whether ``err`` comes from Hydra making a run or sweep dir (``mkdir`` called from Hydra's code)."""
     import traceback
@@ -173,12 +188,56 @@ def made_by_hydra(err: OSError) -> bool:
     return bool(frames) and frames[-1].name == "mkdir" and any(f"{os.sep}hydra{os.sep}" in f.filename for f in frames[-3:-1])
 
 
+def options_after_overrides(argv: List[str]) -> Optional[str]:
+    """The one-line error for a Hydra option (``-m``, ``--config-dir``...) between overrides, which Hydra's
+    parser reports as a usage screen blaming the overrides after it; with the command in the order it takes."""
+    try:
+        from hydra._internal.utils import get_args_parser
+
+        actions = get_args_parser()._actions
+    except Exception:  # noqa: BLE001 -- a Hydra without it: its own report
+        return None
+    known = {opt: action.nargs for action in actions for opt in action.option_strings}
+    options: List[str] = []
+    overrides: List[str] = []
+    late: List[str] = []
+    split = False
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        name = token.partition("=")[0] if token.startswith("--") else token
+        if not token.startswith("-") or name not in known:
+            overrides.append(token)
+            split = split or bool(late)  # overrides on both sides of an option: Hydra's parser refuses those after it
+        else:
+            if overrides:
+                late.append(token)
+            takes_value = known[name] is None and "=" not in token and i + 1 < len(argv)
+            options.extend(argv[i:i + 2] if takes_value else [token])
+            i += takes_value
+        i += 1
+    if not split:
+        return None
+    import shlex
+
+    return (f"Config error: {late[0]} comes after the override {overrides[0]}; Hydra reads its options (-m, --config-dir, "
+            f"--cfg, ...) before the overrides: python -m launcher {shlex.join(options + overrides)}")
+
+
 if __name__ == "__main__":
+    misplaced = options_after_overrides(sys.argv[1:])
+    if misplaced:
+        print(misplaced, file=sys.stderr)
+        sys.exit(2)
     explain_config_errors()
     if {"-m", "--multirun"} & set(sys.argv[1:]) or "hydra.mode=MULTIRUN" in sys.argv[1:]:
+        import json
+
         from launcher import plugins
 
         plugins.register()  # hydra/launcher=local and slurm_detached
+        # the sweep's command, for the run.json of each job that submitit starts (their own is its bootstrap)
+        os.environ.setdefault("LAUNCHER_SWEEP_COMMAND", json.dumps([sys.executable, "-m", "launcher", *sys.argv[1:]]))
     try:
         main()
     except KeyboardInterrupt:  # a Ctrl-C that aborts (while the run starts; a second one): one line, no traceback

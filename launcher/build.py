@@ -51,13 +51,13 @@ def _node_at(root: Any, key: str, full_key: str) -> Any:
     return OmegaConf.select(root, rel) if rel else root
 
 
-def _accepted(target: Optional[str], supplied: Sequence[str] = ()) -> str:
+def accepted_names(target: Optional[str], supplied: Sequence[str] = ()) -> List[str]:
     """The keyword arguments ``target`` accepts, following ``**kwargs`` up a class's bases; less
     ``supplied``, those the launcher passes itself (a trainer's model, optimizer, data...)."""
     try:
         obj = get_object(target) if target else None
     except Exception:
-        return ""
+        return []
     funcs = [c.__init__ for c in obj.__mro__ if "__init__" in vars(c)] if inspect.isclass(obj) else [obj]
     names: list = []
     for func in funcs:
@@ -69,6 +69,11 @@ def _accepted(target: Optional[str], supplied: Sequence[str] = ()) -> str:
                   and n not in names and n not in supplied]
         if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             break
+    return names
+
+
+def _accepted(target: Optional[str], supplied: Sequence[str] = ()) -> str:
+    names = accepted_names(target, supplied)
     return f"; {target} accepts: {', '.join(names)}" if names else ""
 
 
@@ -363,9 +368,20 @@ def unknown_key_message(err: BaseException) -> Optional[str]:
         return (f"{full}: the basic launcher (the default) takes no options; {key} is one of another launcher's: "
                 f"-m hydra/launcher=local (max_parallel), slurm or slurm_detached, then {full}=...")
     keys = [str(k) for k in parent.keys() if not str(k).startswith("_") and (where or k != "hydra")]
+    fixed = isinstance(cause.object_type, type) and is_dataclass(cause.object_type)  # a schema: no new keys
+    target = parent.get("_target_") if not fixed else None
+    takes = [n for n in accepted_names(str(target)) if n not in keys] if isinstance(target, str) else []
+    if takes and parent.get("_partial_") is True:
+        takes = takes[1:]  # a factory's first argument is the launcher's to pass (an optimizer's params, a schedule's optimizer)
+    if takes and not in_file:  # a node of a _target_'s arguments (a scheduler's): new keys are its parameters
+        if key in takes:
+            return f"{full}: not in the config yet; {target} takes it: add it with +{full}=..."
+        close = difflib.get_close_matches(key, keys + takes, n=1)
+        hint = f"; did you mean {where}.{close[0]}?" if close else "."
+        listed = f"{', '.join(keys)}; with +: " if keys else "(added with +) "
+        return f"{full}: no such key in {where}{hint} Accepted there: {listed}{', '.join(takes)} (what {target} takes)"
     close = difflib.get_close_matches(key, keys, n=1)
     hint = f"; did you mean {where + '.' if where else ''}{close[0]}?" if close else "."
-    fixed = isinstance(cause.object_type, type) and is_dataclass(cause.object_type)  # a schema: no new keys
     if in_file:
         add = ""
     elif fixed:  # the schema's keys are the built-in class's; a class of one's own may take more

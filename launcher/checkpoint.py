@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from launcher.errors import CheckpointWriteError
 from launcher.files import atomic_write, fsync_dir, write_file
 
 logger = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class BackgroundWriter:
     def __init__(self) -> None:
         self._jobs: "queue.Queue[Optional[Tuple[memoryview, Path, Sequence[Path]]]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
-        self._error: Optional[BaseException] = None
+        self._error: Optional[CheckpointWriteError] = None  # a failed background write's, raised by the next call
         self._ready: set = set()  # directories made and cleared of a killed writer's temporary files
         self._buffer: Optional[io.BytesIO] = None
 
@@ -103,12 +104,13 @@ class BackgroundWriter:
         if data is None:
             data = self._serialize(state)  # the previous checkpoint is on disk: its memory takes this one
         path = Path(path)
-        if path.parent not in self._ready:  # once per directory, here: fewer system calls on the thread
-            path.parent.mkdir(parents=True, exist_ok=True)
-            remove_stale_temporaries(path.parent)
-            self._ready.add(path.parent)
+        self.prepare(path.parent)
+        try:
+            if not background:
+                write_checkpoint(data, path)
+        except OSError as err:
+            raise _write_failed(f"writing checkpoint {path}", path.parent, err) from err
         if not background:
-            write_checkpoint(data, path)
             data.release()
             self._remove(then_remove)
             return path
@@ -117,6 +119,22 @@ class BackgroundWriter:
             self._thread.start()
         self._jobs.put((data, path, then_remove))
         return path
+
+    def prepare(self, directory: PathLike) -> None:
+        """Make ``directory``, clear it of a killed writer's temporary files and check that a file can be
+        written there (once per directory): a run whose checkpoints cannot be written stops before training."""
+        directory = Path(directory)
+        if directory in self._ready:
+            return
+        probe = directory / f".probe.tmp{os.getpid()}"
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            remove_stale_temporaries(directory)
+            write_file(probe, b"", sync=False)
+            probe.unlink()
+        except OSError as err:
+            raise _write_failed(f"writing checkpoints in {directory}", directory, err) from err
+        self._ready.add(directory)
 
     REUSE_LIMIT = 1 << 30  # bytes: memory kept between saves for at most this big a checkpoint
 
@@ -137,7 +155,10 @@ class BackgroundWriter:
     @staticmethod
     def _remove(paths: Sequence[Path]) -> None:
         for old in paths:  # retention: only once the new file is safe
-            old.unlink(missing_ok=True)
+            try:
+                old.unlink(missing_ok=True)
+            except OSError as err:
+                raise _write_failed(f"removing the old checkpoint {old}", old.parent, err) from err
 
     def _work(self) -> None:
         while True:
@@ -147,11 +168,17 @@ class BackgroundWriter:
                     return
                 data, path, then_remove = job
                 job = None  # the buffer's next checkpoint needs every view of this one gone
-                write_checkpoint(data, path)
+                try:
+                    write_checkpoint(data, path)
+                except BaseException as err:
+                    raise _write_failed(f"writing checkpoint {path}", path.parent, err) from err
                 data.release()
                 self._remove(then_remove)
-            except BaseException as err:
+            except CheckpointWriteError as err:
                 self._error = err
+            except BaseException as err:  # noqa: B036 -- never lost: the next write or wait raises it
+                self._error = _write_failed("writing a checkpoint", path.parent, err)
+                self._error.__cause__ = err
             finally:
                 self._jobs.task_done()
 
@@ -161,7 +188,7 @@ class BackgroundWriter:
             self._jobs.join()
         if self._error is not None:
             err, self._error = self._error, None
-            raise RuntimeError(f"writing a checkpoint failed: {type(err).__name__}: {err}") from err
+            raise err
 
     def close(self) -> None:
         """Wait for the writes, then end the thread (a later write starts another)."""
@@ -173,6 +200,13 @@ class BackgroundWriter:
                 self._jobs.put(None)
                 self._thread.join()
                 self._thread = None
+
+
+def _write_failed(what: str, directory: Path, err: BaseException) -> CheckpointWriteError:
+    """The error of a failed checkpoint write (or retention), naming the file, the reason and the way on."""
+    why = f"{type(err).__name__}: {err.strerror}" if isinstance(err, OSError) and err.strerror else f"{type(err).__name__}: {err}"
+    return CheckpointWriteError(f"{what} failed ({why}); the checkpoints written before it are kept: free space, or "
+                                f"make {directory} a directory you can write to, then rerun the same command to resume from the newest")
 
 
 class UntrustedCheckpointError(RuntimeError):

@@ -6,7 +6,13 @@ class ConfigError(ValueError):
     """A config value that cannot be built or used; the message names the key and what is accepted."""
 
 
-class NonFiniteLoss(FloatingPointError):
+class RunError(Exception):
+    """An error that ends a run whose message is the whole story (what went wrong, where, what to change):
+    the CLI prints it in one line, ``Run failed: ...``, exit status 1, and its traceback (the launcher's own
+    frames) goes to ``train.log``. Each kind also derives from the built-in error it would otherwise be."""
+
+
+class NonFiniteLoss(RunError, FloatingPointError):
     """The loss became infinite or NaN: the run stops there. The message names the iteration and every
     loss; the CLI prints it in one line (its traceback, all the trainer's own frames, goes to ``train.log``)."""
 
@@ -21,3 +27,11 @@ def mark_reported(err: BaseException, job: int) -> None:
         setattr(err, REPORTED_JOB, job)
     except (AttributeError, TypeError):  # an exception type without a __dict__: reported as Hydra reports it
         pass
+
+
+class ModelOutputError(RunError, TypeError):
+    """A model's forward returned what the trainer cannot take as a loss (or metrics); names what it got."""
+
+
+class CheckpointWriteError(RunError, RuntimeError):
+    """A checkpoint could not be written (a full disk, a directory that refuses writes); names the file."""

@@ -222,6 +222,13 @@ class _SayOnce(logging.Filter):
         return not said
 
 
+def check_max_parallel(max_parallel: Any) -> None:
+    """Raise :class:`ConfigError` for a ``hydra.launcher.max_parallel`` that is not null or a whole number >= 1."""
+    if max_parallel is not None and (isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1):
+        raise ConfigError(f"hydra.launcher.max_parallel={max_parallel!r}: use a whole number >= 1, "
+                          f"or null for one job per usable CPU core ({usable_cores()} here)")
+
+
 class _NotStarted(Exception):
     """The sweep is stopping: no more jobs start."""
 
@@ -234,9 +241,7 @@ class CappedLocalLauncher(LocalLauncher):
     """
 
     def __init__(self, max_parallel: Optional[int] = None, **params: Any) -> None:
-        if max_parallel is not None and (isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1):
-            raise ConfigError(f"hydra.launcher.max_parallel={max_parallel!r}: use a whole number >= 1, "
-                             f"or null for one job per usable CPU core ({usable_cores()} here)")
+        check_max_parallel(max_parallel)
         super().__init__(**params)
         self.max_parallel = max_parallel or usable_cores()
 

@@ -66,6 +66,10 @@ def plan_sweep(config: Any) -> None:
 
     from launcher.errors import ConfigError
 
+    if str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher"):
+        from launcher.local import check_max_parallel
+
+        check_max_parallel(config.hydra.launcher.get("max_parallel"))  # before any job dir or summary is written
     if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
         return
     subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
@@ -93,9 +97,10 @@ def _swept_values(overrides: Sequence[str], swept: set) -> dict:
     """``{key: value}`` of the swept keys (``+``/``++`` prefixes dropped; numbers compared as numbers: 0.1 is 1e-1)."""
     def value(text: str) -> Any:
         try:
-            return float(text)
+            number = float(text)
         except ValueError:
             return text.strip()
+        return number if number == number else "nan"  # NaN equals no number, itself included
 
     keys = {k.lstrip("+") for k in swept}
     return {key.lstrip("+"): value(v) for key, _, v in (str(o).partition("=") for o in overrides) if key.lstrip("+") in keys}
@@ -254,6 +259,23 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
     _write_summary(config)
     mark_reported(died, idx)
     return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=died)
+
+
+def record_cancelled(config: Any, job_dir: Path, overrides: Sequence[str], idx: int, slurm_job: Any) -> Any:
+    """The JobReturn of a SLURM job cancelled before its run started (``scancel`` while it was queued): not a
+    failure, and not done; the summary lists it ``cancelled`` (from ``submitted.json``'s SLURM id), and a rerun
+    of the sweep runs it. Exit status 75, as for an interrupted job, unless another job failed."""
+    import logging
+
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from launcher.local import JobInterrupted
+
+    stopped = JobInterrupted(f"SLURM job {slurm_job} was cancelled before its run started: rerun the sweep to run it")
+    stopped.sweep_dir = Path(str(config.hydra.sweep.dir))
+    logging.getLogger("launcher").warning("Sweep job %d (%s): %s", idx, " ".join(overrides), stopped)
+    _write_summary(config)
+    return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=stopped)
 
 
 def _write_summary(config: Any) -> None:

@@ -15,13 +15,27 @@ from launcher.checkpoint import candidates, resume_off
 from launcher.files import atomic_write
 
 
+SWEEP_COMMAND_ENV = "LAUNCHER_SWEEP_COMMAND"  # set by ``python -m launcher -m ...`` for its job processes
+
+
 def command_line() -> List[str]:
     """This process's command as it can be typed again: ``python -m launcher ...`` for a module run with ``-m``
-    (``sys.argv[0]`` is then the module's file, which as a script lacks the package)."""
+    (``sys.argv[0]`` is then the module's file, which as a script lacks the package). In a job process that
+    submitit started for a sweep (its own command is submitit's bootstrap), the sweep's command, which
+    reruns (resumes) the sweep and with it this job."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if spec is None or spec.name == "__main__":  # a script, or a directory or zip file run as one
+    module = None if spec is None or spec.name == "__main__" else spec.name  # None: a script, a dir or zip run as one
+    sweep = os.environ.get(SWEEP_COMMAND_ENV)
+    if sweep and (sys.argv[:1] == ["-c"] or (module or "").startswith("submitit.")):
+        try:
+            command = json.loads(sweep)
+        except ValueError:
+            command = None
+        if isinstance(command, list):
+            return [str(part) for part in command]
+    if module is None:
         return [sys.executable, *sys.argv]
-    module = spec.name[: -len(".__main__")] if spec.name.endswith(".__main__") else spec.name
+    module = module[: -len(".__main__")] if module.endswith(".__main__") else module
     return [sys.executable, "-m", module, *sys.argv[1:]]
 
 
@@ -238,7 +252,9 @@ def training_here_now(run_dir: Path) -> Optional[str]:
         recorded = None
     if started is not None and recorded is not None and started > recorded + 5:
         return None  # the number was reused by a process started after the record
-    return f"pid {pid} on this host, started {data.get('start_time')}, attempt {data.get('attempt')}"
+    job = data.get("submitit") or {}
+    slurm = f", SLURM job {job['job_id']}" if job.get("cluster") == "slurm" and job.get("job_id") else ""
+    return f"pid {pid} on this host{slurm}, started {data.get('start_time')}, attempt {data.get('attempt')}"
 
 
 # What a run's checkpoints and results are made of: resuming them under other values would fail to
@@ -336,6 +352,27 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
             f"run dir {str(run_dir)!r} holds a run made with another config ({describe_changes(defining)}); its "
             f"checkpoints belong to that run. Rerun with that run's overrides (.hydra/overrides.yaml there) to "
             f"resume it, or choose a new hydra.run.dir (hydra.sweep.dir for a sweep) for this one")
+    return changes
+
+
+def check_resume_source(checkpoint: Any, run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
+    """For ``trainer.resume=<checkpoint of another run dir>``: refuse, as :func:`check_rerun` does for the
+    run dir's own, a config that defines another experiment than the checkpoint's run (its batches, schedule
+    and length would silently be this config's); return the other changes. A checkpoint outside a run dir
+    that recorded its config is not checked."""
+    from launcher.errors import ConfigError
+
+    path = Path(str(checkpoint)).resolve()
+    source = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    if source == Path(run_dir).resolve() or recorded_config(source) is None:
+        return []
+    changes = [c for c in config_changes(source, cfg) if c[0] != "trainer.resume"]
+    defining = [c for c in changes if _defines(c[0])]
+    if defining:
+        raise ConfigError(
+            f"trainer.resume={checkpoint}: that checkpoint's run ({source}) was made with another config "
+            f"({describe_changes(defining)}); resuming goes on with that run as it was. Rerun with its overrides "
+            f"(.hydra/overrides.yaml there), or start from its weights alone with trainer.load_from={checkpoint}")
     return changes
 
 

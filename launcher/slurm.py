@@ -26,7 +26,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
 from launcher.files import atomic_write
-from launcher.plugins import as_plain, launcher_errors_explained, record_dead_job
+from launcher.plugins import as_plain, launcher_errors_explained, record_cancelled, record_dead_job
 from launcher.plugins import job_dir as plugin_job_dir
 
 log = logging.getLogger("launcher")
@@ -98,6 +98,17 @@ def exit_failed_at_exit() -> None:
     atexit.register(end)
 
 
+def record_submitted(launcher: Any, jobs: Sequence[Any], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
+    """``submitted.json`` in each job's dir: its SLURM id and log files, so the summary can ask SLURM about a job
+    whose run has not recorded itself (queued, cancelled while queued, killed before its run started)."""
+    for offset, (job, overrides) in enumerate(zip(jobs, job_overrides)):
+        job_dir = plugin_job_dir(launcher.config, overrides, initial_job_idx + offset, launcher.hydra_context.config_loader)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        info = {"job": initial_job_idx + offset, "job_id": job.job_id, "overrides": list(overrides),
+                "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
+        atomic_write(job_dir / "submitted.json", (json.dumps(info, indent=2) + "\n").encode())
+
+
 class DetachedSlurmLauncher(SlurmLauncher):
     """The ``slurm`` launcher, returning once the job array is submitted; prints the job ids and sweep dir."""
 
@@ -116,13 +127,7 @@ class DetachedSlurmLauncher(SlurmLauncher):
             with launcher_errors_explained("slurm_detached"):
                 returns = super().launch(job_overrides, initial_job_idx)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        for offset, (job, overrides) in enumerate(zip(submitted, job_overrides)):
-            job_dir = plugin_job_dir(self.config, overrides, initial_job_idx + offset, self.hydra_context.config_loader)
-            job_dir.mkdir(parents=True, exist_ok=True)
-            info = {"job_id": job.job_id, "overrides": list(overrides), "stdout": str(job.paths.stdout),
-                    "stderr": str(job.paths.stderr)}
-            text = json.dumps(info, indent=2) + "\n"
-            atomic_write(job_dir / "submitted.json", text.encode())
+        record_submitted(self, submitted, job_overrides, initial_job_idx)
         ids = ", ".join(str(j.job_id) for j in submitted)
         log.info("Submitted %d job(s) to SLURM: %s", len(submitted), ids)
         log.info("Sweep dir: %s (python -m launcher.summary %s shows their progress)", sweep_dir, sweep_dir)
@@ -158,6 +163,7 @@ class AttachedSlurmLauncher(SlurmLauncher):
         def recording(executor: Any, fn: Any, *iterable: Any) -> Any:
             submitted = submit(executor, fn, *iterable)
             jobs.extend(submitted)
+            record_submitted(self, submitted, job_overrides, initial_job_idx)
             return submitted
 
         def results_or_died(job: Any) -> Any:  # a job that ended without a result is one failed job, not the sweep's end
@@ -165,12 +171,14 @@ class AttachedSlurmLauncher(SlurmLauncher):
                 return results(job)
             except UncompletedJobError:
                 offset = next(i for i, j in enumerate(jobs) if j is job)
-                how = (f"SLURM job {job.job_id} ended {job.state} without a result (killed, out of memory, cancelled or "
+                idx, overrides = initial_job_idx + offset, job_overrides[offset]
+                path = plugin_job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
+                state = str(job.state)
+                if not Path(job.paths.stderr).is_file() and (state.startswith("CANCELLED") or state == "ENDED"):
+                    return [record_cancelled(self.config, path, overrides, idx, job.job_id)]
+                how = (f"SLURM job {job.job_id} ended {state} without a result (killed, out of memory, cancelled or "
                        f"its node lost?); its log: {job.paths.stderr}")
-                path = plugin_job_dir(self.config, job_overrides[offset], initial_job_idx + offset,
-                                      self.hydra_context.config_loader)
-                return [record_dead_job(self.config, path, job_overrides[offset], initial_job_idx + offset, how,
-                                        since=submitted)]
+                return [record_dead_job(self.config, path, overrides, idx, how, since=submitted)]
 
         accounting = has_accounting()
         submitted = time.time()  # a run.json older than this is an earlier attempt's

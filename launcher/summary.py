@@ -368,11 +368,11 @@ class SweepSummary(Callback):  # type: ignore[misc]
             last = str(err).strip().splitlines()[-1] if str(err).strip() else ""
             import traceback
 
-            from launcher.errors import ConfigError, NonFiniteLoss, mark_reported
+            from launcher.errors import ConfigError, RunError, mark_reported
 
-            # a ConfigError's message is the whole story (key, value, what is accepted), and a NaN loss's (the
-            # trainer's own frames); other errors get their last frames
-            trace = "" if isinstance(err, (ConfigError, NonFiniteLoss)) else \
+            # a ConfigError's message is the whole story (key, value, what is accepted), and a RunError's (a NaN
+            # loss: the launcher's own frames); other errors get their last frames
+            trace = "" if isinstance(err, (ConfigError, RunError)) else \
                 "\n" + "".join(traceback.format_exception(type(err), err, err.__traceback__)[-6:]).rstrip()
             logger.error("Sweep job %s failed (%s): %s: %s; log: %s%s", config.hydra.job.num,
                          " ".join(OmegaConf.to_container(config.hydra.overrides.task, resolve=False)), type(err).__name__, last,

@@ -57,7 +57,7 @@ from hooks.base import EVENTS, HookBase
 from launcher import distributed
 from launcher.data import is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
-from launcher.errors import ConfigError, NonFiniteLoss
+from launcher.errors import ConfigError, ModelOutputError, NonFiniteLoss
 from launcher.storage import EventStorage, to_le_bytes, unpack_le
 
 logger = logging.getLogger(__name__)
@@ -234,7 +234,7 @@ def _as_tensor_dict(out: Any, model: nn.Module, mode: str) -> Dict[str, torch.Te
             return dict(out)
         if mode == "eval" and all((isinstance(v, torch.Tensor) and v.numel() == 1) or _is_number(v) for v in out.values()):
             return {k: v if isinstance(v, torch.Tensor) else torch.tensor(float(v)) for k, v in out.items()}
-    raise TypeError(f"{type(model).__name__}.forward returned {_describe_output(out, mode)} in {mode} mode; the trainer "
+    raise ModelOutputError(f"{type(model).__name__}.forward returned {_describe_output(out, mode)} in {mode} mode; the trainer "
                     f"accepts a scalar loss tensor or a non-empty dict of scalar tensors"
                     + (" or numbers" if mode == "eval" else "")
                     + (f" (outputs such as logits? in {mode} mode forward computes "

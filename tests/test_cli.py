@@ -171,6 +171,13 @@ BAD_INPUTS = [
     (["hooks.lr_scheduler.scheduler._target_=torch.nn.Linear"],
      ["hooks.lr_scheduler.scheduler._target_: torch.nn.modules.linear.Linear is not a learning-rate schedule"]),
     (["--config-dir", "no/such/dir"], ["no/such/dir' not found; --config-dir takes a directory"]),
+    (["hooks.lr_scheduler.scheduler.Tmax=0"], ["did you mean hooks.lr_scheduler.scheduler.T_max?",
+                                               "Accepted there: (added with +) T_max, eta_min, last_epoch"]),
+    (["+hooks.lr_scheduler.scheduler.Tmax=5"], ["unexpected keyword argument 'Tmax'", "did you mean hooks.lr_scheduler.scheduler.T_max?"]),
+    (["optimizer.lr=nan"], ["optimizer.lr=nan: not a finite number"]),
+    (["seed=99999999999999999999"], ["seed=99999999999999999999: use a whole number from -2**63 to 2**64-1"]),
+    (["trainer.max_epochs=1", "-m", "seed=1,2"], ["Config error: -m comes after the override data=synthetic",
+                                                  "before the overrides: python -m launcher -m data=synthetic"]),
     # the trainer's own checks, before the data is built (a large dataset made them minutes late)
     (["trainer.max_epochs=0", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"],
      ["trainer.max_epochs should be an integer greater than zero, got 0"]),
@@ -424,6 +431,35 @@ def test_a_nan_loss_ends_a_run_in_one_line_and_a_sweep_with_its_report_not_a_tra
     assert user.returncode == 1 and "basic_sweeper.py" not in out, out[-3000:]
     report = user.stderr[user.stderr.index("2 of 2 sweep job(s) failed"):]
     assert report.count("RuntimeError: boom at step 3") >= 2 and 'boom.py", line 7, in after_step' in report
+
+
+def test_a_model_that_returns_logits_instead_of_a_loss_gets_one_line_naming_the_contract(tmp_path):
+    (tmp_path / "logits.py").write_text(
+        "import torch\n\n\nclass Logits(torch.nn.Module):\n    def __init__(self, in_features, num_classes, **unused):\n"
+        "        super().__init__()\n        self.lin = torch.nn.LazyLinear(num_classes)\n\n"
+        "    def forward(self, batch):\n        return self.lin(batch[0])\n")
+    proc = run_cli([*FAST, "model._target_=logits.Logits", "trainer.max_epochs=1"], tmp_path, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("Run failed: ModelOutputError: Logits.forward returned a tensor of shape (32, 1, 8, 10) in train "
+                           "mode; the trainer accepts a scalar loss tensor") and "train.log" in last, last
+    (run_dir,) = run_dirs(tmp_path / "outputs")
+    assert "Traceback" in (run_dir / "train.log").read_text()
+
+
+def test_a_checkpoint_dir_that_refuses_files_stops_the_run_before_it_trains(tmp_path):
+    """Not after an epoch of training that then cannot be saved: one line naming the dir, exit 1."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "checkpoints").write_text("a file where the checkpoints dir goes")
+    proc = run_cli([*FAST, "trainer.max_epochs=1", f"hydra.run.dir={run_dir}"], tmp_path, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"Run failed: CheckpointWriteError: writing checkpoints in {run_dir / 'checkpoints'} failed "
+                           f"(FileExistsError"), last
+    jsonl = run_dir / "metrics.jsonl"
+    assert "epoch 1/1" not in proc.stderr and not (jsonl.exists() and jsonl.read_text().strip())  # nothing trained
+    assert read_run(run_dir)["status"] == "failed"
 
 
 def test_sweep_summary_marks_the_best_job_and_keeps_going_past_a_failed_one(tmp_path):

@@ -313,6 +313,33 @@ def test_the_summary_of_a_detached_sweep_asks_slurm_about_jobs_that_ended_withou
     assert f"(log: {record['submitit']['stderr']})" in summary
 
 
+def test_an_attached_sweeps_job_cancelled_while_queued_is_cancelled_not_failed(tmp_path, cluster_env):
+    """``scancel`` of a queued task of a ``slurm`` sweep that waits for its jobs: it was reported failed ("ended
+    ENDED without a result", naming log files that never existed) and stayed failed in the summary."""
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "launcher", "-m", *SLURM, "hydra.launcher.array_parallelism=1", "seed=0,1",
+            "trainer.max_epochs=4", f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace",
+            "+hooks.pace.seconds=0.05", *FAST]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_running(sweep / "0", 240, lambda: "job 0 did not start", alive=lambda: proc.poll() is None)
+        queued = json.loads((sweep / "1" / "submitted.json").read_text())["job_id"]  # job 1 waits behind job 0
+        assert not (sweep / "1" / "run.json").exists()
+        subprocess.run(["scancel", queued], env=cluster_env, check=True)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 75, out[-3000:]  # as for a job stopped alone: rerun the sweep to finish it
+    assert f"SLURM job {queued} was cancelled before its run started: rerun the sweep to run it" in out
+    assert "failed" not in out.lower().split("sweep of")[-1], out[-3000:]
+    import csv
+
+    rows = list(csv.DictReader((sweep / "summary.csv").open()))
+    assert [(r["job"], r["status"]) for r in rows] == [("0", "done"), ("1", "cancelled")], rows
+    assert not (sweep / "1" / "failure.json").exists()
+    assert read_run(sweep / "0")["command"][1:5] == ["-m", "launcher", "-m", "hydra/launcher=slurm"]  # the sweep's
+
+
 def test_ctrl_c_while_waiting_leaves_the_jobs_running_and_says_how_to_follow_and_cancel_them(tmp_path, cluster_env):
     import signal
 

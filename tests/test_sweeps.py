@@ -116,6 +116,8 @@ def test_local_launcher_runs_at_most_max_parallel_jobs_at_once(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = [read_run(d) for d in run_dirs(tmp_path / "outputs" / "multirun")]
     assert len(runs) == 3 and all(r["status"] == "completed" for r in runs)
+    # the sweep's command, which reruns it: not submitit's bootstrap that started the job's process
+    assert runs[0]["command"][1:5] == ["-m", "launcher", "-m", "hydra/launcher=local"] and "seed=0,1,2" in runs[0]["command"]
     start = [datetime.datetime.fromisoformat(r["start_time"]) for r in runs]
     end = [datetime.datetime.fromisoformat(r["end_time"]) for r in runs]
     assert start[2] >= min(end[0], end[1])
@@ -128,6 +130,7 @@ def test_local_launcher_runs_at_most_max_parallel_jobs_at_once(tmp_path):
     bad = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.max_parallel=0", "seed=0,1", *FAST], tmp_path)
     assert bad.returncode == 2 and "hydra.launcher.max_parallel=0: use a whole number >= 1" in bad.stderr
     assert bad.stderr.startswith("Config error: hydra.launcher.max_parallel=0") and "full_key" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and "pending" not in bad.stdout  # no sweep report of jobs never run
 
 
 def test_failed_jobs_of_a_parallel_sweep_are_each_named_at_the_end_and_lose_no_other_result(tmp_path):
@@ -614,6 +617,8 @@ def test_a_ctrl_c_that_aborts_a_basic_sweep_still_leaves_its_summary(tmp_path):
     assert proc.returncode == -signal.SIGINT, proc.stderr[-3000:]
     assert "Aborted by Ctrl-C (SIGINT)." in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert (sweep / "summary.md").is_file() and "summary.md" in proc.stdout + proc.stderr
+    record = json.loads((sweep / "0" / "run.json").read_text())
+    assert (record["status"], record["exit_code"]) == ("aborted", 130)  # as the process ended: by SIGINT
 
 
 def test_the_summary_of_a_dir_holding_several_sweeps_names_them_instead_of_merging_their_jobs(tmp_path):
