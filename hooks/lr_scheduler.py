@@ -96,9 +96,9 @@ class LRScheduler(HookBase):
                 hint = "; add " + " ".join(f"+{key}.{m}=<value>" for m in missing) if missing else ""
                 unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(err))
                 if unexpected and isinstance(target, type):
-                    from launcher.build import accepted_names
+                    from launcher.build import factory_arguments
 
-                    takes = accepted_names(f"{target.__module__}.{target.__qualname__}")[1:]  # the optimizer is ours
+                    takes = factory_arguments(f"{target.__module__}.{target.__qualname__}", partial=True)
                     close = difflib.get_close_matches(unexpected.group(1), takes, n=1)
                     hint = (f"; did you mean {key}.{close[0]}?" if close else "") + \
                         (f" {target.__qualname__} takes: {', '.join(takes)}" if takes else "")

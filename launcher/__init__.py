@@ -115,8 +115,9 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
 
     check_trainer_config(cfg)
     seed = cfg.seed
-    if isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**64:
-        raise ConfigError(f"seed={seed!r}: use a whole number from -2**63 to 2**64-1 (torch's generator takes 64 bits)")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        # NumPy's seeds are 32-bit, and torch's generators take the seed plus the epoch or rank in 64 bits
+        raise ConfigError(f"seed={seed!r}: use a whole number from 0 to 2**32-1 ({2**32 - 1})")
     seed_everything(seed)
     if cfg.model.get("_target_"):
         logger.info("Instantiating model <%s>", cfg.model.get("_target_"))
@@ -254,7 +255,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     DDP after the ranks have met, so that no rank checks against a record another rank rewrote.
     ``checked``: the run dir was checked already (a worker of ``trainer.devices=N``).
     """
-    from launcher.checkpoint import resume_off
+    from launcher.files import resume_off
     from launcher.rundir import (LENGTH, check_resume_source, check_rerun, describe_changes, finished_result,
                                  ignore_outputs_in_git, lengthens, save_config_files, training_here_now)
 

@@ -41,8 +41,9 @@ def main(cfg: DictConfig) -> float:
     except RunError as err:  # the whole story is its message (a NaN loss...): the launcher's frames go to train.log
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
             raise
-        print(f"Run failed: {type(err).__name__}: {err} (traceback in {os.path.join(hc.runtime.output_dir, 'train.log')})",
-              file=sys.stderr, flush=True)
+        logs = [h.baseFilename for h in logging.getLogger().handlers + logger.handlers if isinstance(h, logging.FileHandler)]
+        where = f" (traceback in {logs[0]})" if logs else ""  # under torchrun a rank's own train_rank<N>.log
+        print(f"Run failed: {type(err).__name__}: {err}{where}", file=sys.stderr, flush=True)
         sys.exit(1)
     if result.status == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
@@ -190,37 +191,47 @@ def made_by_hydra(err: OSError) -> bool:
 
 def options_after_overrides(argv: List[str]) -> Optional[str]:
     """The one-line error for a Hydra option (``-m``, ``--config-dir``...) between overrides, which Hydra's
-    parser reports as a usage screen blaming the overrides after it; with the command in the order it takes."""
+    parser reports as a usage screen blaming the overrides after it; with the command in the order it takes.
+    None whenever Hydra's parser takes ``argv`` (or fails for another reason, which it then reports)."""
+    import argparse
+    import contextlib
+    import io
+
+    if {"-h", "--help", "--version", "--hydra-help"} & set(argv):
+        return None  # options that print and exit as they are parsed
     try:
         from hydra._internal.utils import get_args_parser
 
-        actions = get_args_parser()._actions
-    except Exception:  # noqa: BLE001 -- a Hydra without it: its own report
+        parser = get_args_parser()
+        with contextlib.redirect_stderr(io.StringIO()):
+            _, extra = parser.parse_known_args(argv)
+    except (Exception, SystemExit):  # noqa: BLE001 -- a Hydra without it, or another error: Hydra's own report
         return None
-    known = {opt: action.nargs for action in actions for opt in action.option_strings}
+    if not extra:
+        return None
+    actions = {opt: action for action in parser._actions for opt in action.option_strings}
     options: List[str] = []
     overrides: List[str] = []
-    late: List[str] = []
-    split = False
+    late = ""
     i = 0
     while i < len(argv):
         token = argv[i]
-        name = token.partition("=")[0] if token.startswith("--") else token
-        if not token.startswith("-") or name not in known:
+        action = actions.get(token.partition("=")[0] if token.startswith("--") else token)
+        if not token.startswith("-") or action is None:
             overrides.append(token)
-            split = split or bool(late)  # overrides on both sides of an option: Hydra's parser refuses those after it
         else:
-            if overrides:
-                late.append(token)
-            takes_value = known[name] is None and "=" not in token and i + 1 < len(argv)
-            options.extend(argv[i:i + 2] if takes_value else [token])
+            late = late or (token if overrides else "")
+            following = argv[i + 1] if i + 1 < len(argv) and "=" not in token else None
+            takes_value = following is not None and (action.nargs is None or (
+                action.nargs == argparse.OPTIONAL and action.choices is not None and following in action.choices))
+            options.extend([token, following] if takes_value else [token])  # type: ignore[list-item]
             i += takes_value
         i += 1
-    if not split:
+    if not late:
         return None
     import shlex
 
-    return (f"Config error: {late[0]} comes after the override {overrides[0]}; Hydra reads its options (-m, --config-dir, "
+    return (f"Config error: {late} comes after the override {overrides[0]}; Hydra reads its options (-m, --config-dir, "
             f"--cfg, ...) before the overrides: python -m launcher {shlex.join(options + overrides)}")
 
 
@@ -237,7 +248,7 @@ if __name__ == "__main__":
 
         plugins.register()  # hydra/launcher=local and slurm_detached
         # the sweep's command, for the run.json of each job that submitit starts (their own is its bootstrap)
-        os.environ.setdefault("LAUNCHER_SWEEP_COMMAND", json.dumps([sys.executable, "-m", "launcher", *sys.argv[1:]]))
+        os.environ["LAUNCHER_SWEEP_COMMAND"] = json.dumps([sys.executable, "-m", "launcher", *sys.argv[1:]])
     try:
         main()
     except KeyboardInterrupt:  # a Ctrl-C that aborts (while the run starts; a second one): one line, no traceback

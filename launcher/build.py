@@ -72,6 +72,13 @@ def accepted_names(target: Optional[str], supplied: Sequence[str] = ()) -> List[
     return names
 
 
+def factory_arguments(target: str, partial: bool) -> List[str]:
+    """What a config node for ``target`` may set: its arguments, less the first of a ``_partial_`` factory,
+    which the launcher passes (an optimizer's parameters, a schedule's optimizer)."""
+    names = accepted_names(target)
+    return names[1:] if partial else names
+
+
 def _accepted(target: Optional[str], supplied: Sequence[str] = ()) -> str:
     names = accepted_names(target, supplied)
     return f"; {target} accepts: {', '.join(names)}" if names else ""
@@ -370,9 +377,8 @@ def unknown_key_message(err: BaseException) -> Optional[str]:
     keys = [str(k) for k in parent.keys() if not str(k).startswith("_") and (where or k != "hydra")]
     fixed = isinstance(cause.object_type, type) and is_dataclass(cause.object_type)  # a schema: no new keys
     target = parent.get("_target_") if not fixed else None
-    takes = [n for n in accepted_names(str(target)) if n not in keys] if isinstance(target, str) else []
-    if takes and parent.get("_partial_") is True:
-        takes = takes[1:]  # a factory's first argument is the launcher's to pass (an optimizer's params, a schedule's optimizer)
+    takes = [n for n in factory_arguments(str(target), parent.get("_partial_") is True) if n not in keys] \
+        if isinstance(target, str) else []
     if takes and not in_file:  # a node of a _target_'s arguments (a scheduler's): new keys are its parameters
         if key in takes:
             return f"{full}: not in the config yet; {target} takes it: add it with +{full}=..."

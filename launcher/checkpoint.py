@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from launcher.errors import CheckpointWriteError
-from launcher.files import atomic_write, fsync_dir, write_file
+from launcher.files import atomic_write, candidates, fsync_dir, resume_off, write_file  # noqa: F401 -- re-exported
 
 logger = logging.getLogger(__name__)
 
@@ -204,9 +204,13 @@ class BackgroundWriter:
 
 def _write_failed(what: str, directory: Path, err: BaseException) -> CheckpointWriteError:
     """The error of a failed checkpoint write (or retention), naming the file, the reason and the way on."""
-    why = f"{type(err).__name__}: {err.strerror}" if isinstance(err, OSError) and err.strerror else f"{type(err).__name__}: {err}"
-    return CheckpointWriteError(f"{what} failed ({why}); the checkpoints written before it are kept: free space, or "
-                                f"make {directory} a directory you can write to, then rerun the same command to resume from the newest")
+    if isinstance(err, OSError):
+        why = f"{type(err).__name__}: {err.strerror or err}"
+        advice = f"free space, or make {directory} a directory you can write to, then rerun the same command to resume " \
+                 f"from the newest"
+    else:
+        why, advice = f"{type(err).__name__}: {err}", "rerun the same command to resume from the newest"
+    return CheckpointWriteError(f"{what} failed ({why}); the checkpoints written before it are kept: {advice}")
 
 
 class UntrustedCheckpointError(RuntimeError):
@@ -248,26 +252,6 @@ def brief(err: BaseException) -> str:
     text = (str(err).strip().splitlines() or [""])[0]
     cut = text.find(". ", 40)
     return f"{type(err).__name__}: {text[:cut] if len(text) > 160 and cut > 0 else text}"
-
-
-def resume_off(value: Any) -> bool:
-    """Whether a ``trainer.resume`` value says to ignore the run dir's checkpoints (false, no, none)."""
-    return value is None or value is False or (isinstance(value, str) and value.lower() in ("false", "no", "none", ""))
-
-
-def candidates(directory: PathLike) -> List[Path]:
-    """Checkpoints in ``directory``, newest first: the one ``last`` names, then by modification time."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    files = sorted(directory.glob("*.pt"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
-    pointer = directory / "last"
-    if pointer.is_file():
-        named = directory / pointer.read_text().strip()
-        if named in files:
-            files.remove(named)
-            files.insert(0, named)
-    return files
 
 
 def load_newest_valid(directory: PathLike, map_location: Any = "cpu") -> Optional[Tuple[Path, Dict[str, Any]]]:

@@ -24,7 +24,7 @@ class ObjectiveMode(Enum):
 
 @dataclass
 class RootConf:
-    seed: int = 0  # seeds python, numpy and torch; the data order follows it
+    seed: int = 0  # seeds python, numpy and torch (0 to 2**32-1); the data order follows it
     objective: str = "val/accuracy"  # the metric the run returns (what a sweeper optimises)
     objective_mode: ObjectiveMode = ObjectiveMode.max  # max | min: which way is better (the sweep summary's best job)
     model: Any = MISSING

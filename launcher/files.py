@@ -1,12 +1,12 @@
-"""Durable small-file writes with the standard library alone (no torch: a sweep's parent process and
-``python -m launcher.summary`` import this without paying for torch)."""
+"""Durable small-file writes and the run dir's checkpoint list, with the standard library alone (no torch:
+a sweep's own process and ``python -m launcher.summary`` import this without paying for torch)."""
 from __future__ import annotations
 
 import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Union
+from typing import Any, List, Union
 
 PathLike = Union[str, Path]
 
@@ -51,3 +51,23 @@ def atomic_write(path: PathLike, data: Union[bytes, memoryview], delay: float = 
         raise
     if sync_dir:
         fsync_dir(path.parent)
+
+
+def resume_off(value: Any) -> bool:
+    """Whether a ``trainer.resume`` value says to ignore the run dir's checkpoints (false, no, none)."""
+    return value is None or value is False or (isinstance(value, str) and value.lower() in ("false", "no", "none", ""))
+
+
+def candidates(directory: PathLike) -> List[Path]:
+    """Checkpoints in ``directory``, newest first: the one ``last`` names, then by modification time."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    files = sorted(directory.glob("*.pt"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    pointer = directory / "last"
+    if pointer.is_file():
+        named = directory / pointer.read_text().strip()
+        if named in files:
+            files.remove(named)
+            files.insert(0, named)
+    return files

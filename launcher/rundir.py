@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.checkpoint import candidates, resume_off
-from launcher.files import atomic_write
+from launcher.files import atomic_write, candidates, resume_off
 
 
 SWEEP_COMMAND_ENV = "LAUNCHER_SWEEP_COMMAND"  # set by ``python -m launcher -m ...`` for its job processes
@@ -362,9 +361,11 @@ def check_resume_source(checkpoint: Any, run_dir: Path, cfg: Any) -> List[Tuple[
     that recorded its config is not checked."""
     from launcher.errors import ConfigError
 
-    path = Path(str(checkpoint)).resolve()
+    path = Path(os.path.abspath(str(checkpoint)))  # not resolved: a checkpoints/ linked elsewhere is still its run's
+    if not path.is_file():
+        return []  # the trainer says what is wrong with it
     source = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-    if source == Path(run_dir).resolve() or recorded_config(source) is None:
+    if source == Path(os.path.abspath(run_dir)) or recorded_config(source) is None:
         return []
     changes = [c for c in config_changes(source, cfg) if c[0] != "trainer.resume"]
     defining = [c for c in changes if _defines(c[0])]

@@ -28,6 +28,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 from launcher.files import atomic_write
 from launcher.plugins import as_plain, launcher_errors_explained, record_cancelled, record_dead_job
 from launcher.plugins import job_dir as plugin_job_dir
+from launcher.summary import cancelled_before_its_run
 
 log = logging.getLogger("launcher")
 
@@ -103,10 +104,13 @@ def record_submitted(launcher: Any, jobs: Sequence[Any], job_overrides: Sequence
     whose run has not recorded itself (queued, cancelled while queued, killed before its run started)."""
     for offset, (job, overrides) in enumerate(zip(jobs, job_overrides)):
         job_dir = plugin_job_dir(launcher.config, overrides, initial_job_idx + offset, launcher.hydra_context.config_loader)
-        job_dir.mkdir(parents=True, exist_ok=True)
         info = {"job": initial_job_idx + offset, "job_id": job.job_id, "overrides": list(overrides),
                 "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
-        atomic_write(job_dir / "submitted.json", (json.dumps(info, indent=2) + "\n").encode())
+        try:
+            job_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write(job_dir / "submitted.json", (json.dumps(info, indent=2) + "\n").encode())
+        except OSError as err:  # the jobs are submitted: the summary then knows less of them, nothing more
+            log.warning("Could not record SLURM job %s in %s: %s", job.job_id, job_dir, err)
 
 
 class DetachedSlurmLauncher(SlurmLauncher):
@@ -174,7 +178,11 @@ class AttachedSlurmLauncher(SlurmLauncher):
                 idx, overrides = initial_job_idx + offset, job_overrides[offset]
                 path = plugin_job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
                 state = str(job.state)
-                if not Path(job.paths.stderr).is_file() and (state.startswith("CANCELLED") or state == "ENDED"):
+                try:  # its run never recorded a start in this attempt
+                    unstarted = (path / "run.json").stat().st_mtime < submitted
+                except OSError:
+                    unstarted = True
+                if unstarted and cancelled_before_its_run(state, [str(job.paths.stderr), str(job.paths.stdout)]):
                     return [record_cancelled(self.config, path, overrides, idx, job.job_id)]
                 how = (f"SLURM job {job.job_id} ended {state} without a result (killed, out of memory, cancelled or "
                        f"its node lost?); its log: {job.paths.stderr}")

@@ -79,6 +79,7 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
         submitit = record.get("submitit") or {}
         row = {
             "job": num, "dir": str(d), "overrides": " ".join(overrides), "stderr": submitit.get("stderr") or submitted.get("stderr"),
+            "stdout": submitit.get("stdout") or submitted.get("stdout"),
             "status": STATUS.get(record.get("status", ""), "pending"), "seconds": _seconds(record),
             "metrics": record.get("metrics", {}), "error": record.get("error", ""), "read_at": stamp,
         }
@@ -123,11 +124,13 @@ def recorded_overrides(job_dir: Path, record: Optional[Dict[str, Any]] = None,
         overrides = (_read_json(job_dir / name) if known is None else known).get("overrides")
         if isinstance(overrides, list):
             return overrides
+    import yaml
+
     try:
-        lines = (job_dir / ".hydra" / "overrides.yaml").read_text().splitlines()
-    except OSError:
+        listed = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text())
+    except (OSError, yaml.YAMLError):
         return None
-    return [line[2:] for line in lines if line.startswith("- ")]
+    return [str(o) for o in listed] if isinstance(listed, list) else None
 
 
 def _died_here(job_dir: Path, record: Dict[str, Any]) -> bool:
@@ -210,14 +213,20 @@ def _settle_with_slurm(rows: List[Dict[str, Any]]) -> None:
         started = bool(log) and Path(log).is_file()  # submitit's log: the job's Python started
         where = f" (log: {log})" if started else ""
         if r["status"] == "pending":
-            # SLURM forgets an array task cancelled while queued at once: gone without a log, it never ran
-            cancelled = state.startswith("CANCELLED") or (state == "GONE" and not started)
-            r["status"] = "cancelled" if cancelled else "failed"
+            r["status"] = "cancelled" if cancelled_before_its_run(state, [log, r.get("stdout")]) else "failed"
             r["error"] = f"SLURM job {r['slurm_job']} {ended} before its run started{where}"
         else:
             r["status"] = "failed"
             r["error"] = f"SLURM job {r['slurm_job']} {ended} while its run was running: the process was killed{where}"
 
+
+
+def cancelled_before_its_run(state: str, logs: List[Optional[str]]) -> bool:
+    """Whether a SLURM job whose run never recorded its start was cancelled while queued: it ended CANCELLED,
+    or SLURM no longer knows it (it forgets an array task cancelled while queued at once) and it wrote none
+    of its ``logs`` (submitit's, written as the job's Python starts)."""
+    gone = state in ("GONE", "ENDED")  # ours and the attached launcher's word for a job SLURM no longer lists
+    return state.startswith("CANCELLED") or (gone and not any(log and Path(log).is_file() for log in logs))
 
 
 def record_failure(job_dir: Path, error: str, overrides: Any) -> None:

@@ -175,7 +175,8 @@ BAD_INPUTS = [
                                                "Accepted there: (added with +) T_max, eta_min, last_epoch"]),
     (["+hooks.lr_scheduler.scheduler.Tmax=5"], ["unexpected keyword argument 'Tmax'", "did you mean hooks.lr_scheduler.scheduler.T_max?"]),
     (["optimizer.lr=nan"], ["optimizer.lr=nan: not a finite number"]),
-    (["seed=99999999999999999999"], ["seed=99999999999999999999: use a whole number from -2**63 to 2**64-1"]),
+    (["seed=99999999999999999999"], ["seed=99999999999999999999: use a whole number from 0 to 2**32-1"]),
+    (["seed=4294967296"], ["seed=4294967296: use a whole number from 0 to 2**32-1 (4294967295)"]),
     (["trainer.max_epochs=1", "-m", "seed=1,2"], ["Config error: -m comes after the override data=synthetic",
                                                   "before the overrides: python -m launcher -m data=synthetic"]),
     # the trainer's own checks, before the data is built (a large dataset made them minutes late)
@@ -639,3 +640,33 @@ def test_an_attempt_killed_outright_counts_in_the_run_time_up_to_its_last_sign_o
     os.utime(tmp_path / "metrics.jsonl", (start + 42, start + 42))  # its last metrics, 2 s later
     resumed = RunRecord(tmp_path, seed=0)
     assert 41.9 < resumed.data["seconds"] < 42.1 and resumed.data["attempt"] == 2
+
+
+def test_resuming_another_runs_checkpoint_under_a_config_defining_another_run_is_refused(tmp_path):
+    """``trainer.resume=<checkpoint of another run dir>`` with other data or seed went on silently with this
+    config's batches and length (the schedule, sized for the old run, ran past its horizon); a longer run
+    goes on, as a rerun in the run's own dir does."""
+    assert run_cli([*FAST, "trainer.max_epochs=2", f"hydra.run.dir={tmp_path / 'base'}"], tmp_path, timeout=120).returncode == 0
+    ckpt = tmp_path / "base" / "checkpoints" / "epoch_0001.pt"
+    bad = run_cli([*FAST, "trainer.max_epochs=2", f"trainer.resume={ckpt}", "data.batch_size=16",
+                   f"hydra.run.dir={tmp_path / 'other'}"], tmp_path, timeout=120)
+    out = bad.stdout + bad.stderr
+    assert bad.returncode == 2 and "Traceback" not in out, out[-3000:]
+    assert f"trainer.resume={ckpt}: that checkpoint's run ({tmp_path / 'base'}) was made with another config " \
+           f"(data.batch_size: 32 -> 16)" in out and f"trainer.load_from={ckpt}" in out
+    longer = run_cli([*FAST, "trainer.max_epochs=3", f"trainer.resume={ckpt}", f"hydra.run.dir={tmp_path / 'longer'}"],
+                     tmp_path, timeout=120)
+    out = longer.stdout + longer.stderr
+    assert longer.returncode == 0 and "continuing with: trainer.max_epochs: 2 -> 3" in out, out[-3000:]
+    assert read_run(tmp_path / "longer")["resumed_from"] == str(ckpt)
+
+
+def test_a_run_dir_whose_log_file_cannot_be_opened_is_one_config_error(tmp_path):
+    """Hydra opens ``train.log`` before any of the run's code: its failure was two chained tracebacks ending
+    "Unable to configure handler 'file'", naming no file."""
+    (tmp_path / "run" / "train.log").mkdir(parents=True)
+    proc = run_cli([*FAST, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip() == (f"Config error: cannot write the run's log file {tmp_path / 'run' / 'train.log'}: Is a "
+                                   f"directory; hydra.run.dir (hydra.sweep.dir with -m) must name a directory this user "
+                                   f"can write to")

@@ -647,6 +647,9 @@ def test_the_sweep_dir_check_compares_numbers_as_numbers_and_keys_without_their_
     old = _swept_values(["+optimizer.lr=0.1", "seed=0", "trainer.max_epochs=3"], {"+optimizer.lr", "seed"})
     assert old == _swept_values(["++optimizer.lr=1e-1", "seed=0"], {"++optimizer.lr", "seed"}) == {"optimizer.lr": 0.1, "seed": 0}
     assert old != _swept_values(["optimizer.lr=0.2", "seed=0"], {"optimizer.lr", "seed"})
+    # NaN equals no number, itself included: the same sweep with a nan value read as another sweep
+    assert _swept_values(["optimizer.lr=nan"], {"optimizer.lr"}) == _swept_values(["optimizer.lr=NaN"], {"optimizer.lr"})
+    assert _swept_values(["optimizer.lr=nan"], {"optimizer.lr"}) != _swept_values(["optimizer.lr=inf"], {"optimizer.lr"})
 
 
 def test_a_summary_written_while_a_job_ends_is_written_again_not_left_stale(tmp_path, monkeypatch):
@@ -673,9 +676,25 @@ def test_a_summary_written_while_a_job_ends_is_written_again_not_left_stale(tmp_
     assert len(calls) == 2 and "| 0 | `seed=0` | done | 2.0 | 0.5 | **best** |" in (tmp_path / "summary.md").read_text()
 
 
-def test_a_sweeps_own_process_and_the_summary_command_do_not_import_torch():
+def test_a_sweeps_own_process_and_the_summary_command_do_not_import_torch(tmp_path):
     """The process that dispatches a sweep (local or SLURM) and ``python -m launcher.summary`` never train:
-    importing torch there cost each sweep and each summary over a second."""
-    code = ("import sys, launcher.__main__, launcher.plugins, launcher.local, launcher.slurm, launcher.summary; "
-            "sys.exit('torch' in sys.modules)")
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
+    importing torch there cost each sweep and each summary over a second. The summary reads a sweep whose jobs
+    ran, failed, run now and died, and records a dead job, as a live sweep's process does."""
+    import socket
+
+    now = "2026-12-05T10:00:00.000+00:00"
+    records = {"0": {"status": "completed", "overrides": ["seed=0"], "start_time": now, "end_time": now, "metrics": {"val/accuracy": 0.5}},
+               "1": {"status": "running", "overrides": ["seed=1"], "start_time": now, "pid": os.getpid(), "host": socket.gethostname()},
+               "2": {"status": "running", "overrides": ["seed=2"], "start_time": now, "pid": 2**22 + 7, "host": socket.gethostname(),
+                     "seconds": 1.0},
+               "3": {"status": "failed", "overrides": ["seed=3"], "start_time": now, "end_time": now, "error": "x"}}
+    for job, record in records.items():
+        (tmp_path / job).mkdir()
+        (tmp_path / job / "run.json").write_text(json.dumps(record))
+    code = ("import sys; from pathlib import Path; import launcher.__main__, launcher.plugins, launcher.local, launcher.slurm; "
+            "from launcher import summary; from launcher.rundir import mark_failed; "
+            f"rows = summary.write_summary(Path({str(tmp_path)!r}), 'val/accuracy', 'max'); "
+            f"mark_failed(Path({str(tmp_path / '2')!r}), 'JobDied: killed', exit_code=137); "
+            "print([r['status'] for r in rows]); sys.exit('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and "['done', 'running', 'failed', 'failed']" in done.stdout, done.stdout + done.stderr[-3000:]
