@@ -169,8 +169,8 @@ def _slurm_job(record: Dict[str, Any], submitted: Dict[str, Any], status: str) -
     if status == "pending":
         return str(submitted["job_id"]) if submitted.get("job_id") else None
     job = record.get("submitit") or {}
-    if status == "running" and job.get("cluster") == "slurm" and job.get("job_id"):
-        return str(job["job_id"])
+    if status in ("running", "interrupted") and job.get("cluster") == "slurm" and job.get("job_id"):
+        return str(job["job_id"])  # interrupted: SLURM may start it again (preempted, timed out)
     return None
 
 
@@ -202,6 +202,10 @@ def _settle_with_slurm(rows: List[Dict[str, Any]]) -> None:
     states = slurm_states(sorted({r["slurm_job"] for r in asked}))
     for r in asked:
         state = states.get(r["slurm_job"])
+        if r["status"] == "interrupted":
+            if state in _SLURM_ACTIVE and _status_now(Path(r["dir"])) == "interrupted":
+                r["status"] = "requeued" if _SLURM_ACTIVE[state] == "pending" else "running"  # SLURM starts it again
+            continue  # otherwise it waits for a rerun of the sweep
         if state is None or state in _SLURM_ACTIVE:
             if state is not None and r["status"] == "pending":
                 r["status"] = _SLURM_ACTIVE[state]  # running: its Python is starting

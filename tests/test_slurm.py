@@ -202,6 +202,13 @@ def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_pat
         time.sleep(0.05)
     job = read_run(job_dir)["submitit"]["job_id"]
     subprocess.run(["scancel", "--signal=USR2", job], env=cluster_env, check=True)
+    while not ("PENDING" in _squeue(job, cluster_env) and read_run(job_dir)["status"] == "interrupted") \
+            and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    # waiting in the queue to start again: "requeued", not "interrupted" (which asks for a rerun of the sweep)
+    summary = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], env=cluster_env, capture_output=True,
+                             text=True, timeout=120)
+    assert "| requeued |" in summary.stdout, summary.stdout + summary.stderr[-2000:]
     _release_when_requeued(job, cluster_env, deadline, proc)
     try:
         out, _ = proc.communicate(timeout=300)
