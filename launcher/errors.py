@@ -17,6 +17,14 @@ class NonFiniteLoss(RunError, FloatingPointError):
     loss; the CLI prints it in one line (its traceback, all the trainer's own frames, goes to ``train.log``)."""
 
 
+class ModelOutputError(RunError, TypeError):
+    """A model's forward returned what the trainer cannot take as a loss (or metrics); names what it got."""
+
+
+class CheckpointWriteError(RunError, RuntimeError):
+    """A checkpoint could not be written (a full disk, a directory that refuses writes); names the file."""
+
+
 # Set on a sweep job's error once the job's failure is logged and recorded for the sweep's report: the
 # CLI then ends the sweep with that report alone, not Hydra's traceback of the sweeper re-raising it.
 REPORTED_JOB = "launcher_reported_job"
@@ -27,11 +35,3 @@ def mark_reported(err: BaseException, job: int) -> None:
         setattr(err, REPORTED_JOB, job)
     except (AttributeError, TypeError):  # an exception type without a __dict__: reported as Hydra reports it
         pass
-
-
-class ModelOutputError(RunError, TypeError):
-    """A model's forward returned what the trainer cannot take as a loss (or metrics); names what it got."""
-
-
-class CheckpointWriteError(RunError, RuntimeError):
-    """A checkpoint could not be written (a full disk, a directory that refuses writes); names the file."""
