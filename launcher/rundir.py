@@ -325,6 +325,14 @@ def describe_changes(changes: Sequence[Tuple[str, Any, Any]], limit: int = 6) ->
     return shown + (f" and {len(changes) - limit} more" if len(changes) > limit else "")
 
 
+def _changes_since(run_dir: Path, cfg: Any, ignore: Sequence[str] = ()) -> Tuple[List[Tuple[str, Any, Any]], List[Tuple[str, Any, Any]]]:
+    """The changes from the config ``run_dir``'s run recorded (those that define the run first), and those
+    that define it."""
+    changes = sorted((c for c in config_changes(run_dir, cfg) if c[0] not in ignore),
+                     key=lambda c: (not _defines(c[0]), not c[0].startswith("trainer.")))
+    return changes, [c for c in changes if _defines(c[0])]
+
+
 def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
     """Refuse to continue a run dir's run under a config that defines another experiment.
 
@@ -344,8 +352,7 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
             f"({', '.join(p.name for p in saved[:3])}{', ...' if len(saved) > 3 else ''}) that a fresh start would "
             f"overwrite; choose a new hydra.run.dir (hydra.sweep.dir for a sweep), or delete "
             f"{str(Path(run_dir) / 'checkpoints')!r} to start over there (trainer.resume=auto resumes them)")
-    changes = sorted(config_changes(run_dir, cfg), key=lambda c: (not _defines(c[0]), not c[0].startswith("trainer.")))
-    defining = [c for c in changes if _defines(c[0])]
+    changes, defining = _changes_since(run_dir, cfg)
     if defining:
         raise ConfigError(
             f"run dir {str(run_dir)!r} holds a run made with another config ({describe_changes(defining)}); its "
@@ -367,8 +374,7 @@ def check_resume_source(checkpoint: Any, run_dir: Path, cfg: Any) -> List[Tuple[
     source = path.parent.parent if path.parent.name == "checkpoints" else path.parent
     if source == Path(os.path.abspath(run_dir)) or recorded_config(source) is None:
         return []
-    changes = [c for c in config_changes(source, cfg) if c[0] != "trainer.resume"]
-    defining = [c for c in changes if _defines(c[0])]
+    changes, defining = _changes_since(source, cfg, ignore=("trainer.resume",))
     if defining:
         raise ConfigError(
             f"trainer.resume={checkpoint}: that checkpoint's run ({source}) was made with another config "

@@ -195,7 +195,8 @@ def _settle_with_slurm(rows: List[Dict[str, Any]]) -> None:
     """A SLURM job that ended without its run recording the end: cancelled while queued, failed before its
     run started (a node failure, an error in the job's Python start-up), or killed while running (out of
     memory, past its time after the signal's grace, a node lost). Without asking SLURM its row would read
-    pending, or running, for good."""
+    pending, or running, for good. And one that stopped with a checkpoint, interrupted, that SLURM has queued
+    to start again (preempted, timed out): requeued, not waiting for a rerun of the sweep."""
     asked = [r for r in rows if r["slurm_job"]]
     if not asked:
         return
