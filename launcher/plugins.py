@@ -161,8 +161,6 @@ def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader
 def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
     """``submitted.json`` (job number and overrides) in each job dir without a run record yet: the summary
     lists the job as pending until it starts, also after the sweep is stopped before reaching it."""
-    import json
-
     from launcher.files import atomic_write
 
     for offset, (path, overrides) in enumerate(zip(job_dirs, job_overrides)):

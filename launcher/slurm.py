@@ -99,11 +99,15 @@ def exit_failed_at_exit() -> None:
     atexit.register(end)
 
 
-def record_submitted(launcher: Any, jobs: Sequence[Any], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
+def record_submitted(launcher: Any, jobs: Sequence[Any], job_overrides: Sequence[Sequence[str]],
+                     initial_job_idx: int) -> List[Path]:
     """``submitted.json`` in each job's dir: its SLURM id and log files, so the summary can ask SLURM about a job
-    whose run has not recorded itself (queued, cancelled while queued, killed before its run started)."""
+    whose run has not recorded itself (queued, cancelled while queued, killed before its run started). Returns
+    the job dirs, in job order."""
+    dirs = []
     for offset, (job, overrides) in enumerate(zip(jobs, job_overrides)):
         job_dir = plugin_job_dir(launcher.config, overrides, initial_job_idx + offset, launcher.hydra_context.config_loader)
+        dirs.append(job_dir)
         info = {"job": initial_job_idx + offset, "job_id": job.job_id, "overrides": list(overrides),
                 "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
         try:
@@ -111,6 +115,7 @@ def record_submitted(launcher: Any, jobs: Sequence[Any], job_overrides: Sequence
             atomic_write(job_dir / "submitted.json", (json.dumps(info, indent=2) + "\n").encode())
         except OSError as err:  # the jobs are submitted: the summary then knows less of them, nothing more
             log.warning("Could not record SLURM job %s in %s: %s", job.job_id, job_dir, err)
+    return dirs
 
 
 class DetachedSlurmLauncher(SlurmLauncher):
@@ -162,12 +167,13 @@ class AttachedSlurmLauncher(SlurmLauncher):
         from submitit.slurm.slurm import SlurmInfoWatcher
 
         jobs: List[Any] = []
+        dirs: List[Path] = []  # each job's dir, in the order of ``jobs``
         submit, results, update = Executor.map_array, submitit.Job.results, SlurmInfoWatcher.update
 
         def recording(executor: Any, fn: Any, *iterable: Any) -> Any:
             submitted = submit(executor, fn, *iterable)
+            dirs.extend(record_submitted(self, submitted, job_overrides[len(jobs):], initial_job_idx + len(jobs)))
             jobs.extend(submitted)
-            record_submitted(self, submitted, job_overrides, initial_job_idx)
             return submitted
 
         def results_or_died(job: Any) -> Any:  # a job that ended without a result is one failed job, not the sweep's end
@@ -175,8 +181,7 @@ class AttachedSlurmLauncher(SlurmLauncher):
                 return results(job)
             except UncompletedJobError:
                 offset = next(i for i, j in enumerate(jobs) if j is job)
-                idx, overrides = initial_job_idx + offset, job_overrides[offset]
-                path = plugin_job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
+                idx, overrides, path = initial_job_idx + offset, job_overrides[offset], dirs[offset]
                 state = str(job.state)
                 try:  # its run never recorded a start in this attempt
                     unstarted = (path / "run.json").stat().st_mtime < submitted
