@@ -26,6 +26,7 @@ from hydra.core.utils import JobReturn
 from hydra.errors import CompactHydraException
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
 
+from launcher import forkserver
 from launcher.errors import ConfigError
 from launcher.plugins import BASIC_SWEEPER, as_plain, explain_launcher_error, job_dir, mark_pending, record_dead_job
 from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
@@ -88,6 +89,7 @@ class StopJobsOnSignal:
         self.sweep_dir, self.wait_s = sweep_dir, wait_s
         self.starting = threading.Lock()  # held while a job starts: none starts once stopping
         self.stopping = False
+        self.spare: set = set()  # children that are not jobs (the fork server: it ends with the jobs)
         self._first: Optional[Tuple[int, float]] = None  # the signal that stopped the sweep, and when
         sigs = [s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)) if s is not None]
         self._installed = handlers(self._stop, sigs)
@@ -112,13 +114,13 @@ class StopJobsOnSignal:
             self._first = (signum, now)
         if self.stopping:
             log.warning("%s again: not waiting for the jobs; each still writes its checkpoint and ends", name)
-            for pid in child_pids():  # once more, for a job that was still starting up at the first signal
+            for pid in set(child_pids()) - self.spare:  # once more, for a job still starting up at the first signal
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGTERM)
             raise SystemExit(EXIT_INTERRUPTED)
         with self.starting:
             self.stopping = True
-            jobs = child_pids()
+            jobs = [pid for pid in child_pids() if pid not in self.spare]
         log.warning("%s: stopping the sweep's %d running job(s); each saves a checkpoint first", name, len(jobs))
         for pid in jobs:
             with contextlib.suppress(OSError):
@@ -196,7 +198,8 @@ def run_controller(folder: str) -> None:
             return self.exit_codes
 
     controller = ReportingController(Path(folder))
-    controller.run()
+    with mock.patch.object(subprocess, "Popen", forkserver.popen):  # its tasks forked by the sweep's server
+        controller.run()
     code = next((c for c in controller.exit_codes if c), 0)
     sys.exit(128 - code if code < 0 else code)
 
@@ -229,6 +232,37 @@ def check_max_parallel(max_parallel: Any) -> None:
                           f"or null for one job per usable CPU core ({usable_cores()} here)")
 
 
+def check_fork_server(fork_server: Any) -> None:
+    """Raise :class:`ConfigError` for a ``hydra.launcher.fork_server`` that is not true or false."""
+    if not isinstance(fork_server, bool):
+        raise ConfigError(f"hydra.launcher.fork_server={fork_server!r}: use true (fork each job from a process that "
+                          "has imported torch once, the default) or false (start each job afresh)")
+
+
+_server: List[forkserver.ForkServer] = []  # this sweep process's fork server, once started; it ends with the process
+
+
+def fork_server() -> Optional[forkserver.ForkServer]:
+    """This sweep process's fork server (:mod:`launcher.forkserver`), started by the first to ask: the sweep's
+    planning (:func:`launcher.plugins.plan_sweep`), so that it imports torch while Hydra composes the jobs, and
+    used by every ``launch`` of the sweep. None where it cannot run, or once it has refused: jobs start afresh."""
+    if not _server and forkserver.supported():
+        try:
+            _server.append(forkserver.ForkServer())
+        except OSError as err:
+            log.warning("Could not start the fork server (%s): each job starts a fresh process", err)
+            return None
+    return _server[0] if _server and _server[0].process.poll() is None else None
+
+
+def wait_for_controller(job: Any) -> None:
+    """``LocalJob.wait``, returning as the job's controller ends: submitit's looks once a second."""
+    if job._process is not None:
+        job._process.wait()
+    while not job.done():
+        time.sleep(0.05)
+
+
 class _NotStarted(Exception):
     """The sweep is stopping: no more jobs start."""
 
@@ -240,15 +274,18 @@ class CappedLocalLauncher(LocalLauncher):
     so a job whose process died without a result (which the plugin raises for) is one failed job.
     """
 
-    def __init__(self, max_parallel: Optional[int] = None, **params: Any) -> None:
+    def __init__(self, max_parallel: Optional[int] = None, fork_server: bool = True, **params: Any) -> None:
         check_max_parallel(max_parallel)
+        check_fork_server(fork_server)
         super().__init__(**params)
         self.max_parallel = max_parallel or usable_cores()
+        self.fork_server = fork_server
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from submitit.core.utils import FailedJobError, UncompletedJobError
         from submitit.local import local as submitit_local
 
+        server = fork_server() if self.fork_server else None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         if self.config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:  # the basic one's were marked at its start
             dirs = [self._job_dir(overrides, initial_job_idx + i) for i, overrides in enumerate(job_overrides)]
@@ -260,15 +297,25 @@ class CappedLocalLauncher(LocalLauncher):
         composing = threading.Lock()
         stopper = StopJobsOnSignal(str(sweep_dir))
         start_controller, popen = submitit_local.start_controller, subprocess.Popen
+        if server is not None:
+            stopper.spare.add(server.pid)
 
         def start_job_process(args: Any, **kwargs: Any) -> Any:
             # In a session of its own: Ctrl-C in the terminal then reaches this process alone, which
             # stops each job with SIGTERM and waits for its checkpoint (submitit's controller, reached
             # too, would send its job a second SIGINT and a SIGKILL a second later, cutting it short).
-            # And :func:`run_controller` stands in for submitit's controller, to learn how the job ended.
+            # And :func:`run_controller` stands in for submitit's controller, to learn how the job ended
+            # and to have its task forked by the sweep's fork server.
             if isinstance(args, list) and args[1:3] == ["-m", "submitit.local._local"]:
                 args = [args[0], "-m", "launcher.local", *args[3:]]
-            return popen(args, start_new_session=True, **kwargs)
+            connection = server.connect() if server is not None else None
+            if connection is None:
+                return popen(args, start_new_session=True, **kwargs)
+            env = {**(kwargs.pop("env", None) or os.environ), forkserver.FD_ENV: str(connection.fileno())}
+            try:
+                return popen(args, start_new_session=True, env=env, pass_fds=(connection.fileno(),), **kwargs)
+            finally:
+                connection.close()
 
         def start_controller_unless_stopping(*args: Any, **kwargs: Any) -> Any:
             with stopper.starting:
@@ -305,7 +352,8 @@ class CappedLocalLauncher(LocalLauncher):
         said_once = _SayOnce("Submitit 'local' sweep output dir")  # the plugin says it for each job it launches
         plugin_log.addFilter(said_once)
         with stopper, mock.patch.object(submitit_local, "start_controller", start_controller_unless_stopping), \
-                mock.patch.object(submitit_local.LocalJob, "_results_timeout_s", 1):
+                mock.patch.object(submitit_local.LocalJob, "_results_timeout_s", 1), \
+                mock.patch.object(submitit_local.LocalJob, "wait", wait_for_controller):
             # a job's result is written before its process ends: no file system to wait for
             slots = [threading.Thread(target=run_jobs, name=f"sweep-slot-{n}", daemon=True)
                      for n in range(min(self.max_parallel, len(job_overrides)))]

@@ -67,9 +67,12 @@ def plan_sweep(config: Any) -> None:
     from launcher.errors import ConfigError
 
     if str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher"):
-        from launcher.local import check_max_parallel
+        from launcher.local import check_fork_server, check_max_parallel, fork_server
 
         check_max_parallel(config.hydra.launcher.get("max_parallel"))  # before any job dir or summary is written
+        check_fork_server(config.hydra.launcher.get("fork_server", True))
+        if config.hydra.launcher.get("fork_server", True):
+            fork_server()  # importing torch while the jobs are composed
     if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
         return
     subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
@@ -189,7 +192,7 @@ def explain_launcher_error(err: BaseException, launcher: str) -> BaseException:
         shared = re.search(r"parameters are: \{(.*)\}", text)
         accepted = [n.strip() for n in unknown.group(2).split(",") if n.strip()]
         accepted += re.findall(r"'(\w+)':", shared.group(1)) if shared else []
-        accepted += ["max_parallel"] if launcher == "local" else []
+        accepted += ["max_parallel", "fork_server"] if launcher == "local" else []
         close = difflib.get_close_matches(unknown.group(1), accepted, n=1)
         return ConfigError(f"hydra.launcher.{unknown.group(1)}: not an option of hydra/launcher={launcher}"
                            + (f"; did you mean hydra.launcher.{close[0]}?" if close else "")

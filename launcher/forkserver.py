@@ -1,0 +1,429 @@
+"""A local sweep's jobs forked from a process that has already imported torch.
+
+A fresh job process pays Python's, torch's and ``torch._dynamo``'s imports (``torch.optim`` imports the
+latter on the first optimizer) before its first step: 2.5-3 CPU-seconds on a 2-core VM, more than a
+short job trains. So ``hydra/launcher=local`` starts one fork server per sweep, a process that imports
+those modules once (:data:`PRELOAD`) while the sweep composes its jobs, and each job's submitit
+controller asks it to fork the job's task instead of starting ``python -u -m submitit.core._submit``.
+The task is still a process of its own, as a fresh one would be: a session of its own, stdin from
+``/dev/null``, stdout and stderr to submitit's log files, the controller's environment, working
+directory and arguments, exit status and signals as a subprocess's (the server reaps it and tells the
+controller how it ended). What it does not get afresh: the modules in :data:`PRELOAD` as they were when
+the sweep started (a module of the user's own is imported by each job), and Python's hash salt.
+
+Linux only. The server refuses to fork (and the jobs start fresh) if importing :data:`PRELOAD` loaded
+the CUDA driver, which a forked child cannot use. ``hydra.launcher.fork_server=false`` turns it off;
+any failure to reach the server also falls back to a fresh process.
+
+Three sides:
+
+* the sweep (:class:`ForkServer`): starts the server, hands each job's controller a connection to it;
+* the server (:func:`serve`, ``python -m launcher.forkserver FD``): forks a task per request, reaps
+  them, reports each exit status on the connection that asked;
+* the controller (:func:`popen`): a ``subprocess.Popen`` stand-in for submitit's ``Controller``,
+  returning a :class:`ForkedTask` (``pid``, ``poll``, ``wait``, ``send_signal``) or, failing that, a real
+  ``Popen``.
+
+Messages are JSON, one per ``SOCK_SEQPACKET`` packet; file descriptors travel with them
+(``SCM_RIGHTS``). Torch-free, so the sweep's own process does not import torch.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import json
+import os
+import re
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+FD_ENV = "LAUNCHER_FORK_SERVER_FD"  # in a controller's environment: its connection to the sweep's fork server
+PRELOAD = (  # what a job of the default task imports, the slow ones first
+    "numpy", "torch", "torch._dynamo", "torch.utils.tensorboard", "tensorboard.plugins.hparams.api", "torch.utils.serialization",
+    "hydra", "omegaconf", "submitit", "submitit.core.submission", "hydra_plugins.hydra_submitit_launcher.submitit_launcher",
+    *(f"hydra._internal.core_plugins.{name}" for name in ("basic_launcher", "basic_sweeper", "file_config_source",
+                                                          "importlib_resources_config_source", "structured_config_source")),
+    "hydra._internal.logging_config", "launcher", "launcher.build", "launcher.trainer", "launcher.data", "launcher.models",
+    "launcher.plugins", "launcher.rundir", "launcher.signals", "launcher.summary", "hooks", "hooks.checkpoint",
+    "hooks.evaluator", "hooks.lr_scheduler", "hooks.timer", "hooks.writers", "hooks.progress", "hooks.optim",
+)
+_PACKET = 1 << 20  # the largest message: a request carries the controller's whole environment
+_Popen = subprocess.Popen  # the real one: :func:`popen` stands in for it while a controller starts its tasks
+
+
+def supported() -> bool:
+    return sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(socket, "send_fds")
+
+
+def _send(sock: socket.socket, message: Dict[str, Any], fds: Sequence[int] = ()) -> None:
+    socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
+
+
+# -- the sweep's side --------------------------------------------------------------------------------
+
+class ForkServer:
+    """Started by the sweep (:class:`launcher.local.CappedLocalLauncher`); :meth:`connect` for each job.
+
+    The server exits once the sweep has closed it (:meth:`close`, or the sweep's process ended) and the
+    last controller connected to it has gone: jobs still running when the sweep dies keep theirs.
+    """
+
+    def __init__(self) -> None:
+        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._lock = threading.Lock()
+        try:
+            self.process = subprocess.Popen([sys.executable, *(["/tmp/dbg.py"] if os.environ.get("FSDBG") else ["-m", "launcher.forkserver"]), str(theirs.fileno())],
+                                            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            theirs.close()
+        self.pid = self.process.pid
+
+    def connect(self) -> Optional[socket.socket]:
+        """A new connection to the server, for one controller to inherit; None once the server is gone."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            with self._lock:
+                _send(self._control, {"connect": True}, [theirs.fileno()])
+        except OSError:
+            mine.close()
+            return None
+        finally:
+            theirs.close()
+        return mine
+
+    def close(self) -> None:
+        """No more connections: the server ends when its running jobs have."""
+        with self._lock:
+            self._control.close()
+        with contextlib.suppress(OSError):
+            self.process.poll()  # reaped if it has ended already
+
+
+# -- the server --------------------------------------------------------------------------------------
+
+def cuda_driver_loaded() -> bool:
+    """Whether this process has loaded the CUDA driver (``libcuda.so``): a forked child could not use it."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return any(re.search(r"/libcuda\.so", line) for line in maps)
+    except OSError:
+        return False
+
+
+def preload(modules: Sequence[str] = PRELOAD) -> None:
+    """Import what every job imports. One that fails is left to the jobs, which report it themselves."""
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 -- the job's own import shows the error where the user looks
+            pass
+
+
+class _Job:
+    """A forked child's request: leaves the server's loop and becomes the task (:meth:`run`)."""
+
+    def __init__(self, request: Dict[str, Any], fds: List[int]) -> None:
+        self.request, self.fds = request, fds
+
+    def run(self) -> None:
+        """Set up as ``python -u -m <module> <args>`` started by the controller would be, then run it."""
+        import runpy
+
+        os.setsid()  # a session of its own: no terminal's or group's signal reaches it but through its controller
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        for fd, target in ((stdin, 0), (self.fds[0], 1), (self.fds[1], 2)):
+            os.dup2(fd, target)
+        for fd in {stdin, *self.fds} - {0, 1, 2}:
+            os.close(fd)
+        encoding = self.request.get("encoding") or "utf-8"
+        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=encoding)
+        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=encoding,
+                                                       write_through=True)  # -u: unbuffered
+        sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=encoding,
+                                                       errors="backslashreplace", write_through=True)
+        os.chdir(self.request["cwd"])
+        os.environ.clear()
+        os.environ.update(self.request["env"])
+        # What a fresh process would draw afresh (Python's random module reseeds itself after a fork)
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        if "multiprocessing" in sys.modules:
+            sys.modules["multiprocessing"].current_process().authkey = os.urandom(32)
+        module, args = self.request["module"], self.request["args"]
+        if sys.path and self.request.get("path0") is not None:
+            sys.path[0] = self.request["path0"]
+        sys.argv = [module, *args]  # runpy puts the module's file first, as -m does
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def _fork() -> int:
+    # NumPy's OpenBLAS keeps a thread from its import on, and Python 3.12+ warns at any fork of a process with
+    # more than one thread. OpenBLAS stops its threads before a fork and starts them again after
+    # (pthread_atfork), so this fork is safe: the warning would only alarm the user.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork\(\) may lead to deadlocks", category=DeprecationWarning)
+        return os.fork()
+
+
+def serve(control: socket.socket) -> Optional[_Job]:
+    """The server's loop, until the sweep has closed ``control`` and every connection has gone.
+
+    Returns in a forked child only: that child's job, with every file of the server's closed.
+    """
+    selector = selectors.DefaultSelector()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wakeup fd is written
+    selector.register(control, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
+    clients: List[socket.socket] = []
+    running: Dict[int, socket.socket] = {}  # pid -> the connection that asked for it
+    open_control = True
+
+    def close_all() -> None:
+        selector.close()
+        for sock in [control, *clients]:
+            sock.close()
+        os.close(wake_r)
+        os.close(wake_w)
+
+    def reap() -> None:
+        while running:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            client = running.pop(pid, None)
+            if client is not None and client.fileno() >= 0:
+                with contextlib.suppress(OSError):
+                    _send(client, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    while open_control or clients or running:
+        for key, _ in selector.select():
+            source = key.fileobj
+            if source is control:
+                message, fds, _, _ = socket.recv_fds(control, _PACKET, 4)
+                if not message:  # the sweep closed it, or ended
+                    selector.unregister(control)
+                    open_control = False
+                    continue
+                for fd in fds:
+                    client = socket.socket(fileno=fd)
+                    clients.append(client)
+                    selector.register(client, selectors.EVENT_READ)
+            elif source == wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(wake_r, 512):
+                        pass
+                reap()
+            else:
+                client = source
+                try:
+                    message, fds, _, _ = socket.recv_fds(client, _PACKET, 4)
+                except OSError:
+                    message, fds = b"", []
+                if not message:  # its controller has ended
+                    selector.unregister(client)
+                    clients.remove(client)
+                    client.close()
+                    continue
+                try:
+                    request = json.loads(message)
+                except ValueError:
+                    request = {}
+                if request.get("executable") != sys.executable or len(fds) != 2:
+                    with contextlib.suppress(OSError):
+                        _send(client, {"error": f"this server runs {sys.executable}, not {request.get('executable')}"})
+                    for fd in fds:
+                        os.close(fd)
+                    continue
+                try:
+                    pid = _fork()
+                except OSError as err:
+                    pid = -1
+                    with contextlib.suppress(OSError):
+                        _send(client, {"error": f"fork failed: {err}"})
+                if pid == 0:
+                    close_all()
+                    return _Job(request, fds)
+                for fd in fds:
+                    os.close(fd)
+                if pid > 0:
+                    running[pid] = client
+                    with contextlib.suppress(OSError):
+                        _send(client, {"started": pid})
+        reap()
+    close_all()
+    return None
+
+
+def main(control_fd: int) -> None:
+    # The sweep stops its jobs through their controllers; this process ends when they and the sweep have.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    control = socket.socket(fileno=control_fd)
+    preload()
+    if cuda_driver_loaded():  # a forked child cannot use the parent's CUDA: let every job start fresh
+        control.close()
+        return
+    # What was imported is in every job: out of the collector's sight, its pages stay shared between the
+    # jobs (a collection writes to every object it visits) and a job's end does not walk it (0.75 s -> 0.15 s
+    # with torch and torch._dynamo imported, on this machine).
+    gc.collect()
+    gc.freeze()
+    job = serve(control)
+    if job is not None:
+        job.run()
+
+
+# -- the controller's side ---------------------------------------------------------------------------
+
+class _Connection:
+    """A controller's connection to the server: requests go out, the tasks' exit statuses come back."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.codes, self.closed = sock, {}, False  # codes: pid -> exit code, as Popen's returncode
+
+    def _take(self, message: bytes) -> Optional[Dict[str, Any]]:
+        if not message:
+            self.closed = True
+            return None
+        reply = json.loads(message)
+        if "exit" in reply:
+            self.codes[reply["exit"]] = reply["code"]
+        return reply
+
+    def start(self, module: str, args: Sequence[str], env: Dict[str, str], stdout: Any, stderr: Any) -> int:
+        """The forked task's pid; OSError if the server cannot fork it."""
+        request = {"executable": sys.executable, "module": module, "args": list(args), "env": env, "cwd": os.getcwd(),
+                   "path0": os.getcwd(), "encoding": getattr(stdout, "encoding", None)}
+        _send(self.sock, request, [stdout.fileno(), stderr.fileno()])
+        while True:
+            reply = self._take(self.sock.recv(_PACKET))
+            if reply is None:
+                raise OSError("the fork server has ended")
+            if "error" in reply:
+                raise OSError(reply["error"])
+            if "started" in reply:
+                return int(reply["started"])
+
+    def pump(self) -> None:
+        """Take in the exit statuses that have arrived, without waiting."""
+        try:
+            while not self.closed:
+                self._take(self.sock.recv(_PACKET, socket.MSG_DONTWAIT))
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self.closed = True
+
+
+class ForkedTask:
+    """What submitit's controller needs of a ``subprocess.Popen``, for a task the server forked."""
+
+    def __init__(self, connection: _Connection, pid: int) -> None:
+        self._connection, self.pid, self.returncode = connection, pid, None
+        self.args: List[str] = []
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            self._connection.pump()
+            self.returncode = self._connection.codes.get(self.pid)
+            if self.returncode is None and self._connection.closed and not _exists(self.pid):
+                self.returncode = 1  # the server died first: how the task ended is not known
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            time.sleep(0.02)
+        return self.returncode  # type: ignore[return-value]
+
+    def send_signal(self, sig: int) -> None:
+        # Not poll(): this runs in the controller's signal handler, which must not read the connection that
+        # the interrupted code may be reading. Until poll() has seen the exit, the server has not reaped the
+        # task, so its pid is not anybody else's yet.
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_connection: Optional[_Connection] = None  # this controller's, made from FD_ENV on first use
+
+
+def _module_command(command: Any) -> Optional[Tuple[str, List[str]]]:
+    """``(module, args)`` of ``[sys.executable, (-u), -m, module, args...]``; None for any other command."""
+    if not isinstance(command, (list, tuple)) or len(command) < 3 or command[0] != sys.executable:
+        return None
+    rest = list(command[1:])
+    if rest[0] == "-u":
+        rest = rest[1:]
+    if len(rest) < 2 or rest[0] != "-m":
+        return None
+    return rest[1], rest[2:]
+
+
+def popen(command: Any, *, env: Optional[Dict[str, str]] = None, stdout: Any = None, stderr: Any = None,
+          **kwargs: Any) -> Any:
+    """``subprocess.Popen(command, ...)``, forked by the sweep's server where it can be, else started fresh.
+
+    Forked: ``python [-u] -m module args`` with this interpreter, stdout and stderr files, nothing else
+    asked of ``Popen`` but ``shell=False`` and an ``encoding``.
+    """
+    global _connection
+    module = _module_command(command)
+    fd = os.environ.get(FD_ENV)
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != FD_ENV}
+    extra = {k: v for k, v in kwargs.items() if not (k == "shell" and not v) and k != "encoding"}
+    if module is not None and fd and not extra and hasattr(stdout, "fileno") and hasattr(stderr, "fileno"):
+        try:
+            if _connection is None:
+                _connection = _Connection(socket.socket(fileno=int(fd)))
+            pid = _connection.start(module[0], module[1], env, stdout, stderr)
+            task = ForkedTask(_connection, pid)
+            task.args = list(command)
+            return task
+        except (OSError, ValueError):
+            pass
+    return _Popen(command, env=env, stdout=stdout, stderr=stderr, **kwargs)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

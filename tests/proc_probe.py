@@ -1,0 +1,42 @@
+"""Test helpers for the fork server: a hook that records what its job's process looks like, and a tiny
+module for the server to run as a task."""
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from hooks import HookBase
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+class ProcessProbe(HookBase):
+    """Writes ``process.json`` in the run dir before training: its parent's command line, session, standard
+    streams, working directory and the submitit variables; prints a line to stdout and one to stderr."""
+
+    def before_train(self):
+        record = {"parent": _cmdline(os.getppid()), "own_session": os.getsid(0) == os.getpid(),
+                  "stdin": os.readlink("/proc/self/fd/0"), "stdout": os.readlink("/proc/self/fd/1"),
+                  "stderr": os.readlink("/proc/self/fd/2"), "cwd": os.getcwd(),
+                  "job_id": os.environ.get("SUBMITIT_LOCAL_JOB_ID"), "pid": os.getpid()}
+        (Path(self.trainer.work_dir) / "process.json").write_text(json.dumps(record))
+        print(f"probe stdout {os.getpid()}")
+        print(f"probe stderr {os.getpid()}", file=sys.stderr)
+
+
+def task() -> None:
+    """``python -m proc_probe <exit code> [seconds]``: prints its arguments, working dir and PROBE_VALUE, sleeps,
+    exits with the code."""
+    code, seconds = int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
+    print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "value": os.environ.get("PROBE_VALUE"),
+                      "own_session": os.getsid(0) == os.getpid()}))
+    sys.stdout.flush()
+    time.sleep(seconds)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    task()

@@ -1,0 +1,138 @@
+"""The local launcher's fork server: each sweep job forked from a process that has imported torch once."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import FAST, read_run, run_cli, run_dirs
+from launcher import forkserver
+
+TESTS = str(Path(__file__).resolve().parent)
+pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the fork server runs on Linux only")
+
+
+def _sweep(tmp_path: Path, fork_server: bool) -> list:
+    tmp_path.mkdir()
+    env = {"PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
+    proc = run_cli(["-m", "hydra/launcher=local", f"hydra.launcher.fork_server={str(fork_server).lower()}",
+                    "optimizer.lr=0.05,0.2", "trainer.max_epochs=2", "+hooks.probe._target_=proc_probe.ProcessProbe",
+                    *FAST], tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dirs(tmp_path / "outputs" / "multirun")
+
+
+def test_forked_sweep_jobs_are_processes_of_their_own_and_train_bitwise_as_fresh_ones(tmp_path):
+    forked, fresh = _sweep(tmp_path / "forked", True), _sweep(tmp_path / "fresh", False)
+    roots = {"forked": str(tmp_path / "forked"), "fresh": str(tmp_path / "fresh")}
+    assert [d.name for d in forked] == [d.name for d in fresh] == ["0", "1"]
+    for a, b in zip(forked, fresh):
+        probe_a, probe_b = (json.loads((d / "process.json").read_text()) for d in (a, b))
+        assert "launcher.forkserver" in probe_a["parent"]  # forked by the sweep's server
+        assert "launcher.local" in probe_b["parent"]  # started by its submitit controller
+        record = read_run(a)["submitit"]
+        for probe, root in ((probe_a, roots["forked"]), (probe_b, roots["fresh"])):
+            assert probe["stdin"] == "/dev/null"
+            assert probe["stdout"].endswith("_log.out") and probe["stderr"].endswith("_log.err")
+            assert probe["cwd"] == root  # the sweep's working dir, where Hydra's jobs start
+            assert probe["job_id"] == Path(probe["stdout"]).parent.name  # the controller's submitit variables
+        assert probe_a["own_session"]
+        assert f"probe stdout {probe_a['pid']}" in Path(record["stdout"]).read_text()
+        assert f"probe stderr {probe_a['pid']}" in Path(record["stderr"]).read_text()
+        weights_a = torch.load(a / "checkpoints" / "final.pt", map_location="cpu")
+        weights_b = torch.load(b / "checkpoints" / "final.pt", map_location="cpu")
+        flat_a, flat_b = _tensors(weights_a), _tensors(weights_b)
+        assert flat_a.keys() == flat_b.keys() and flat_a
+        for key in flat_a:
+            assert torch.equal(flat_a[key], flat_b[key]), key
+    assert read_run(forked[0])["pid"] != read_run(forked[1])["pid"]
+
+
+def _tensors(obj, prefix="") -> dict:
+    if isinstance(obj, torch.Tensor):
+        return {prefix: obj}
+    if isinstance(obj, dict):
+        return {k: v for key, value in obj.items() for k, v in _tensors(value, f"{prefix}.{key}").items()}
+    return {}
+
+
+def test_a_fork_server_value_that_is_not_true_or_false_is_one_line(tmp_path):
+    proc = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.fork_server=maybe", "seed=0,1", *FAST], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("Config error: hydra.launcher.fork_server='maybe': use true") and "false" in proc.stderr
+    assert not (tmp_path / "outputs").exists() or not run_dirs(tmp_path / "outputs")
+
+
+def _servers_in(cwd: Path) -> list:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and "launcher.forkserver" in Path(f"/proc/{entry}/cmdline").read_text() \
+                    and os.readlink(f"/proc/{entry}/cwd") == str(cwd):
+                found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+def test_the_fork_server_ends_with_its_sweep(tmp_path):
+    proc = run_cli(["-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=1", *FAST], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    deadline = time.monotonic() + 20
+    while _servers_in(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _servers_in(tmp_path)
+
+
+@pytest.fixture
+def server(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.chdir(tmp_path)
+    started = forkserver.ForkServer()
+    yield started
+    started.close()
+    try:
+        assert started.process.wait(timeout=30) == 0  # ends once closed and its connections are gone
+    finally:
+        started.process.kill()
+
+
+def _task(connection, tmp_path: Path, *args: str, value: str = "x"):
+    out, err = open(tmp_path / "out.txt", "w"), open(tmp_path / "err.txt", "w")
+    with out, err:
+        pid = connection.start("proc_probe", list(args), {**os.environ, "PROBE_VALUE": value}, out, err)
+    return forkserver.ForkedTask(connection, pid)
+
+
+def test_a_forked_task_gets_its_arguments_environment_and_exit_status(server, tmp_path):
+    connection = forkserver._Connection(server.connect())
+    task = _task(connection, tmp_path, "3", value="from the controller")
+    assert task.wait(timeout=60) == 3
+    printed = json.loads((tmp_path / "out.txt").read_text())
+    assert printed == {"argv": ["3"], "cwd": str(tmp_path), "value": "from the controller", "own_session": True}
+    killed = _task(connection, tmp_path, "0", "30")
+    time.sleep(0.5)
+    assert killed.poll() is None
+    killed.send_signal(signal.SIGKILL)
+    assert killed.wait(timeout=30) == -signal.SIGKILL  # as subprocess.Popen reports it
+    connection.sock.close()
+
+
+def test_a_command_the_server_cannot_fork_starts_as_a_fresh_process(server, tmp_path, monkeypatch):
+    monkeypatch.setattr(forkserver, "_connection", None)
+    monkeypatch.setenv(forkserver.FD_ENV, str(server.connect().detach()))
+    with open(tmp_path / "out.txt", "w") as out:
+        shell = forkserver.popen(["sh", "-c", "echo shell"], stdout=out, stderr=out)
+        assert isinstance(shell, subprocess.Popen) and shell.wait(timeout=30) == 0
+        forked = forkserver.popen([sys.executable, "-u", "-m", "proc_probe", "0"], stdout=out, stderr=out,
+                                  encoding="utf-8", shell=False)
+        assert isinstance(forked, forkserver.ForkedTask) and forked.wait(timeout=60) == 0
+    forkserver._connection.sock.close()
+    assert (tmp_path / "out.txt").read_text().startswith("shell\n")
