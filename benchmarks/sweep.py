@@ -7,10 +7,10 @@ Each job trains the default MLP on synthetic data (`seed=0..7`, one CPU thread p
 allots `cpus_per_task=1`) for 4 epochs, on three data sizes: short (about 0.2 s of training), medium
 (about 2 s) and long (about 17 s). Reported: the median wall time of the whole
 `python -m launcher -m ...` command per launcher (interleaved repeats) and the ratio to `basic`.
-`basic` runs the jobs one after another in one process that starts once; the local launcher starts
-one process per job, and each pays Python, torch and the first optimizer's `torch._dynamo` import
-(3-4 CPU-seconds here, the same for a hand-written script), which on 2 cores outweighs short jobs:
-parallel jobs pay off once a job trains for more than about 15 seconds.
+`basic` runs the jobs one after another in one process that starts once; the local launcher runs
+one process per job, each forked from its fork server, which imports torch and `torch._dynamo` once
+(2.5-3 CPU-seconds here) while the sweep composes its jobs. For contrast, the short and medium sweeps
+also run with `hydra.launcher.fork_server=false`, where every job process pays those imports itself.
 
 Dispatch cost per job: a 1-job sweep through each launcher, its wall time minus the job's own run
 time from `run.json`, minus the same for `basic`: what a process per job (local: process start, torch
@@ -34,6 +34,7 @@ from typing import Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ["data=synthetic", "trainer.max_epochs=4", "hooks.tensorboard.period=1000"]
+FRESH = "local, fork_server=false"
 LENGTHS = {"short": 2048, "medium": 32768, "long": 262144}  # train samples per job: ~0.2 s, ~2 s, ~17 s of training here
 
 
@@ -71,12 +72,15 @@ def measure(jobs: int = 8, repeats: int = 2, slurm: bool = True) -> Tuple[List[T
     with tempfile.TemporaryDirectory() as tmp:
         for length, samples in LENGTHS.items():
             walls: Dict[str, List[float]] = {"basic": [], "local": []}
+            if length != "long":
+                walls[FRESH] = []
             trained: List[float] = []
             for i in range(repeats):
-                for name in walls:  # interleaved
-                    cwd = Path(tmp) / f"{length}_{name}{i}"
+                for n, name in enumerate(walls):  # interleaved
+                    cwd = Path(tmp) / f"{length}_{n}_{i}"
                     cwd.mkdir()
-                    walls[name].append(_sweep(name, jobs, cwd, env, samples=samples))
+                    launcher, extra = ("local", ["hydra.launcher.fork_server=false"]) if name == FRESH else (name, [])
+                    walls[name].append(_sweep(launcher, jobs, cwd, env, extra, samples=samples))
                     if name == "basic":
                         trained += [_job_seconds(d) for d in (cwd / "outputs").rglob("run.json")]
             label = f"{jobs} {length} jobs (~{statistics.median(trained):.1f} s of training each)"
@@ -114,7 +118,7 @@ def _dispatch_cost(tmp: Path, env: Dict[str, str], repeats: int, slurm: bool) ->
     from launcher import localslurm
 
     names = ["basic", "local"]
-    if slurm and not localslurm.missing_binaries() and localslurm.status():
+    if slurm and not localslurm.missing_binaries() and localslurm.status() != "down":
         env = {**env, **localslurm.env()}
         names.append("slurm")
     added: Dict[str, List[float]] = {name: [] for name in names}
@@ -131,8 +135,10 @@ def _dispatch_cost(tmp: Path, env: Dict[str, str], repeats: int, slurm: bool) ->
 
 def table(rows: List[Tuple[str, float]], dispatch: Dict[str, Optional[float]], speedup: float) -> str:
     lines = ["| sweep | wall seconds | vs basic |", "|---|---|---|"]
-    for i, (name, wall) in enumerate(rows):
-        base = rows[i - i % 2][1]  # rows come in pairs: basic, then local
+    base = rows[0][1]
+    for name, wall in rows:
+        if name.endswith("hydra/launcher=basic"):  # each size's rows start with basic's
+            base = wall
         lines.append(f"| {name} | {wall:.1f} | {wall / base:.2f}x |")
     local, slurm = dispatch.get("local"), dispatch.get("slurm")
     slurm_text = (f"SLURM launcher on the local cluster {slurm:.1f} s" if slurm is not None

@@ -54,6 +54,7 @@ PRELOAD = (  # what a job of the default task imports, the slow ones first
     "launcher.plugins", "launcher.rundir", "launcher.signals", "launcher.summary", "hooks", "hooks.checkpoint",
     "hooks.evaluator", "hooks.lr_scheduler", "hooks.timer", "hooks.writers", "hooks.progress", "hooks.optim",
 )
+REFUSED_CUDA = 3  # the server's exit status when its imports loaded the CUDA driver
 _PACKET = 1 << 20  # the largest message: a request carries the controller's whole environment
 _Popen = subprocess.Popen  # the real one: :func:`popen` stands in for it while a controller starts its tasks
 
@@ -79,8 +80,11 @@ class ForkServer:
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._lock = threading.Lock()
         try:
-            self.process = subprocess.Popen([sys.executable, *(["/tmp/dbg.py"] if os.environ.get("FSDBG") else ["-m", "launcher.forkserver"]), str(theirs.fileno())],
-                                            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, start_new_session=True)
+            # No stdout or stderr: it would hold the sweep's open (and a caller reading them to their end waiting)
+            # for as long as a job runs; how it ended is its exit status (:meth:`why_gone`).
+            self.process = subprocess.Popen([sys.executable, "-m", "launcher.forkserver", str(theirs.fileno())],
+                                            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         finally:
             theirs.close()
         self.pid = self.process.pid
@@ -97,6 +101,13 @@ class ForkServer:
         finally:
             theirs.close()
         return mine
+
+    def why_gone(self) -> str:
+        """Why the server no longer forks jobs, for the sweep's log."""
+        code = self.process.poll()
+        if code == REFUSED_CUDA:
+            return "importing torch loaded the CUDA driver, which a forked job could not use"
+        return f"it ended with exit status {code}" if code is not None else "it does not answer"
 
     def close(self) -> None:
         """No more connections: the server ends when its running jobs have."""
@@ -117,15 +128,33 @@ def cuda_driver_loaded() -> bool:
         return False
 
 
-def preload(modules: Sequence[str] = PRELOAD) -> None:
-    """Import what every job imports. One that fails is left to the jobs, which report it themselves."""
+def preload(modules: Sequence[str] = PRELOAD, stop: Any = lambda: False) -> bool:
+    """Import what every job imports, unless ``stop()`` says to give up first (False then). A module that fails
+    to import is left to the jobs, whose own import reports it where the user looks."""
     import importlib
 
     for name in modules:
+        if stop():
+            return False
         try:
             importlib.import_module(name)
-        except Exception:  # noqa: BLE001 -- the job's own import shows the error where the user looks
+        except Exception:  # noqa: BLE001
             pass
+    return True
+
+
+def _closed(control: socket.socket) -> bool:
+    """Whether the sweep has closed ``control`` (a config error ended it, say), taking nothing from it."""
+    import select
+
+    if not select.select([control], [], [], 0)[0]:
+        return False
+    try:
+        return control.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 class _Job:
@@ -281,10 +310,10 @@ def main(control_fd: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     control = socket.socket(fileno=control_fd)
-    preload()
-    if cuda_driver_loaded():  # a forked child cannot use the parent's CUDA: let every job start fresh
-        control.close()
+    if not preload(stop=lambda: _closed(control)):
         return
+    if cuda_driver_loaded():  # a forked child cannot use the parent's CUDA: every job starts fresh
+        sys.exit(REFUSED_CUDA)
     # What was imported is in every job: out of the collector's sight, its pages stay shared between the
     # jobs (a collection writes to every object it visits) and a job's end does not walk it (0.75 s -> 0.15 s
     # with torch and torch._dynamo imported, on this machine).

@@ -252,7 +252,7 @@ def fork_server() -> Optional[forkserver.ForkServer]:
         except OSError as err:
             log.warning("Could not start the fork server (%s): each job starts a fresh process", err)
             return None
-    return _server[0] if _server and _server[0].process.poll() is None else None
+    return _server[0] if _server else None
 
 
 def wait_for_controller(job: Any) -> None:
@@ -286,6 +286,7 @@ class CappedLocalLauncher(LocalLauncher):
         from submitit.local import local as submitit_local
 
         server = fork_server() if self.fork_server else None
+        server_gone: List[bool] = []  # said so once
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         if self.config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:  # the basic one's were marked at its start
             dirs = [self._job_dir(overrides, initial_job_idx + i) for i, overrides in enumerate(job_overrides)]
@@ -310,6 +311,9 @@ class CappedLocalLauncher(LocalLauncher):
                 args = [args[0], "-m", "launcher.local", *args[3:]]
             connection = server.connect() if server is not None else None
             if connection is None:
+                if server is not None and not server_gone:
+                    server_gone.append(True)
+                    log.warning("The fork server no longer forks jobs (%s): each job starts a fresh process", server.why_gone())
                 return popen(args, start_new_session=True, **kwargs)
             env = {**(kwargs.pop("env", None) or os.environ), forkserver.FD_ENV: str(connection.fileno())}
             try:

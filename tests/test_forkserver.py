@@ -136,3 +136,11 @@ def test_a_command_the_server_cannot_fork_starts_as_a_fresh_process(server, tmp_
         assert isinstance(forked, forkserver.ForkedTask) and forked.wait(timeout=60) == 0
     forkserver._connection.sock.close()
     assert (tmp_path / "out.txt").read_text().startswith("shell\n")
+
+
+def test_a_fork_server_that_is_gone_gives_no_connection_and_says_why():
+    started = forkserver.ForkServer()
+    started.process.kill()
+    started.process.wait(timeout=30)
+    assert started.connect() is None
+    assert started.why_gone() == "it ended with exit status -9"
