@@ -1,5 +1,6 @@
 """``hydra/launcher=local``: hydra-submitit-launcher's local launcher, one process per job, at most
-``max_parallel`` jobs at a time (default: one per usable CPU core).
+``max_parallel`` jobs at a time (default: one per usable CPU core), each forked from the sweep's fork
+server (:mod:`launcher.forkserver`; ``fork_server: false`` starts each afresh).
 
 More jobs at once than cores only contend for them: 8 jobs of ~11 s on 2 cores took 0.92x of the
 sequential launcher's time all at once and 0.69x two at a time. The next job starts as soon as one
@@ -15,7 +16,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -165,7 +165,7 @@ class JobInterrupted(CompactHydraException):
 
 
 def how_it_died(exit_code: Optional[int]) -> str:
-    """What a job's controller exit status (:func:`run_controller`) says of a job that left no result."""
+    """What a job's controller exit status (:func:`launcher.forkserver.run_controller`) says of a job that left no result."""
     if exit_code is not None and exit_code > 128:
         number = exit_code - 128
         try:
@@ -179,29 +179,6 @@ def how_it_died(exit_code: Optional[int]) -> str:
     if exit_code:
         return f"its process exited with status {exit_code} without returning a result"
     return "its process ended without returning a result"
-
-
-def run_controller(folder: str) -> None:
-    """submitit's local job controller (``python -m submitit.local._local``), but exiting as its job did.
-
-    submitit's exits 0 whatever became of its job, so a job killed before it wrote its result could not
-    be told from one that merely ended. This one exits with the job's status, 128 + n for signal n (as
-    a shell reports it): the sweep names the signal. Started by :class:`CappedLocalLauncher`.
-    """
-    from submitit.local.local import Controller
-
-    class ReportingController(Controller):  # type: ignore[misc]
-        exit_codes: Sequence[Optional[int]] = ()
-
-        def wait(self, freq: int = 24) -> Sequence[Optional[int]]:
-            self.exit_codes = super().wait(freq)
-            return self.exit_codes
-
-    controller = ReportingController(Path(folder))
-    with mock.patch.object(subprocess, "Popen", forkserver.popen):  # its tasks forked by the sweep's server
-        controller.run()
-    code = next((c for c in controller.exit_codes if c), 0)
-    sys.exit(128 - code if code < 0 else code)
 
 
 def _last_line(err: Exception) -> str:
@@ -305,10 +282,10 @@ class CappedLocalLauncher(LocalLauncher):
             # In a session of its own: Ctrl-C in the terminal then reaches this process alone, which
             # stops each job with SIGTERM and waits for its checkpoint (submitit's controller, reached
             # too, would send its job a second SIGINT and a SIGKILL a second later, cutting it short).
-            # And :func:`run_controller` stands in for submitit's controller, to learn how the job ended
-            # and to have its task forked by the sweep's fork server.
+            # And :func:`launcher.forkserver.run_controller` stands in for submitit's controller, to learn how
+            # the job ended and to have its task forked by the sweep's fork server.
             if isinstance(args, list) and args[1:3] == ["-m", "submitit.local._local"]:
-                args = [args[0], "-m", "launcher.local", *args[3:]]
+                args = forkserver.controller_command(args[0], *args[3:])
             connection = server.connect() if server is not None else None
             if connection is None:
                 if server is not None and not server_gone:
@@ -389,7 +366,3 @@ class CappedLocalLauncher(LocalLauncher):
 
 CappedLocalLauncher.__module__ = "hydra_plugins.launcher_local"  # the name conf/hydra/launcher/local.yaml gives
 PLUGINS = (CappedLocalLauncher,)
-
-
-if __name__ == "__main__":
-    run_controller(sys.argv[1])

@@ -36,7 +36,7 @@ def test_forked_sweep_jobs_are_processes_of_their_own_and_train_bitwise_as_fresh
     for a, b in zip(forked, fresh):
         probe_a, probe_b = (json.loads((d / "process.json").read_text()) for d in (a, b))
         assert "launcher.forkserver" in probe_a["parent"]  # forked by the sweep's server
-        assert "launcher.local" in probe_b["parent"]  # started by its submitit controller
+        assert "run_controller" in probe_b["parent"]  # started by its submitit controller
         record = read_run(a)["submitit"]
         for probe, root in ((probe_a, roots["forked"]), (probe_b, roots["fresh"])):
             assert probe["stdin"] == "/dev/null"
