@@ -160,8 +160,8 @@ def _closed(control: socket.socket) -> bool:
 class _Job:
     """A forked child's request: leaves the server's loop and becomes the task (:meth:`run`)."""
 
-    def __init__(self, request: Dict[str, Any], fds: List[int]) -> None:
-        self.request, self.fds = request, fds
+    def __init__(self, request: Dict[str, Any], fds: List[int], added_env: Optional[Dict[str, str]] = None) -> None:
+        self.request, self.fds, self.added_env = request, fds, added_env or {}
 
     def run(self) -> None:
         """Set up as ``python -u -m <module> <args>`` started by the controller would be, then run it."""
@@ -185,7 +185,11 @@ class _Job:
                                                        errors="backslashreplace", write_through=True)
         os.chdir(self.request["cwd"])
         os.environ.clear()
-        os.environ.update(self.request["env"])
+        os.environ.update({**self.added_env, **self.request["env"]})
+        with contextlib.suppress(Exception):  # what ps -o comm, top and pgrep show; its command line is the server's
+            import ctypes
+
+            ctypes.CDLL(None).prctl(15, b"launcher-job", 0, 0, 0)  # PR_SET_NAME
         # What a fresh process would draw afresh (Python's random module reseeds itself after a fork)
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
@@ -209,10 +213,11 @@ def _fork() -> int:
         return os.fork()
 
 
-def serve(control: socket.socket) -> Optional[_Job]:
+def serve(control: socket.socket, added_env: Optional[Dict[str, str]] = None) -> Optional[_Job]:
     """The server's loop, until the sweep has closed ``control`` and every connection has gone.
 
     Returns in a forked child only: that child's job, with every file of the server's closed.
+    ``added_env``: the variables that importing :data:`PRELOAD` set, which a job's own imports would have.
     """
     selector = selectors.DefaultSelector()
     wake_r, wake_w = os.pipe()
@@ -223,7 +228,8 @@ def serve(control: socket.socket) -> Optional[_Job]:
     selector.register(control, selectors.EVENT_READ)
     selector.register(wake_r, selectors.EVENT_READ)
     clients: List[socket.socket] = []
-    running: Dict[int, socket.socket] = {}  # pid -> the connection that asked for it
+    running: Dict[int, Optional[socket.socket]] = {}  # pid -> the connection that asked for it (None: gone)
+    ended: Dict[int, socket.socket] = {}  # told its controller how it ended; reaped once the controller has seen it
     open_control = True
 
     def close_all() -> None:
@@ -233,20 +239,33 @@ def serve(control: socket.socket) -> Optional[_Job]:
         os.close(wake_r)
         os.close(wake_w)
 
-    def reap() -> None:
-        while running:
+    def check_children() -> None:
+        # An ended task stays a zombie until its controller has read how it ended (``reap``): until then its pid
+        # is nobody else's, so a signal the controller sends it meanwhile cannot reach another process.
+        for pid in list(running):
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            client = running.pop(pid, None)
-            if client is not None and client.fileno() >= 0:
-                with contextlib.suppress(OSError):
-                    _send(client, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+                running.pop(pid)
+                continue
+            if info is None:
+                continue
+            client = running.pop(pid)
+            code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+            try:
+                if client is None:
+                    raise OSError("its controller has ended")
+                _send(client, {"exit": pid, "code": code})
+                ended[pid] = client
+            except OSError:
+                os.waitpid(pid, 0)
 
-    while open_control or clients or running:
+    def reap(pid: int) -> None:
+        if ended.pop(pid, None) is not None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+    while open_control or clients or running or ended:
         for key, _ in selector.select():
             source = key.fileobj
             if source is control:
@@ -263,7 +282,6 @@ def serve(control: socket.socket) -> Optional[_Job]:
                 with contextlib.suppress(BlockingIOError):
                     while os.read(wake_r, 512):
                         pass
-                reap()
             else:
                 client = source
                 try:
@@ -274,11 +292,18 @@ def serve(control: socket.socket) -> Optional[_Job]:
                     selector.unregister(client)
                     clients.remove(client)
                     client.close()
+                    for pid in [p for p, c in ended.items() if c is client]:
+                        reap(pid)
+                    running.update({p: None for p, c in running.items() if c is client})
                     continue
                 try:
                     request = json.loads(message)
                 except ValueError:
                     request = {}
+                if "reap" in request:
+                    if ended.get(request["reap"]) is client:
+                        reap(request["reap"])
+                    continue
                 if request.get("executable") != sys.executable or len(fds) != 2:
                     with contextlib.suppress(OSError):
                         _send(client, {"error": f"this server runs {sys.executable}, not {request.get('executable')}"})
@@ -293,14 +318,14 @@ def serve(control: socket.socket) -> Optional[_Job]:
                         _send(client, {"error": f"fork failed: {err}"})
                 if pid == 0:
                     close_all()
-                    return _Job(request, fds)
+                    return _Job(request, fds, added_env)
                 for fd in fds:
                     os.close(fd)
                 if pid > 0:
                     running[pid] = client
                     with contextlib.suppress(OSError):
                         _send(client, {"started": pid})
-        reap()
+        check_children()
     close_all()
     return None
 
@@ -310,8 +335,10 @@ def main(control_fd: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     control = socket.socket(fileno=control_fd)
+    before = dict(os.environ)
     if not preload(stop=lambda: _closed(control)):
         return
+    added_env = {k: v for k, v in os.environ.items() if before.get(k) != v}  # TORCHINDUCTOR_CACHE_DIR, say
     if cuda_driver_loaded():  # a forked child cannot use the parent's CUDA: every job starts fresh
         sys.exit(REFUSED_CUDA)
     # What was imported is in every job: out of the collector's sight, its pages stay shared between the
@@ -319,7 +346,7 @@ def main(control_fd: int) -> None:
     # with torch and torch._dynamo imported, on this machine).
     gc.collect()
     gc.freeze()
-    job = serve(control)
+    job = serve(control, added_env)
     if job is not None:
         job.run()
 
@@ -377,7 +404,10 @@ class ForkedTask:
         if self.returncode is None:
             self._connection.pump()
             self.returncode = self._connection.codes.get(self.pid)
-            if self.returncode is None and self._connection.closed and not _exists(self.pid):
+            if self.returncode is not None:
+                with contextlib.suppress(OSError):  # seen: the server may reap it now
+                    _send(self._connection.sock, {"reap": self.pid})
+            elif self._connection.closed and not _exists(self.pid):
                 self.returncode = 1  # the server died first: how the task ended is not known
         return self.returncode
 
@@ -390,9 +420,9 @@ class ForkedTask:
         return self.returncode  # type: ignore[return-value]
 
     def send_signal(self, sig: int) -> None:
-        # Not poll(): this runs in the controller's signal handler, which must not read the connection that
-        # the interrupted code may be reading. Until poll() has seen the exit, the server has not reaped the
-        # task, so its pid is not anybody else's yet.
+        # Not poll(): this runs in the controller's signal handler, which must not use the connection that the
+        # interrupted code may be using. Until poll() has seen the exit, the server keeps the ended task a
+        # zombie (:func:`serve`), so its pid is nobody else's yet.
         if self.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
@@ -405,13 +435,12 @@ class ForkedTask:
 
 
 def _exists(pid: int) -> bool:
+    """Whether ``pid`` runs: not if it has ended, also if nobody has reaped it (a zombie)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 _connection: Optional[_Connection] = None  # this controller's, made from FD_ENV on first use

@@ -209,6 +209,16 @@ def check_max_parallel(max_parallel: Any) -> None:
                           f"or null for one job per usable CPU core ({usable_cores()} here)")
 
 
+def check_one_task(launcher: Any) -> None:
+    """Raise :class:`ConfigError` for ``tasks_per_node`` or ``nodes`` above 1: submitit's local executor would
+    start that many copies of the run, into the same run dir, which do not make a DDP job here."""
+    for key, devices in (("tasks_per_node", "trainer.devices={n}"), ("nodes", "trainer.devices=N")):
+        n = launcher.get(key, 1)
+        if n not in (None, 1):
+            raise ConfigError(f"hydra.launcher.{key}={n}: the local launcher runs one task per job; for DDP on this "
+                              f"machine use {devices.format(n=n)} (hydra/launcher=slurm takes {key} for SLURM tasks)")
+
+
 def check_fork_server(fork_server: Any) -> None:
     """Raise :class:`ConfigError` for a ``hydra.launcher.fork_server`` that is not true or false."""
     if not isinstance(fork_server, bool):

@@ -67,10 +67,11 @@ def plan_sweep(config: Any) -> None:
     from launcher.errors import ConfigError
 
     if str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher"):
-        from launcher.local import check_fork_server, check_max_parallel, fork_server
+        from launcher.local import check_fork_server, check_max_parallel, check_one_task, fork_server
 
         check_max_parallel(config.hydra.launcher.get("max_parallel"))  # before any job dir or summary is written
         check_fork_server(config.hydra.launcher.get("fork_server", True))
+        check_one_task(config.hydra.launcher)
         if config.hydra.launcher.get("fork_server", True):
             fork_server()  # importing torch while the jobs are composed
     if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
@@ -176,8 +177,9 @@ def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]
 
 def explain_launcher_error(err: BaseException, launcher: str) -> BaseException:
     """A launcher's own failure in one line: an option submitit does not know (``+hydra.launcher.maxparallel=2``,
-    a NameError listing the executor's arguments), or ``sbatch`` refusing the jobs (a FailedJobError quoting it).
-    Anything else is returned as it is."""
+    a NameError listing the executor's arguments), one of a type it does not take (``timeout_min=0.5``, its
+    AssertionError), or ``sbatch`` refusing the jobs (a FailedJobError quoting it). Anything else is returned
+    as it is."""
     import re
 
     from hydra.errors import CompactHydraException
@@ -197,6 +199,13 @@ def explain_launcher_error(err: BaseException, launcher: str) -> BaseException:
         return ConfigError(f"hydra.launcher.{unknown.group(1)}: not an option of hydra/launcher={launcher}"
                            + (f"; did you mean hydra.launcher.{close[0]}?" if close else "")
                            + f" Accepted: {', '.join(accepted)}")
+    wrong_type = re.match(r'Parameter "(\w+)" expected type <class \'(\w+)\'> \(but value: "(.*)"\)', text)
+    if isinstance(err, AssertionError) and wrong_type:
+        name, expected, value = wrong_type.groups()
+        kind = {"int": "a whole number", "float": "a number", "str": "a string", "bool": "true or false",
+                "list": "a list", "dict": "a mapping"}.get(expected, expected)
+        return ConfigError(f"hydra.launcher.{name}={value}: submitit takes {kind} ({expected}) for it with "
+                           f"hydra/launcher={launcher}" + (" (minutes)" if name.endswith("_min") else ""))
     if type(err).__name__ == "FailedJobError" and "sbatch" in text:
         lines = [line.strip() for line in text.splitlines() if line.strip().startswith("sbatch: error:")]
         return CompactHydraException(f"hydra/launcher={launcher}: sbatch refused the sweep's jobs: "

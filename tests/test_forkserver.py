@@ -144,3 +144,22 @@ def test_a_fork_server_that_is_gone_gives_no_connection_and_says_why():
     started.process.wait(timeout=30)
     assert started.connect() is None
     assert started.why_gone() == "it ended with exit status -9"
+
+
+def test_a_task_whose_server_died_counts_as_ended_once_it_is_a_zombie():
+    """Orphaned by a killed server, an ended task may stay unreaped (a container's PID 1 that does not reap):
+    its controller must not wait for it for ever."""
+    import socket
+
+    child = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    theirs.close()  # the server is gone
+    try:
+        assert forkserver.ForkedTask(forkserver._Connection(mine), child.pid).poll() == 1
+    finally:
+        child.wait()
+        mine.close()

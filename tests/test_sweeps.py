@@ -490,6 +490,14 @@ def test_a_launcher_option_that_does_not_exist_is_one_line_naming_the_close_one(
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
     assert ("Config error: hydra.launcher.maxparallel: not an option of hydra/launcher=local; did you mean "
             "hydra.launcher.max_parallel? Accepted: setup, ") in proc.stderr
+    proc = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.timeout_min=0.5", *FAST, "seed=0,1"], tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    assert "Config error: hydra.launcher.timeout_min=0.5: submitit takes a whole number (int) for it with " \
+           "hydra/launcher=local (minutes)" in proc.stderr
+    proc = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.tasks_per_node=2", *FAST, "seed=0,1"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith(
+        "Config error: hydra.launcher.tasks_per_node=2: the local launcher runs one task per job; for DDP on this "
+        "machine use trainer.devices=2"), proc.stderr[-3000:]
     proc = run_cli(["-m", "hydra.launcher.max_parallel=2", *FAST, "seed=0,1"], tmp_path)
     assert proc.returncode == 2 and "hydra.launcher.max_parallel: the basic launcher (the default) takes no options; " \
                                    "max_parallel is one of another launcher's: -m hydra/launcher=local" in proc.stderr
