@@ -38,8 +38,8 @@ def test_forked_sweep_jobs_are_processes_of_their_own_and_train_bitwise_as_fresh
         assert "launcher.forkserver" in probe_a["parent"]  # forked by the sweep's server
         assert "run_controller" in probe_b["parent"]  # started by its submitit controller
         record = read_run(a)["submitit"]
+        assert probe_a["stdin"] == "/dev/null"  # a fresh one has the sweep's
         for probe, root in ((probe_a, roots["forked"]), (probe_b, roots["fresh"])):
-            assert probe["stdin"] == "/dev/null"
             assert probe["stdout"].endswith("_log.out") and probe["stderr"].endswith("_log.err")
             assert probe["cwd"] == root  # the sweep's working dir, where Hydra's jobs start
             assert probe["job_id"] == Path(probe["stdout"]).parent.name  # the controller's submitit variables
@@ -83,8 +83,13 @@ def _servers_in(cwd: Path) -> list:
 
 
 def test_the_fork_server_ends_with_its_sweep(tmp_path):
-    proc = run_cli(["-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=1", *FAST], tmp_path)
+    env = {"PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
+    proc = run_cli(["-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=1", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                    "+hooks.probe._target_=proc_probe.ProcessProbe", *FAST], tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    for job in ("0", "1"):  # forked by a server
+        assert "launcher.forkserver" in json.loads((tmp_path / "sweep" / job / "process.json").read_text())["parent"]
+    assert (tmp_path / "sweep" / ".submitit" / "fork_server.log").is_file()  # where its imports' messages go
     deadline = time.monotonic() + 20
     while _servers_in(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.2)
