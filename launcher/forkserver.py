@@ -55,6 +55,9 @@ PRELOAD = (  # what a job of the default task imports, the slow ones first
     "hooks.evaluator", "hooks.lr_scheduler", "hooks.timer", "hooks.writers", "hooks.progress", "hooks.optim",
 )
 REFUSED_CUDA = 3  # the server's exit status when its imports loaded the CUDA driver
+REFUSED_THREAD = 4  # ... when they started a Python thread (forking a process with threads can deadlock its child)
+CONNECT_TIMEOUT_S = 120.0  # a controller waits this long for the server to fork its task, then starts it afresh
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM))
 _PACKET = 1 << 20  # the largest message: a request carries the controller's whole environment
 _Popen = subprocess.Popen  # the real one: :func:`popen` stands in for it while a controller starts its tasks
 
@@ -76,15 +79,21 @@ class ForkServer:
     last controller connected to it has gone: jobs still running when the sweep dies keep theirs.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, log: Optional[str] = None) -> None:
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._lock = threading.Lock()
+        self.log = log
         try:
-            # No stdout or stderr: it would hold the sweep's open (and a caller reading them to their end waiting)
-            # for as long as a job runs; how it ended is its exit status (:meth:`why_gone`).
-            self.process = subprocess.Popen([sys.executable, "-m", "launcher.forkserver", str(theirs.fileno())],
-                                            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            # Not the sweep's stdout and stderr: it would hold them open (a caller reading them to their end
+            # waiting) for as long as a job runs. What its imports print goes to ``log``.
+            out = open(log, "ab") if log else subprocess.DEVNULL
+            try:
+                self.process = subprocess.Popen([sys.executable, "-m", "launcher.forkserver", str(theirs.fileno())],
+                                                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=out,
+                                                stderr=out, start_new_session=True)
+            finally:
+                if log:
+                    out.close()
         finally:
             theirs.close()
         self.pid = self.process.pid
@@ -106,8 +115,12 @@ class ForkServer:
         """Why the server no longer forks jobs, for the sweep's log."""
         code = self.process.poll()
         if code == REFUSED_CUDA:
-            return "importing torch loaded the CUDA driver, which a forked job could not use"
-        return f"it ended with exit status {code}" if code is not None else "it does not answer"
+            reason = "importing torch loaded the CUDA driver, which a forked job could not use"
+        elif code == REFUSED_THREAD:
+            reason = "an import started a thread, which a forked job would not have"
+        else:
+            reason = f"it ended with exit status {code}" if code is not None else "it does not answer"
+        return f"{reason}; its log: {self.log}" if self.log else reason
 
     def close(self) -> None:
         """No more connections: the server ends when its running jobs have."""
@@ -120,12 +133,16 @@ class ForkServer:
 # -- the server --------------------------------------------------------------------------------------
 
 def cuda_driver_loaded() -> bool:
-    """Whether this process has loaded the CUDA driver (``libcuda.so``): a forked child could not use it."""
+    """Whether this process has loaded the CUDA driver (``libcuda.so``) or opened a GPU device (NVIDIA's, or
+    ROCm's ``/dev/kfd``): a forked child could not use them."""
     try:
         with open("/proc/self/maps") as maps:
-            return any(re.search(r"/libcuda\.so", line) for line in maps)
+            if any(re.search(r"/libcuda\.so", line) for line in maps):
+                return True
+        devices = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")]
     except OSError:
         return False
+    return any(d.startswith(("/dev/nvidia", "/dev/kfd")) for d in devices)
 
 
 def preload(modules: Sequence[str] = PRELOAD, stop: Any = lambda: False) -> bool:
@@ -147,7 +164,9 @@ def _closed(control: socket.socket) -> bool:
     """Whether the sweep has closed ``control`` (a config error ended it, say), taking nothing from it."""
     import select
 
-    if not select.select([control], [], [], 0)[0]:
+    poller = select.poll()  # not select.select: the fd may be numbered past 1023
+    poller.register(control, select.POLLIN | select.POLLHUP)
+    if not poller.poll(0):
         return False
     try:
         return control.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
@@ -172,6 +191,7 @@ class _Job:
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         stdin = os.open(os.devnull, os.O_RDONLY)
         for fd, target in ((stdin, 0), (self.fds[0], 1), (self.fds[1], 2)):
             os.dup2(fd, target)
@@ -200,6 +220,14 @@ class _Job:
             sys.path[0] = self.request["path0"]
         sys.argv = [module, *args]  # runpy puts the module's file first, as -m does
         runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    import select
+
+    poller = select.poll()
+    poller.register(sock, select.POLLHUP)
+    return any(event & select.POLLHUP for _, event in poller.poll(0))
 
 
 def _fork() -> int:
@@ -310,6 +338,10 @@ def serve(control: socket.socket, added_env: Optional[Dict[str, str]] = None) ->
                     for fd in fds:
                         os.close(fd)
                     continue
+                if _hung_up(client):  # its controller gave up waiting (and starts the task itself) or ended
+                    for fd in fds:
+                        os.close(fd)
+                    continue
                 try:
                     pid = _fork()
                 except OSError as err:
@@ -323,8 +355,10 @@ def serve(control: socket.socket, added_env: Optional[Dict[str, str]] = None) ->
                     os.close(fd)
                 if pid > 0:
                     running[pid] = client
-                    with contextlib.suppress(OSError):
+                    try:
                         _send(client, {"started": pid})
+                    except OSError:  # nobody to watch it, and its controller may start it afresh: not twice
+                        os.kill(pid, signal.SIGKILL)
         check_children()
     close_all()
     return None
@@ -332,8 +366,8 @@ def serve(control: socket.socket, added_env: Optional[Dict[str, str]] = None) ->
 
 def main(control_fd: int) -> None:
     # The sweep stops its jobs through their controllers; this process ends when they and the sweep have.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
+    # Blocked, not ignored: a child forked with them blocked keeps one sent before it has its handlers.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     control = socket.socket(fileno=control_fd)
     before = dict(os.environ)
     if not preload(stop=lambda: _closed(control)):
@@ -341,6 +375,8 @@ def main(control_fd: int) -> None:
     added_env = {k: v for k, v in os.environ.items() if before.get(k) != v}  # TORCHINDUCTOR_CACHE_DIR, say
     if cuda_driver_loaded():  # a forked child cannot use the parent's CUDA: every job starts fresh
         sys.exit(REFUSED_CUDA)
+    if threading.active_count() > 1:
+        sys.exit(REFUSED_THREAD)
     # What was imported is in every job: out of the collector's sight, its pages stay shared between the
     # jobs (a collection writes to every object it visits) and a job's end does not walk it (0.75 s -> 0.15 s
     # with torch and torch._dynamo imported, on this machine).
@@ -373,8 +409,19 @@ class _Connection:
         request = {"executable": sys.executable, "module": module, "args": list(args), "env": env, "cwd": os.getcwd(),
                    "path0": os.getcwd(), "encoding": getattr(stdout, "encoding", None)}
         _send(self.sock, request, [stdout.fileno(), stderr.fileno()])
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while True:
-            reply = self._take(self.sock.recv(_PACKET))
+            self.sock.settimeout(max(0.0, deadline - time.monotonic()))
+            try:
+                message = self.sock.recv(_PACKET)
+            except socket.timeout:
+                self.sock.close()  # the server sees it hung up and does not fork the task later
+                self.closed = True
+                raise OSError(f"the fork server did not answer in {CONNECT_TIMEOUT_S:.0f} s") from None
+            finally:
+                if self.sock.fileno() >= 0:
+                    self.sock.settimeout(None)
+            reply = self._take(message)
             if reply is None:
                 raise OSError("the fork server has ended")
             if "error" in reply:
@@ -403,7 +450,7 @@ class ForkedTask:
     def poll(self) -> Optional[int]:
         if self.returncode is None:
             self._connection.pump()
-            self.returncode = self._connection.codes.get(self.pid)
+            self.returncode = self._connection.codes.pop(self.pid, None)  # a later task may get the same pid
             if self.returncode is not None:
                 with contextlib.suppress(OSError):  # seen: the server may reap it now
                     _send(self._connection.sock, {"reap": self.pid})
@@ -478,8 +525,10 @@ def popen(command: Any, *, env: Optional[Dict[str, str]] = None, stdout: Any = N
             task = ForkedTask(_connection, pid)
             task.args = list(command)
             return task
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError) as err:
+            with contextlib.suppress(Exception):
+                stderr.write(f"launcher: the sweep's fork server did not fork this job ({err}); started afresh\n")
+                stderr.flush()
     return _Popen(command, env=env, stdout=stdout, stderr=stderr, **kwargs)
 
 
@@ -499,6 +548,17 @@ def run_controller(folder: str) -> None:
 
     class ReportingController(Controller):  # type: ignore[misc]
         exit_codes: Sequence[Optional[int]] = ()
+        stopped_by: Optional[int] = None  # a stop signal that came while no task was running yet
+
+        def _forward_signal(self, signum: int, *args: Any) -> None:
+            if not self.tasks and signum in _STOP_SIGNALS:
+                self.stopped_by = signum
+            super()._forward_signal(signum, *args)
+
+        def start_tasks(self) -> None:
+            super().start_tasks()
+            if self.stopped_by is not None:  # came while the task was being started (waiting for the server)
+                self._forward_signal(self.stopped_by)
 
         def wait(self, freq: int = 24) -> Sequence[Optional[int]]:
             self.exit_codes = super().wait(freq)

@@ -226,19 +226,21 @@ def check_fork_server(fork_server: Any) -> None:
                           "has imported torch once, the default) or false (start each job afresh)")
 
 
-_server: List[forkserver.ForkServer] = []  # this sweep process's fork server, once started; it ends with the process
+_server: List[Optional[forkserver.ForkServer]] = []  # this sweep process's fork server (None: it could not start)
 
 
-def fork_server() -> Optional[forkserver.ForkServer]:
+def fork_server(log_file: Optional[Path] = None) -> Optional[forkserver.ForkServer]:
     """This sweep process's fork server (:mod:`launcher.forkserver`), started by the first to ask: the sweep's
     planning (:func:`launcher.plugins.plan_sweep`), so that it imports torch while Hydra composes the jobs, and
-    used by every ``launch`` of the sweep. None where it cannot run, or once it has refused: jobs start afresh."""
+    used by every ``launch`` of the sweep; what its imports print goes to ``log_file``. None where it cannot run."""
     if not _server and forkserver.supported():
         try:
-            _server.append(forkserver.ForkServer())
+            if log_file is not None:
+                log_file.parent.mkdir(parents=True, exist_ok=True)
+            _server.append(forkserver.ForkServer(str(log_file) if log_file is not None else None))
         except OSError as err:
+            _server.append(None)
             log.warning("Could not start the fork server (%s): each job starts a fresh process", err)
-            return None
     return _server[0] if _server else None
 
 
@@ -296,11 +298,13 @@ class CappedLocalLauncher(LocalLauncher):
             # the job ended and to have its task forked by the sweep's fork server.
             if isinstance(args, list) and args[1:3] == ["-m", "submitit.local._local"]:
                 args = forkserver.controller_command(args[0], *args[3:])
-            connection = server.connect() if server is not None else None
+            # A command run through a shell (hydra.launcher.setup) is submitit's own controller: it forks nothing
+            connection = server.connect() if server is not None and isinstance(args, list) else None
             if connection is None:
-                if server is not None and not server_gone:
+                if server is not None and isinstance(args, list) and not server_gone:
                     server_gone.append(True)
-                    log.warning("The fork server no longer forks jobs (%s): each job starts a fresh process", server.why_gone())
+                    log.warning("The fork server no longer forks jobs (%s): each job starts a fresh process",
+                                server.why_gone())
                 return popen(args, start_new_session=True, **kwargs)
             env = {**(kwargs.pop("env", None) or os.environ), forkserver.FD_ENV: str(connection.fileno())}
             try:
@@ -357,6 +361,10 @@ class CappedLocalLauncher(LocalLauncher):
                 plugin_log.removeFilter(said_once)
         with contextlib.suppress(OSError):  # submitit makes the folder as named, %j and all; each job's has its id
             Path(str(self.params["submitit_folder"])).rmdir()
+        if server is not None and server.log:  # kept if its imports said something
+            with contextlib.suppress(OSError):
+                if os.path.getsize(server.log) == 0:
+                    os.unlink(server.log)
         if errors:
             explained = explain_launcher_error(errors[0], "local")
             if explained is errors[0]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
@@ -59,11 +60,6 @@ def plan_sweep(config: Any) -> None:
     when a ``hydra.sweep.subdir`` of one's own gives two jobs one run dir (the second would train on from the
     first's run, or be refused, and its result overwrite the first's); else mark each job not started yet as
     pending in its dir (``submitted.json``), so the summary lists it even if the sweep stops before it."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
-
     from launcher.errors import ConfigError
 
     if str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher"):
@@ -72,8 +68,29 @@ def plan_sweep(config: Any) -> None:
         check_max_parallel(config.hydra.launcher.get("max_parallel"))  # before any job dir or summary is written
         check_fork_server(config.hydra.launcher.get("fork_server", True))
         check_one_task(config.hydra.launcher)
-        if config.hydra.launcher.get("fork_server", True):
-            fork_server()  # importing torch while the jobs are composed
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        if config.hydra.launcher.get("fork_server", True):  # importing torch while the jobs are composed
+            new = not sweep_dir.exists()
+            fork_server(sweep_dir / ".submitit" / "fork_server.log")
+            try:
+                _check_jobs(config)
+            except ConfigError:  # a sweep refused leaves no dir behind (the server ends with this process)
+                if new:
+                    shutil.rmtree(sweep_dir, ignore_errors=True)
+                raise
+            return
+    _check_jobs(config)
+
+
+def _check_jobs(config: Any) -> None:
+    """:func:`plan_sweep` for the basic sweeper's jobs: refused, or marked pending."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from launcher.errors import ConfigError
+
     if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
         return
     subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")

@@ -89,7 +89,7 @@ def test_the_fork_server_ends_with_its_sweep(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     for job in ("0", "1"):  # forked by a server
         assert "launcher.forkserver" in json.loads((tmp_path / "sweep" / job / "process.json").read_text())["parent"]
-    assert (tmp_path / "sweep" / ".submitit" / "fork_server.log").is_file()  # where its imports' messages go
+    assert not (tmp_path / "sweep" / ".submitit" / "fork_server.log").exists()  # its imports said nothing
     deadline = time.monotonic() + 20
     while _servers_in(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -168,3 +168,10 @@ def test_a_task_whose_server_died_counts_as_ended_once_it_is_a_zombie():
     finally:
         child.wait()
         mine.close()
+
+
+def test_a_local_sweep_refused_after_its_fork_server_started_leaves_no_sweep_dir(tmp_path):
+    proc = run_cli(["-m", "hydra/launcher=local", "optimizer=sgd,nosuch", f"hydra.sweep.dir={tmp_path / 'sweep'}", *FAST],
+                   tmp_path)
+    assert proc.returncode == 2 and "nosuch" in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "sweep").exists()
