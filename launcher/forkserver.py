@@ -411,7 +411,7 @@ class _Connection:
         _send(self.sock, request, [stdout.fileno(), stderr.fileno()])
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while True:
-            self.sock.settimeout(max(0.0, deadline - time.monotonic()))
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))  # 0 would make it non-blocking
             try:
                 message = self.sock.recv(_PACKET)
             except socket.timeout:
