@@ -160,22 +160,6 @@ def preload(modules: Sequence[str] = PRELOAD, stop: Any = lambda: False) -> bool
     return True
 
 
-def _closed(control: socket.socket) -> bool:
-    """Whether the sweep has closed ``control`` (a config error ended it, say), taking nothing from it."""
-    import select
-
-    poller = select.poll()  # not select.select: the fd may be numbered past 1023
-    poller.register(control, select.POLLIN | select.POLLHUP)
-    if not poller.poll(0):
-        return False
-    try:
-        return control.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-
-
 class _Job:
     """A forked child's request: leaves the server's loop and becomes the task (:meth:`run`)."""
 
@@ -223,6 +207,7 @@ class _Job:
 
 
 def _hung_up(sock: socket.socket) -> bool:
+    """Whether the other end of ``sock`` has closed it (messages it sent before may still wait there)."""
     import select
 
     poller = select.poll()
@@ -370,7 +355,7 @@ def main(control_fd: int) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     control = socket.socket(fileno=control_fd)
     before = dict(os.environ)
-    if not preload(stop=lambda: _closed(control)):
+    if not preload(stop=lambda: _hung_up(control)):  # the sweep has ended (a config error, say): give up
         return
     added_env = {k: v for k, v in os.environ.items() if before.get(k) != v}  # TORCHINDUCTOR_CACHE_DIR, say
     if cuda_driver_loaded():  # a forked child cannot use the parent's CUDA: every job starts fresh
