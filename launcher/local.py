@@ -105,6 +105,9 @@ class StopJobsOnSignal:
         self._suspend.__exit__(*exc)
         self._installed.__exit__(*exc)
 
+    def _job_pids(self) -> List[int]:
+        return [pid for pid in child_pids() if pid not in self.spare]
+
     def _stop(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         now = time.monotonic()
@@ -114,13 +117,13 @@ class StopJobsOnSignal:
             self._first = (signum, now)
         if self.stopping:
             log.warning("%s again: not waiting for the jobs; each still writes its checkpoint and ends", name)
-            for pid in set(child_pids()) - self.spare:  # once more, for a job still starting up at the first signal
+            for pid in self._job_pids():  # once more, for a job that was still starting up at the first signal
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGTERM)
             raise SystemExit(EXIT_INTERRUPTED)
         with self.starting:
             self.stopping = True
-            jobs = [pid for pid in child_pids() if pid not in self.spare]
+            jobs = self._job_pids()
         log.warning("%s: stopping the sweep's %d running job(s); each saves a checkpoint first", name, len(jobs))
         for pid in jobs:
             with contextlib.suppress(OSError):
@@ -299,9 +302,10 @@ class CappedLocalLauncher(LocalLauncher):
             if isinstance(args, list) and args[1:3] == ["-m", "submitit.local._local"]:
                 args = forkserver.controller_command(args[0], *args[3:])
             # A command run through a shell (hydra.launcher.setup) is submitit's own controller: it forks nothing
-            connection = server.connect() if server is not None and isinstance(args, list) else None
+            forks = server is not None and isinstance(args, list)
+            connection = server.connect() if forks else None
             if connection is None:
-                if server is not None and isinstance(args, list) and not server_gone:
+                if forks and not server_gone:
                     server_gone.append(True)
                     log.warning("The fork server no longer forks jobs (%s): each job starts a fresh process",
                                 server.why_gone())

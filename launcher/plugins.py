@@ -62,24 +62,23 @@ def plan_sweep(config: Any) -> None:
     pending in its dir (``submitted.json``), so the summary lists it even if the sweep stops before it."""
     from launcher.errors import ConfigError
 
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    made_dir = False  # by the fork server's log
     if str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher"):
         from launcher.local import check_fork_server, check_max_parallel, check_one_task, fork_server
 
         check_max_parallel(config.hydra.launcher.get("max_parallel"))  # before any job dir or summary is written
         check_fork_server(config.hydra.launcher.get("fork_server", True))
         check_one_task(config.hydra.launcher)
-        sweep_dir = Path(str(config.hydra.sweep.dir))
         if config.hydra.launcher.get("fork_server", True):  # importing torch while the jobs are composed
-            new = not sweep_dir.exists()
+            made_dir = not sweep_dir.exists()
             fork_server(sweep_dir / ".submitit" / "fork_server.log")
-            try:
-                _check_jobs(config)
-            except ConfigError:  # a sweep refused leaves no dir behind (the server ends with this process)
-                if new:
-                    shutil.rmtree(sweep_dir, ignore_errors=True)
-                raise
-            return
-    _check_jobs(config)
+    try:
+        _check_jobs(config)
+    except ConfigError:  # a sweep refused leaves no dir behind (the server ends with this process)
+        if made_dir:
+            shutil.rmtree(sweep_dir, ignore_errors=True)
+        raise
 
 
 def _check_jobs(config: Any) -> None:
