@@ -247,6 +247,9 @@ if __name__ == "__main__":
         from launcher import plugins
 
         plugins.register()  # hydra/launcher=local and slurm_detached
+        from launcher.local import start_fork_server_early
+
+        start_fork_server_early(sys.argv[1:])  # its imports overlap Hydra's composing
         # the sweep's command, for the run.json of each job that submitit starts (their own is its bootstrap)
         os.environ["LAUNCHER_SWEEP_COMMAND"] = json.dumps([sys.executable, "-m", "launcher", *sys.argv[1:]])
     try:

@@ -233,18 +233,41 @@ _server: List[Optional[forkserver.ForkServer]] = []  # this sweep process's fork
 
 
 def fork_server(log_file: Optional[Path] = None) -> Optional[forkserver.ForkServer]:
-    """This sweep process's fork server (:mod:`launcher.forkserver`), started by the first to ask: the sweep's
-    planning (:func:`launcher.plugins.plan_sweep`), so that it imports torch while Hydra composes the jobs, and
-    used by every ``launch`` of the sweep; what its imports print goes to ``log_file``. None where it cannot run."""
+    """This sweep process's fork server (:mod:`launcher.forkserver`), started by the first to ask (as the
+    command line is read, :func:`start_fork_server_early`, or as the sweep is planned,
+    :func:`launcher.plugins.plan_sweep`), so that it imports torch while Hydra composes the jobs, and used by
+    every ``launch`` of the sweep; what its imports print is kept in ``log_file``. None where it cannot run."""
     if not _server and forkserver.supported():
         try:
-            if log_file is not None:
-                log_file.parent.mkdir(parents=True, exist_ok=True)
-            _server.append(forkserver.ForkServer(str(log_file) if log_file is not None else None))
+            _server.append(forkserver.ForkServer())
         except OSError as err:
             _server.append(None)
             log.warning("Could not start the fork server (%s): each job starts a fresh process", err)
-    return _server[0] if _server else None
+    server = _server[0] if _server else None
+    if server is not None and log_file is not None and server.log is None:
+        server.log = str(log_file)
+    return server
+
+
+def start_fork_server_early(overrides: Sequence[str]) -> None:
+    """Start the fork server before Hydra composes the config when the command line picks ``hydra/launcher=local``
+    (and does not turn ``fork_server`` off): its imports (about 3 CPU-seconds) then overlap the composing, and
+    the first jobs wait less. A config that turns out otherwise stops it (:func:`stop_fork_server`)."""
+    launcher, fork = None, True
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key == "hydra/launcher":
+            launcher = value
+        elif key == "hydra.launcher.fork_server":
+            fork = value.strip().lower() == "true"
+    if launcher == "local" and fork:
+        fork_server()
+
+
+def stop_fork_server() -> None:
+    """Close the fork server, if one was started: for a sweep that turned out not to use it."""
+    if _server and _server[0] is not None:
+        _server[0].close()
 
 
 def wait_for_controller(job: Any) -> None:
@@ -365,10 +388,8 @@ class CappedLocalLauncher(LocalLauncher):
                 plugin_log.removeFilter(said_once)
         with contextlib.suppress(OSError):  # submitit makes the folder as named, %j and all; each job's has its id
             Path(str(self.params["submitit_folder"])).rmdir()
-        if server is not None and server.log:  # kept if its imports said something
-            with contextlib.suppress(OSError):
-                if os.path.getsize(server.log) == 0:
-                    os.unlink(server.log)
+        if server is not None:  # kept if its imports said something
+            server.save_log()
         if errors:
             explained = explain_launcher_error(errors[0], "local")
             if explained is errors[0]:

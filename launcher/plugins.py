@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
@@ -60,25 +59,20 @@ def plan_sweep(config: Any) -> None:
     when a ``hydra.sweep.subdir`` of one's own gives two jobs one run dir (the second would train on from the
     first's run, or be refused, and its result overwrite the first's); else mark each job not started yet as
     pending in its dir (``submitted.json``), so the summary lists it even if the sweep stops before it."""
-    from launcher.errors import ConfigError
-
     sweep_dir = Path(str(config.hydra.sweep.dir))
-    made_dir = False  # by the fork server's log
+    forks = False
     if str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher"):
         from launcher.local import check_fork_server, check_max_parallel, check_one_task, fork_server
 
         check_max_parallel(config.hydra.launcher.get("max_parallel"))  # before any job dir or summary is written
         check_fork_server(config.hydra.launcher.get("fork_server", True))
         check_one_task(config.hydra.launcher)
-        if config.hydra.launcher.get("fork_server", True):  # importing torch while the jobs are composed
-            made_dir = not sweep_dir.exists()
+        forks = config.hydra.launcher.get("fork_server", True)
+        if forks:  # importing torch while the jobs are composed (started already, where the command line said so)
             fork_server(sweep_dir / ".submitit" / "fork_server.log")
-    try:
-        _check_jobs(config)
-    except ConfigError:  # a sweep refused leaves no dir behind (the server ends with this process)
-        if made_dir:
-            shutil.rmtree(sweep_dir, ignore_errors=True)
-        raise
+    if not forks and "launcher.local" in sys.modules:  # started as the command line was read, and not wanted
+        sys.modules["launcher.local"].stop_fork_server()
+    _check_jobs(config)
 
 
 def _check_jobs(config: Any) -> None:

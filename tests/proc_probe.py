@@ -29,12 +29,30 @@ class ProcessProbe(HookBase):
 
 def task() -> None:
     """``python -m proc_probe <exit code> [seconds]``: prints its arguments, working dir and PROBE_VALUE, sleeps,
-    exits with the code."""
+    exits with the code. ``PROBE_END`` picks another ending: ``leftovers`` (exits leaving a file unflushed, an
+    atexit function and a thread that is not a daemon, each writing a file in the working dir), ``raise``
+    (an uncaught RuntimeError), ``interrupt`` (an uncaught KeyboardInterrupt), ``text`` (``sys.exit("bye")``)."""
     code, seconds = int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
     print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "value": os.environ.get("PROBE_VALUE"),
                       "own_session": os.getsid(0) == os.getpid()}))
     sys.stdout.flush()
     time.sleep(seconds)
+    end = os.environ.get("PROBE_END")
+    if end == "leftovers":
+        import atexit
+        import threading
+
+        unflushed = open("unflushed.txt", "w")  # noqa: SIM115 -- left open on purpose
+        unflushed.write("written, never flushed nor closed")
+        atexit.register(lambda: Path("atexit.txt").write_text("ran"))
+        threading.Thread(target=lambda: (time.sleep(0.5), Path("thread.txt").write_text("finished"))).start()
+        globals()["left_open"] = unflushed
+    elif end == "raise":
+        raise RuntimeError("probe failed")
+    elif end == "interrupt":
+        raise KeyboardInterrupt
+    elif end == "text":
+        sys.exit("bye")
     sys.exit(code)
 
 

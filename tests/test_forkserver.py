@@ -130,6 +130,25 @@ def test_a_forked_task_gets_its_arguments_environment_and_exit_status(server, tm
     connection.sock.close()
 
 
+def test_a_forked_task_ends_as_the_interpreter_would(server, tmp_path, monkeypatch):
+    """A forked task skips tearing down the modules (0.2 s a job here), not what the interpreter's exit does
+    before that: it waits for its threads, runs its atexit functions, flushes the files left open, and its
+    exit status is the interpreter's for each way of ending."""
+    connection = forkserver._Connection(server.connect())
+    monkeypatch.setenv("PROBE_END", "leftovers")
+    assert _task(connection, tmp_path, "0").wait(timeout=60) == 0
+    assert (tmp_path / "unflushed.txt").read_text() == "written, never flushed nor closed"
+    assert (tmp_path / "atexit.txt").read_text() == "ran"
+    assert (tmp_path / "thread.txt").read_text() == "finished"
+    ends = {"raise": (1, "RuntimeError: probe failed"), "interrupt": (-signal.SIGINT, "KeyboardInterrupt"),
+            "text": (1, "bye")}
+    for end, (status, said) in ends.items():
+        monkeypatch.setenv("PROBE_END", end)
+        assert _task(connection, tmp_path, "0").wait(timeout=60) == status, end
+        assert (tmp_path / "err.txt").read_text().rstrip().endswith(said), end
+    connection.sock.close()
+
+
 def test_a_command_the_server_cannot_fork_starts_as_a_fresh_process(server, tmp_path, monkeypatch):
     monkeypatch.setattr(forkserver, "_connection", None)
     monkeypatch.setenv(forkserver.FD_ENV, str(server.connect().detach()))
@@ -175,3 +194,31 @@ def test_a_local_sweep_refused_after_its_fork_server_started_leaves_no_sweep_dir
                    tmp_path)
     assert proc.returncode == 2 and "nosuch" in proc.stderr, proc.stderr[-3000:]
     assert not (tmp_path / "sweep").exists()
+
+
+def test_the_command_line_starts_the_fork_server_before_hydra_composes(monkeypatch):
+    """``hydra/launcher=local`` on the command line starts the server as it is read, so its imports overlap
+    Hydra's composing; anything else leaves it to the sweep's planning (or to nobody)."""
+    from launcher import local
+
+    for argv, starts in ((["-m", "hydra/launcher=local", "seed=0,1"], True),
+                         (["-m", "hydra/launcher=local", "hydra.launcher.fork_server=false"], False),
+                         (["-m", "seed=0,1"], False), (["-m", "hydra/launcher=slurm", "seed=0,1"], False)):
+        monkeypatch.setattr(local, "_server", [])
+        local.start_fork_server_early(argv)
+        assert bool(local._server) == starts, argv
+        if starts:
+            server = local._server[0]
+            local.stop_fork_server()  # a sweep that turns out not to fork: the server ends, its imports cut short
+            assert server.process.wait(timeout=60) == 0
+
+
+def test_what_the_fork_server_printed_is_kept_in_the_sweep_dir(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nprint('said at start-up', file=sys.stderr)\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    proc = run_cli(["-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=1", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                    *FAST], tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "sweep" / ".submitit" / "fork_server.log").read_text() == "said at start-up\n"
