@@ -28,7 +28,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLaunche
 
 from launcher import forkserver
 from launcher.errors import ConfigError
-from launcher.plugins import BASIC_SWEEPER, as_plain, explain_launcher_error, job_dir, mark_pending, record_dead_job
+from launcher.plugins import BASIC_SWEEPERS, as_plain, explain_launcher_error, job_dir, mark_pending, record_dead_job
 from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
 
 log = logging.getLogger("launcher")
@@ -303,7 +303,7 @@ class CappedLocalLauncher(LocalLauncher):
         server = fork_server() if self.fork_server else None
         server_gone: List[bool] = []  # said so once
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        if self.config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:  # the basic one's were marked at its start
+        if self.config.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:  # the basic one's were marked at its start
             dirs = [self._job_dir(overrides, initial_job_idx + i) for i, overrides in enumerate(job_overrides)]
             mark_pending(dirs, job_overrides, initial_job_idx)
         returns: List[Optional[JobReturn]] = [None] * len(job_overrides)

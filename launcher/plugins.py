@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-MODULES = ("launcher.local", "launcher.slurm")
+MODULES = ("launcher.sweeper", "launcher.local", "launcher.slurm")
 
 
 def register() -> None:
@@ -51,7 +51,8 @@ def job_dir(config: Any, overrides: Sequence[str], idx: int, config_loader: Any)
     return Path(str(job_config.hydra.sweep.dir)) / str(job_config.hydra.sweep.subdir)
 
 
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hydra_plugins.launcher_sweeper.PlannedSweeper")
+
 
 
 def plan_sweep(config: Any) -> None:
@@ -84,7 +85,7 @@ def _check_jobs(config: Any) -> None:
 
     from launcher.errors import ConfigError
 
-    if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
+    if config.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:
         return
     subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
     loader = GlobalHydra.instance().config_loader()
