@@ -52,7 +52,7 @@ PRELOAD = (  # what a job of the default task imports, the slow ones first
     *(f"hydra._internal.core_plugins.{name}" for name in ("basic_launcher", "basic_sweeper", "file_config_source",
                                                           "importlib_resources_config_source", "structured_config_source")),
     "hydra._internal.logging_config", "launcher", "launcher.build", "launcher.trainer", "launcher.data", "launcher.models",
-    "launcher.plugins", "launcher.rundir", "launcher.signals", "launcher.summary", "hooks", "hooks.checkpoint",
+    "launcher.plugins", "launcher.local", "launcher.rundir", "launcher.signals", "launcher.summary", "hooks", "hooks.checkpoint",
     "hooks.evaluator", "hooks.lr_scheduler", "hooks.timer", "hooks.writers", "hooks.progress", "hooks.optim",
 )
 REFUSED_CUDA = 3  # the server's exit status when its imports loaded the CUDA driver

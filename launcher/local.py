@@ -28,7 +28,8 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLaunche
 
 from launcher import forkserver
 from launcher.errors import ConfigError
-from launcher.plugins import BASIC_SWEEPERS, as_plain, explain_launcher_error, job_dir, mark_pending, record_dead_job
+from launcher.plugins import (BASIC_SWEEPERS, as_plain, explain_launcher_error, job_dir, mark_pending, record_dead_job,
+                              take_composed)
 from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
 
 log = logging.getLogger("launcher")
@@ -278,6 +279,43 @@ def wait_for_controller(job: Any) -> None:
         time.sleep(0.05)
 
 
+class ComposedJob(LocalLauncher):
+    """A local sweep job as its process receives it: the plugin's launcher, with the job's config as the sweep
+    composed it before it started (:func:`launcher.plugins.check_each_value_composes`), which the job then
+    does not compose again (0.1 s of each job's start). Pickled by :meth:`CappedLocalLauncher.__reduce__`."""
+
+    composed: Any = None  # the job's config
+    composed_for: Sequence[str] = ()  # its overrides
+
+    def __call__(self, sweep_overrides: List[str], job_dir_key: str, job_num: int, job_id: str,
+                 singleton_state: Dict[Any, Any]) -> Any:
+        if self.composed is None or list(sweep_overrides) != list(self.composed_for):
+            return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+        import submitit
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import run_job, setup_globals
+        from omegaconf import open_dict
+
+        # the plugin's __call__, less composing the config
+        Singleton.set_state(singleton_state)
+        setup_globals()
+        config = self.composed
+        with open_dict(config.hydra.job) as job:
+            job.id = submitit.JobEnvironment().job_id
+            job.num = job_num
+        return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
+                       job_dir_key=job_dir_key, job_subdir_key="hydra.sweep.subdir")
+
+
+def _as_composed_job(state: Dict[str, Any], composed: Any, overrides: Sequence[str]) -> ComposedJob:
+    job = as_plain(ComposedJob, state)
+    job.composed, job.composed_for = composed, list(overrides)
+    return job
+
+
+_pickling = threading.local()  # the composed config of the job a sweep slot is submitting (``composed``, ``overrides``)
+
+
 class _NotStarted(Exception):
     """The sweep is stopping: no more jobs start."""
 
@@ -354,6 +392,8 @@ class CappedLocalLauncher(LocalLauncher):
                 if i is None:
                     return
                 started.process = None
+                _pickling.composed = take_composed(self.config, job_overrides[i])
+                _pickling.overrides = job_overrides[i]
                 try:
                     returns[i] = LocalLauncher.launch(self, [job_overrides[i]], initial_job_idx + i)[0]
                 except _NotStarted:
@@ -403,7 +443,11 @@ class CappedLocalLauncher(LocalLauncher):
         return job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
 
     def __reduce__(self) -> Any:
-        """Pickled for the jobs as the plugin's LocalLauncher: the jobs need nothing of this class."""
+        """Pickled for the jobs as the plugin's LocalLauncher (the jobs need nothing of this class), or as a
+        :class:`ComposedJob` carrying the job's config where the sweep composed it before it started."""
+        composed = getattr(_pickling, "composed", None)
+        if composed is not None:
+            return (_as_composed_job, (dict(self.__dict__), composed, list(_pickling.overrides)))
         return (as_plain, (LocalLauncher, dict(self.__dict__)))
 
 

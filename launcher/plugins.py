@@ -15,7 +15,7 @@ import importlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 MODULES = ("launcher.sweeper", "launcher.local", "launcher.slurm")
 
@@ -73,11 +73,12 @@ def plan_sweep(config: Any) -> None:
             fork_server(sweep_dir / ".submitit" / "fork_server.log")
     if not forks and "launcher.local" in sys.modules:  # started as the command line was read, and not wanted
         sys.modules["launcher.local"].stop_fork_server()
-    _check_jobs(config)
+    _check_jobs(config, keep=str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher"))
 
 
-def _check_jobs(config: Any) -> None:
-    """:func:`plan_sweep` for the basic sweeper's jobs: refused, or marked pending."""
+def _check_jobs(config: Any, keep: bool = False) -> None:
+    """:func:`plan_sweep` for the basic sweeper's jobs: refused, or marked pending. ``keep``: the configs
+    composed to check them are kept for the jobs (:func:`take_composed`)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -92,7 +93,7 @@ def _check_jobs(config: Any) -> None:
     params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *config.hydra.overrides.task])
     (jobs,) = BasicSweeper.split_arguments(parsed, None)
-    check_each_value_composes(config, jobs, loader)
+    check_each_value_composes(config, jobs, loader, keep)
     seen: dict = {}
     for idx, overrides in enumerate(jobs):
         path = job_dir(config, overrides, idx, loader)
@@ -145,12 +146,21 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
 
 COMPOSE_AHEAD = 32  # jobs composed before a sweep starts, at most
 
+# The job configs composed before the sweep started, by the id of the sweep's config, then the job's
+# overrides: a local sweep's job takes its own (:func:`take_composed`) rather than compose it again.
+_composed: Dict[int, Dict[Tuple[str, ...], Any]] = {}
 
-def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader: Any) -> None:
+
+def take_composed(config: Any, overrides: Sequence[str]) -> Any:
+    """The config composed for the job with ``overrides`` before the sweep started (and forgotten here), or None."""
+    return _composed.get(id(config), {}).pop(tuple(overrides), None)
+
+
+def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader: Any, keep: bool = False) -> None:
     """Compose the jobs that first use each swept value (a few for most sweeps, not every job) and raise a
     :class:`ConfigError` naming the first job that does not compose: a misspelled key or option in a sweep
     is one line before any job runs, not a failure at job 57 after the first 56 trained, nor a sweep dir
-    of jobs marked pending that can never run."""
+    of jobs marked pending that can never run. ``keep``: the configs are kept for :func:`take_composed`."""
     from launcher.build import composition_message
     from launcher.errors import ConfigError
 
@@ -164,13 +174,15 @@ def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader
         seen.update(overrides)
         composed += 1
         try:
-            loader.load_sweep_config(config, list(overrides))
+            job_config = loader.load_sweep_config(config, list(overrides))
         except Exception as err:  # noqa: BLE001 -- composition's errors, explained as a single run's are
             try:
                 message = composition_message(err)
             except Exception:  # noqa: BLE001
                 message = f"{type(err).__name__}: {err}"
             raise ConfigError(f"{message} (sweep job {idx}: {' '.join(overrides)})") from None
+        if keep:
+            _composed.setdefault(id(config), {})[tuple(overrides)] = job_config
 
 
 def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:

@@ -59,6 +59,36 @@ def test_a_sweep_composes_each_job_before_it_starts_once_not_every_job_up_front(
     assert (tmp_path / "composed.txt").read_text().split() == [str(3 * times)]  # one process: the basic launcher's
 
 
+def test_a_local_job_composed_by_the_sweep_has_the_config_it_would_compose_itself(tmp_path):
+    """The sweep's check composes the jobs that first use each swept value; a local job it composed gets that
+    config rather than compose it again, and it is the config (and Hydra config) the job would compose."""
+    import yaml
+    from submitit.core.utils import DelayedSubmission
+
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", "hydra/launcher=local", "seed=0,1", "optimizer.lr=0.1,0.2", "trainer.max_epochs=1",
+                    f"hydra.sweep.dir={sweep}", *FAST], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kinds = {}
+    for pickled in (sweep / ".submitit").rglob("*_submitted.pkl"):
+        job = DelayedSubmission.load(pickled)
+        kinds[job.args[2]] = type(job.function).__name__
+    assert kinds == {0: "ComposedJob", 1: "ComposedJob", 2: "ComposedJob", 3: "LocalLauncher"}  # job 3: no new value
+
+    def config_of(job: int) -> tuple:
+        cfg = yaml.safe_load((sweep / str(job) / ".hydra" / "config.yaml").read_text())
+        hydra = yaml.safe_load((sweep / str(job) / ".hydra" / "hydra.yaml").read_text())["hydra"]
+        assert hydra["job"]["num"] == job and hydra["runtime"]["output_dir"] == str(sweep / str(job))
+        for key in ("num", "id", "override_dirname"):
+            hydra["job"].pop(key)
+        hydra["runtime"].pop("output_dir")
+        hydra["overrides"].pop("task")
+        return cfg.pop("seed"), cfg["optimizer"].pop("lr"), cfg, hydra
+
+    assert [config_of(job)[:2] for job in range(4)] == [(0, 0.1), (0, 0.2), (1, 0.1), (1, 0.2)]
+    assert all(config_of(job)[2:] == config_of(3)[2:] for job in range(3))
+
+
 def test_slurm_launcher_defaults_requeue_on_timeout_and_are_overridable(tmp_path):
     proc = run_cli(["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.max_num_timeout=5", "--cfg", "hydra"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
