@@ -88,6 +88,7 @@ class ForkServer:
         # waiting) for as long as a job runs. What its imports print goes to a file without a name, which
         # :meth:`save_log` copies into ``log``: the server may start before the sweep knows its dir.
         self._output = tempfile.TemporaryFile()
+        self._saved = 0  # bytes of it copied into the log
         try:
             self.process = subprocess.Popen([sys.executable, "-m", "launcher.forkserver", str(theirs.fileno())],
                                             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=self._output,
@@ -100,18 +101,18 @@ class ForkServer:
         self.pid = self.process.pid
 
     def save_log(self) -> Optional[str]:
-        """Copy what the server has printed (its imports' warnings, say) into :attr:`log`; the path, or None
-        when it printed nothing (or the copy failed: it is only ever a diagnosis)."""
+        """Append what the server has printed since the last call (its imports' warnings, say) to :attr:`log`;
+        the path, or None when it has printed nothing (or the copy failed: it is only ever a diagnosis)."""
         try:
-            printed = os.pread(self._output.fileno(), 1 << 24, 0)
-            if not printed or not self.log:
-                return None
-            os.makedirs(os.path.dirname(self.log) or ".", exist_ok=True)
-            with open(self.log, "wb") as out:
-                out.write(printed)
+            printed = os.pread(self._output.fileno(), 1 << 24, self._saved)
+            if printed and self.log:
+                os.makedirs(os.path.dirname(self.log) or ".", exist_ok=True)
+                with open(self.log, "ab") as out:
+                    out.write(printed)
+                self._saved += len(printed)
         except (OSError, ValueError):
             return None
-        return self.log
+        return self.log if self._saved else None
 
     def connect(self) -> Optional[socket.socket]:
         """A new connection to the server, for one controller to inherit; None once the server is gone."""
@@ -229,9 +230,10 @@ def end_as_the_interpreter_would(run: Any) -> None:
     flushes the standard streams; then it tears down every module, which in a forked child writes to the
     pages of every object the server imported (each freed object's count, the allocator's lists), copying
     them: 0.2 s of a short job's end here, for a process whose memory is about to go. So this does the
-    first part, flushes every file the job left open (as tearing down its objects would have), and calls
-    ``os._exit`` with the status the interpreter would have given: that of ``SystemExit``, 1 after printing
-    an uncaught exception, death by SIGINT after an uncaught ``KeyboardInterrupt``.
+    first part, closes the files the job left open (as tearing down its objects would have: a gzip file
+    gets its trailer), flushes C's buffered streams (as ``exit`` would) and calls ``os._exit`` with the
+    status the interpreter would have given: that of ``SystemExit``, 1 after printing an uncaught exception,
+    120 when the standard output cannot be flushed, death by SIGINT after an uncaught ``KeyboardInterrupt``.
     """
     import atexit
 
@@ -251,7 +253,17 @@ def end_as_the_interpreter_would(run: Any) -> None:
     with contextlib.suppress(BaseException):
         threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter's exit calls first
     atexit._run_exitfuncs()
-    _flush_open_files()
+    _close_open_files()
+    try:
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001 -- as the interpreter: a lost stdout is exit status 120
+        code = code or 120
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    with contextlib.suppress(Exception):  # what C code printf()ed to a file or pipe, which exit() flushes
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
     if interrupted:  # as the interpreter does: the parent sees death by SIGINT
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
@@ -259,19 +271,38 @@ def end_as_the_interpreter_would(run: Any) -> None:
     os._exit(code & 0xFF)
 
 
-def _flush_open_files() -> None:
-    """Flush every open file object of this process (the job's: the server's imports were frozen out of the
-    collector's sight), the standard streams last."""
-    streams = (sys.stdout, sys.stderr)
-    for obj in gc.get_objects():
-        # type(), not isinstance(): a weak proxy among the objects would answer for (or fail on) its referent
-        if issubclass(type(obj), io.IOBase) and all(obj is not s for s in streams):
+# Where a file object keeps the file it wraps (TextIOWrapper, buffered files; gzip; bz2 and lzma)
+_WRAPPED = ("buffer", "raw", "fileobj", "_fp")
+
+
+def _close_open_files() -> None:
+    """Close the file objects this process left open, each wrapper before the file it wraps (as tearing down
+    the objects would: a wrapper holds the file it wraps, so it goes first). The standard streams and what
+    they wrap stay open. Only the job's objects are found: the server's imports were frozen out of the
+    collector's sight."""
+    keep = set()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        while stream is not None and id(stream) not in keep:
+            keep.add(id(stream))
+            stream = next((getattr(stream, n) for n in _WRAPPED if getattr(stream, n, None) is not None), None)
+    # type(), not isinstance(): a weak proxy among the objects would answer for (or fail on) its referent
+    remaining = [o for o in gc.get_objects() if issubclass(type(o), io.IOBase) and id(o) not in keep]
+    while remaining:
+        still_open = [o for o in remaining if not _closed(o)]
+        inner = {id(getattr(o, n, None)) for o in still_open for n in _WRAPPED}
+        outer = [o for o in still_open if id(o) not in inner] or still_open  # (a cycle: all at once)
+        for obj in outer:
             with contextlib.suppress(Exception):
-                if not obj.closed:
-                    obj.flush()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
+                obj.close()
+        closing = {id(o) for o in outer}
+        remaining = [o for o in still_open if id(o) not in closing]
+
+
+def _closed(obj: Any) -> bool:
+    try:
+        return bool(obj.closed)
+    except Exception:  # noqa: BLE001 -- a file object broken in some way: left as it is
+        return True
 
 
 def _hung_up(sock: socket.socket) -> bool:
@@ -426,6 +457,8 @@ def main(control_fd: int) -> None:
     if not preload(stop=lambda: _hung_up(control)):  # the sweep has ended (a config error, say): give up
         return
     added_env = {k: v for k, v in os.environ.items() if before.get(k) != v}  # TORCHINDUCTOR_CACHE_DIR, say
+    for stream in (sys.stdout, sys.stderr):  # what the imports printed: into the log now, and into no job's
+        stream.flush()
     if cuda_driver_loaded():  # a forked child cannot use the parent's CUDA: every job starts fresh
         sys.exit(REFUSED_CUDA)
     if threading.active_count() > 1:

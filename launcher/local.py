@@ -296,10 +296,11 @@ class ComposedJob(LocalLauncher):
         from hydra.core.utils import run_job, setup_globals
         from omegaconf import open_dict
 
-        # the plugin's __call__, less composing the config
+        # the plugin's __call__, less composing the config; once: a job requeued (pickled again by the plugin's
+        # checkpoint(), after run_job made the config's hydra node read-only) composes its config again
         Singleton.set_state(singleton_state)
         setup_globals()
-        config = self.composed
+        config, self.composed = self.composed, None
         with open_dict(config.hydra.job) as job:
             job.id = submitit.JobEnvironment().job_id
             job.num = job_num
@@ -426,10 +427,10 @@ class CappedLocalLauncher(LocalLauncher):
                     slot.join()  # a signal's handler (StopJobsOnSignal) still runs here, in the main thread
             finally:
                 plugin_log.removeFilter(said_once)
+                if server is not None:  # kept if its imports said something; also when a signal stops the sweep
+                    server.save_log()
         with contextlib.suppress(OSError):  # submitit makes the folder as named, %j and all; each job's has its id
             Path(str(self.params["submitit_folder"])).rmdir()
-        if server is not None:  # kept if its imports said something
-            server.save_log()
         if errors:
             explained = explain_launcher_error(errors[0], "local")
             if explained is errors[0]:

@@ -20,11 +20,12 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 MODULES = ("launcher.sweeper", "launcher.local", "launcher.slurm")
 
 
-def register() -> None:
+def register(modules: Sequence[str] = MODULES) -> None:
     import hydra_plugins
     from hydra.core.plugins import Plugins
 
-    for module_name in MODULES:
+    Plugins.instance()  # first: its look for plugins executes their modules anew, which ours subclass
+    for module_name in modules:
         module = importlib.import_module(module_name)
         for cls in module.PLUGINS:
             sys.modules[cls.__module__] = module
@@ -60,6 +61,7 @@ def plan_sweep(config: Any) -> None:
     when a ``hydra.sweep.subdir`` of one's own gives two jobs one run dir (the second would train on from the
     first's run, or be refused, and its result overwrite the first's); else mark each job not started yet as
     pending in its dir (``submitted.json``), so the summary lists it even if the sweep stops before it."""
+    _checked.clear()  # an earlier sweep's, in this process
     sweep_dir = Path(str(config.hydra.sweep.dir))
     forks = False
     if str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher"):
@@ -94,6 +96,7 @@ def _check_jobs(config: Any, keep: bool = False) -> None:
     parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *config.hydra.overrides.task])
     (jobs,) = BasicSweeper.split_arguments(parsed, None)
     check_each_value_composes(config, jobs, loader, keep)
+    _checked.setdefault(id(config), {})
     seen: dict = {}
     for idx, overrides in enumerate(jobs):
         path = job_dir(config, overrides, idx, loader)
@@ -146,33 +149,42 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
 
 COMPOSE_AHEAD = 32  # jobs composed before a sweep starts, at most
 
-# The job configs composed before the sweep started, by the id of the sweep's config, then the job's
-# overrides: a local sweep's job takes its own (:func:`take_composed`) rather than compose it again.
-_composed: Dict[int, Dict[Tuple[str, ...], Any]] = {}
+# The sweeps whose jobs :func:`plan_sweep` checked, by the id of the sweep's config, each with the job
+# configs it composed to check them, by the job's overrides, for a local sweep's jobs to take
+# (:func:`take_composed`) rather than compose them again.
+_checked: Dict[int, Dict[Tuple[str, ...], Any]] = {}
+
+
+def checked(config: Any) -> bool:
+    """Whether :func:`plan_sweep` has checked the jobs of the sweep of ``config``."""
+    return id(config) in _checked
 
 
 def take_composed(config: Any, overrides: Sequence[str]) -> Any:
     """The config composed for the job with ``overrides`` before the sweep started (and forgotten here), or None."""
-    return _composed.get(id(config), {}).pop(tuple(overrides), None)
+    return _checked.get(id(config), {}).pop(tuple(overrides), None)
 
 
 def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader: Any, keep: bool = False) -> None:
-    """Compose the jobs that first use each swept value (a few for most sweeps, not every job) and raise a
-    :class:`ConfigError` naming the first job that does not compose: a misspelled key or option in a sweep
+    """Compose jobs that between them use every swept value (a few for most sweeps, not every job) and raise
+    a :class:`ConfigError` naming the first job that does not compose: a misspelled key or option in a sweep
     is one line before any job runs, not a failure at job 57 after the first 56 trained, nor a sweep dir
-    of jobs marked pending that can never run. ``keep``: the configs are kept for :func:`take_composed`."""
+    of jobs marked pending that can never run. Each job picked is one that uses the most values not composed
+    yet, so ``model=mlp,cnnn seed=range(100)`` composes a job with ``cnnn`` among the first two, whatever
+    the order of the jobs; at most ``COMPOSE_AHEAD`` jobs (each takes ~0.08 s), so of a key with more values
+    than that (seeds, say) the rest are checked as their jobs start. ``keep``: the configs are kept for
+    :func:`take_composed`."""
     from launcher.build import composition_message
     from launcher.errors import ConfigError
 
-    seen: set = set()
-    composed = 0
-    for idx, overrides in enumerate(jobs):
-        if seen.issuperset(overrides):
-            continue
-        if composed == COMPOSE_AHEAD:  # each takes ~0.08 s: a sweep of 1000 seeds checks the rest as they start
+    todo = {idx: set(overrides) for idx, overrides in enumerate(jobs)}
+    for _ in range(COMPOSE_AHEAD):
+        idx = max(todo, key=lambda i: (len(todo[i]), -i), default=None)  # the most new values; the first such job
+        if idx is None or not todo[idx]:
             return
-        seen.update(overrides)
-        composed += 1
+        overrides = jobs[idx]
+        for values in todo.values():
+            values.difference_update(overrides)
         try:
             job_config = loader.load_sweep_config(config, list(overrides))
         except Exception as err:  # noqa: BLE001 -- composition's errors, explained as a single run's are
@@ -182,7 +194,7 @@ def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader
                 message = f"{type(err).__name__}: {err}"
             raise ConfigError(f"{message} (sweep job {idx}: {' '.join(overrides)})") from None
         if keep:
-            _composed.setdefault(id(config), {})[tuple(overrides)] = job_config
+            _checked.setdefault(id(config), {})[tuple(overrides)] = job_config
 
 
 def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:

@@ -6,7 +6,7 @@ from typing import Sequence
 
 from hydra.core.plugins import Plugins
 
-from launcher.plugins import check_each_value_composes
+from launcher.plugins import check_each_value_composes, checked
 
 Plugins.instance()  # Hydra's first look for plugins executes their modules anew: subclass the sweeper it then holds
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # noqa: E402
@@ -16,13 +16,13 @@ class PlannedSweeper(BasicSweeper):
     """Hydra's basic sweeper (every combination of the swept values, in turn), less its composing every job
     before the first one starts (``validate_batch_is_legal``: about 0.1 s a job, so 20 s for a sweep of 200
     seeds, 100 s for 1000). :func:`launcher.plugins.plan_sweep`, which our ``SweepSummary`` callback runs
-    before the sweeper, has composed the first job that uses each swept value (32 at most); each job still
-    composes its own config as it starts, and one that does not compose is a failed job. Without that
-    callback (``hydra.callbacks`` replaced) the same check runs here."""
+    before the sweeper, has composed jobs that between them use every swept value (32 jobs at most; see
+    :func:`launcher.plugins.check_each_value_composes`); the others are composed as each starts, and one that
+    does not compose is a failed job. Where it has not (``hydra.callbacks`` replaced, or the callback
+    failed), the same check runs here."""
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        callbacks = self.config.hydra.get("callbacks") or {}
-        if not any(str(cb.get("_target_", "")) == "launcher.summary.SweepSummary" for cb in callbacks.values()):
+        if not checked(self.config):
             check_each_value_composes(self.config, batch, self.hydra_context.config_loader)
 
 

@@ -29,8 +29,9 @@ class ProcessProbe(HookBase):
 
 def task() -> None:
     """``python -m proc_probe <exit code> [seconds]``: prints its arguments, working dir and PROBE_VALUE, sleeps,
-    exits with the code. ``PROBE_END`` picks another ending: ``leftovers`` (exits leaving a file unflushed, an
-    atexit function and a thread that is not a daemon, each writing a file in the working dir), ``raise``
+    exits with the code. ``PROBE_END`` picks another ending: ``leftovers`` (exits leaving a file unflushed, a
+    gzip file open, C's stdout unflushed, an atexit function and a thread that is not a daemon, each writing a
+    file in the working dir), ``raise``
     (an uncaught RuntimeError), ``interrupt`` (an uncaught KeyboardInterrupt), ``text`` (``sys.exit("bye")``)."""
     code, seconds = int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
     print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "value": os.environ.get("PROBE_VALUE"),
@@ -46,7 +47,13 @@ def task() -> None:
         unflushed.write("written, never flushed nor closed")
         atexit.register(lambda: Path("atexit.txt").write_text("ran"))
         threading.Thread(target=lambda: (time.sleep(0.5), Path("thread.txt").write_text("finished"))).start()
-        globals()["left_open"] = unflushed
+        import ctypes
+        import gzip
+
+        compressed = gzip.open("left_open.gz", "wb")  # its trailer is written as it is closed
+        compressed.write(b"closed as the interpreter would")
+        ctypes.CDLL(None).printf(b"printed by C\n")  # C's stdout buffer: a file here, flushed by exit()
+        globals()["left_open"] = (unflushed, compressed)
     elif end == "raise":
         raise RuntimeError("probe failed")
     elif end == "interrupt":

@@ -140,6 +140,10 @@ def test_a_forked_task_ends_as_the_interpreter_would(server, tmp_path, monkeypat
     assert (tmp_path / "unflushed.txt").read_text() == "written, never flushed nor closed"
     assert (tmp_path / "atexit.txt").read_text() == "ran"
     assert (tmp_path / "thread.txt").read_text() == "finished"
+    import gzip
+
+    assert gzip.decompress((tmp_path / "left_open.gz").read_bytes()) == b"closed as the interpreter would"
+    assert "printed by C" in (tmp_path / "out.txt").read_text()
     ends = {"raise": (1, "RuntimeError: probe failed"), "interrupt": (-signal.SIGINT, "KeyboardInterrupt"),
             "text": (1, "bye")}
     for end, (status, said) in ends.items():
@@ -216,9 +220,12 @@ def test_the_command_line_starts_the_fork_server_before_hydra_composes(monkeypat
 def test_what_the_fork_server_printed_is_kept_in_the_sweep_dir(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text("import sys\nprint('said at start-up', file=sys.stderr)\n")
+    (site / "sitecustomize.py").write_text("import sys\nprint('said at start-up')\nprint('warned at start-up', file=sys.stderr)\n")
     env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
     proc = run_cli(["-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=1", f"hydra.sweep.dir={tmp_path / 'sweep'}",
                     *FAST], tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / "sweep" / ".submitit" / "fork_server.log").read_text() == "said at start-up\n"
+    log = (tmp_path / "sweep" / ".submitit" / "fork_server.log").read_text()  # stdout is a file there: buffered
+    assert sorted(log.splitlines()) == ["said at start-up", "warned at start-up"]
+    for job in ("0", "1"):  # nor did the server's buffered output reach a job's log
+        assert "at start-up" not in "".join(p.read_text() for p in (tmp_path / "sweep" / job).glob("*.log"))

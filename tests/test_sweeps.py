@@ -60,7 +60,7 @@ def test_a_sweep_composes_each_job_before_it_starts_once_not_every_job_up_front(
 
 
 def test_a_local_job_composed_by_the_sweep_has_the_config_it_would_compose_itself(tmp_path):
-    """The sweep's check composes the jobs that first use each swept value; a local job it composed gets that
+    """The sweep's check composes jobs that between them use every swept value; a local job it composed gets that
     config rather than compose it again, and it is the config (and Hydra config) the job would compose."""
     import yaml
     from submitit.core.utils import DelayedSubmission
@@ -73,7 +73,8 @@ def test_a_local_job_composed_by_the_sweep_has_the_config_it_would_compose_itsel
     for pickled in (sweep / ".submitit").rglob("*_submitted.pkl"):
         job = DelayedSubmission.load(pickled)
         kinds[job.args[2]] = type(job.function).__name__
-    assert kinds == {0: "ComposedJob", 1: "ComposedJob", 2: "ComposedJob", 3: "LocalLauncher"}  # job 3: no new value
+    # jobs 0 and 3 use every value between them: the sweep composed those two to check them
+    assert kinds == {0: "ComposedJob", 1: "LocalLauncher", 2: "LocalLauncher", 3: "ComposedJob"}
 
     def config_of(job: int) -> tuple:
         cfg = yaml.safe_load((sweep / str(job) / ".hydra" / "config.yaml").read_text())
@@ -86,7 +87,7 @@ def test_a_local_job_composed_by_the_sweep_has_the_config_it_would_compose_itsel
         return cfg.pop("seed"), cfg["optimizer"].pop("lr"), cfg, hydra
 
     assert [config_of(job)[:2] for job in range(4)] == [(0, 0.1), (0, 0.2), (1, 0.1), (1, 0.2)]
-    assert all(config_of(job)[2:] == config_of(3)[2:] for job in range(3))
+    assert all(config_of(job)[2:] == config_of(1)[2:] for job in (0, 2, 3))
 
 
 def test_slurm_launcher_defaults_requeue_on_timeout_and_are_overridable(tmp_path):
@@ -535,7 +536,9 @@ def test_a_swept_value_that_does_not_compose_is_refused_before_any_job_runs(laun
     marked pending that could never run, and a last line saying "2 pending"."""
     sweep = tmp_path / "sweep"
     for bad, words in ((["model=mlp,cnnn"], ["model: there is no option 'cnnn'; did you mean 'cnn'?", "(sweep job 1: "]),
-                       (["optimizer.lrr=0.1,0.2"], ["optimizer.lrr: no such key in optimizer; did you mean optimizer.lr?"])):
+                       (["optimizer.lrr=0.1,0.2"], ["optimizer.lrr: no such key in optimizer; did you mean optimizer.lr?"]),
+                       # the bad value's first job comes after more jobs than the check composes (32)
+                       (["model=mlp,cnnn", "seed=range(0,40)"], ["there is no option 'cnnn'", "model=cnnn"])):
         proc = run_cli(["-m", f"hydra/launcher={launcher}", *FAST, *bad, f"hydra.sweep.dir={sweep}"], tmp_path)
         assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
         assert proc.stderr.strip().splitlines()[-1].startswith("Config error: ") and all(w in proc.stderr for w in words)
@@ -764,3 +767,59 @@ def test_a_sweeps_own_process_and_the_summary_command_do_not_import_torch(tmp_pa
             "print([r['status'] for r in rows]); sys.exit('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0 and "['done', 'running', 'failed', 'failed']" in done.stdout, done.stdout + done.stderr[-3000:]
+
+
+def test_a_composed_local_job_takes_its_config_once_and_a_requeued_one_composes_it_again(monkeypatch):
+    """Run by its process, a ComposedJob uses the config the sweep composed; pickled again (submitit's requeue, after
+    Hydra made that config's hydra node read-only), it composes the config afresh as the plugin's launcher does."""
+    import types
+
+    import cloudpickle
+    import hydra.core.utils
+    import submitit
+    from hydra.core.singleton import Singleton
+    from hydra_plugins.hydra_submitit_launcher import submitit_launcher
+    from omegaconf import OmegaConf
+
+    from launcher import local
+
+    class Loader:
+        def __init__(self):
+            self.calls = []  # an attribute: the loader is pickled with the job
+
+        def load_sweep_config(self, master_config, overrides):
+            self.calls.append(list(overrides))
+            return OmegaConf.create({"hydra": {"job": {"num": None, "id": None}}, "seed": 1})
+
+    ran = []
+
+    def run_job(hydra_context, task_function, config, job_dir_key, job_subdir_key):
+        OmegaConf.set_readonly(config.hydra, True)  # as Hydra's run_job does (HydraConfig.set_config)
+        ran.append(config)
+        return config.seed
+
+    for module in (hydra.core.utils, submitit_launcher):
+        monkeypatch.setattr(module, "run_job", run_job)
+        monkeypatch.setattr(module, "setup_globals", lambda: None)
+    monkeypatch.setattr(submitit, "JobEnvironment", lambda: types.SimpleNamespace(job_id="7"))
+    monkeypatch.setattr(Singleton, "set_state", staticmethod(lambda state: None))
+    state = {"params": {}, "config": OmegaConf.create({}), "task_function": print,
+             "hydra_context": types.SimpleNamespace(config_loader=Loader()), "sweep_configs": None}
+    composed = OmegaConf.create({"hydra": {"job": {"num": None, "id": None}}, "seed": 1})
+    job = local._as_composed_job(state, composed, ["seed=1"])
+    assert job(["seed=1"], "hydra.sweep.dir", 3, "job_id_for_3", {}) == 1
+    assert ran[-1] is composed and composed.hydra.job.num == 3 and composed.hydra.job.id == "7"
+    assert job.hydra_context.config_loader.calls == []
+    requeued = cloudpickle.loads(cloudpickle.dumps(job))  # what the plugin's checkpoint() hands submitit
+    assert requeued(["seed=1"], "hydra.sweep.dir", 3, "job_id_for_3", {}) == 1
+    assert requeued.hydra_context.config_loader.calls == [["seed=1"]] and ran[-1].hydra.job.num == 3
+
+
+def test_a_sweep_that_a_config_file_makes_a_multirun_runs_with_the_default_sweeper(tmp_path):
+    """``hydra.mode: MULTIRUN`` in a config file (no -m on the command line) gets the default sweeper too."""
+    (tmp_path / "conf" / "experiment").mkdir(parents=True)
+    (tmp_path / "conf" / "experiment" / "multi.yaml").write_text("# @package _global_\nhydra:\n  mode: MULTIRUN\n")
+    proc = run_cli(["--config-dir", str(tmp_path / "conf"), "+experiment=multi", "seed=0,1", "trainer.max_epochs=1",
+                    f"hydra.sweep.dir={tmp_path / 'sweep'}", *FAST], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [d.name for d in run_dirs(tmp_path / "sweep")] == ["0", "1"]
