@@ -55,7 +55,6 @@ def job_dir(config: Any, overrides: Sequence[str], idx: int, config_loader: Any)
 BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hydra_plugins.launcher_sweeper.PlannedSweeper")
 
 
-
 def plan_sweep(config: Any) -> None:
     """Before a sweep of Hydra's basic sweeper starts (its jobs are all known then): raise :class:`ConfigError`
     when a ``hydra.sweep.subdir`` of one's own gives two jobs one run dir (the second would train on from the
