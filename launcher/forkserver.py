@@ -89,6 +89,7 @@ class ForkServer:
         # :meth:`save_log` copies into ``log``: the server may start before the sweep knows its dir.
         self._output = tempfile.TemporaryFile()
         self._saved = 0  # bytes of it copied into the log
+        self.connected = False  # whether a controller has been given a connection to it
         try:
             self.process = subprocess.Popen([sys.executable, "-m", "launcher.forkserver", str(theirs.fileno())],
                                             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=self._output,
@@ -125,6 +126,7 @@ class ForkServer:
             return None
         finally:
             theirs.close()
+        self.connected = True
         return mine
 
     def why_gone(self) -> str:

@@ -11,6 +11,7 @@ Registered with Hydra by :func:`launcher.plugins.register`.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -241,6 +242,7 @@ def fork_server(log_file: Optional[Path] = None) -> Optional[forkserver.ForkServ
     if not _server and forkserver.supported():
         try:
             _server.append(forkserver.ForkServer())
+            atexit.register(_end_unused_fork_server)
         except OSError as err:
             _server.append(None)
             log.warning("Could not start the fork server (%s): each job starts a fresh process", err)
@@ -248,6 +250,15 @@ def fork_server(log_file: Optional[Path] = None) -> Optional[forkserver.ForkServ
     if server is not None and log_file is not None and server.log is None:
         server.log = str(log_file)
     return server
+
+
+def _end_unused_fork_server() -> None:
+    """As the sweep's process exits: a fork server that has forked no job (the sweep was refused, or stopped
+    before its first job) ends now rather than once it has finished importing torch."""
+    server = _server[0] if _server else None
+    if server is not None and not server.connected:
+        server.process.kill()
+        server.process.wait()
 
 
 def start_fork_server_early(overrides: Sequence[str]) -> None:

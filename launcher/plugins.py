@@ -91,8 +91,11 @@ def _check_jobs(config: Any, keep: bool = False) -> None:
         return
     subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
     loader = GlobalHydra.instance().config_loader()
-    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
-    parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *config.hydra.overrides.task])
+    # as typed, as Hydra's sweeper reads them: a swept "${...}" is the job's to resolve, not this check's
+    sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=False)
+    params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+    task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
+    parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *task])
     (jobs,) = BasicSweeper.split_arguments(parsed, None)
     check_each_value_composes(config, jobs, loader, keep)
     _checked.setdefault(id(config), {})

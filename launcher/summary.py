@@ -415,14 +415,14 @@ class SweepSummary(Callback):  # type: ignore[misc]
         from launcher.errors import ConfigError
         from launcher.plugins import plan_sweep
 
+        report = atexit.register(self._report, Path(str(config.hydra.sweep.dir)), config.get("objective", "val/accuracy"),
+                                 config.get("objective_mode", "max"))
         try:
             plan_sweep(config)  # before any job runs
         except ConfigError as err:  # Hydra turns a callback's exception into a warning: exit here, as for a config error
+            atexit.unregister(report)  # a sweep refused: its dir (if an earlier run left one) is not this sweep's report
             print(f"Config error: {err}", file=sys.stderr)
             sys.exit(2)
-
-        atexit.register(self._report, Path(str(config.hydra.sweep.dir)), config.get("objective", "val/accuracy"),
-                        config.get("objective_mode", "max"))
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         self._write(config)

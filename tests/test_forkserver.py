@@ -198,6 +198,7 @@ def test_a_local_sweep_refused_after_its_fork_server_started_leaves_no_sweep_dir
                    tmp_path)
     assert proc.returncode == 2 and "nosuch" in proc.stderr, proc.stderr[-3000:]
     assert not (tmp_path / "sweep").exists()
+    assert not _servers_in(tmp_path)  # started as the command line was read; forked nothing, so ended with the sweep
 
 
 def test_the_command_line_starts_the_fork_server_before_hydra_composes(monkeypatch):

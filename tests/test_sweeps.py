@@ -823,3 +823,14 @@ def test_a_sweep_that_a_config_file_makes_a_multirun_runs_with_the_default_sweep
                     f"hydra.sweep.dir={tmp_path / 'sweep'}", *FAST], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [d.name for d in run_dirs(tmp_path / "sweep")] == ["0", "1"]
+
+
+def test_a_swept_value_that_interpolates_is_the_jobs_to_resolve(tmp_path):
+    """``trainer.max_epochs=1,${model.in_channels}``: the sweep's check read the swept "${...}" as an interpolation
+    of its own config and failed (a warning), and the sweep ended without its report; each value composes, so the
+    sweep runs and the one job whose model has no in_channels fails as it starts, named in the report."""
+    proc = run_cli(["-m", "model=mlp,cnn", "trainer.max_epochs=1,${model.in_channels}", f"hydra.sweep.dir={tmp_path / 's'}",
+                    *FAST], tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Callback" not in proc.stderr and "1 of 4 sweep job(s) failed" in proc.stderr, proc.stderr[-3000:]
+    assert "Interpolation key 'model.in_channels' not found" in proc.stderr
