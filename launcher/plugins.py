@@ -63,7 +63,8 @@ def plan_sweep(config: Any) -> None:
     _checked.clear()  # an earlier sweep's, in this process
     sweep_dir = Path(str(config.hydra.sweep.dir))
     forks = False
-    if str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher"):
+    local = str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher")
+    if local:
         from launcher.local import check_fork_server, check_max_parallel, check_one_task, fork_server
 
         check_max_parallel(config.hydra.launcher.get("max_parallel"))  # before any job dir or summary is written
@@ -74,7 +75,7 @@ def plan_sweep(config: Any) -> None:
             fork_server(sweep_dir / ".submitit" / "fork_server.log")
     if not forks and "launcher.local" in sys.modules:  # started as the command line was read, and not wanted
         sys.modules["launcher.local"].stop_fork_server()
-    _check_jobs(config, keep=str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher"))
+    _check_jobs(config, keep=local)  # a local sweep's jobs take the configs composed to check them
 
 
 def _check_jobs(config: Any, keep: bool = False) -> None:
