@@ -348,6 +348,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
     from launcher.signals import SignalLatch
 
     env = distributed.from_environment()
+    distributed.share_cores(env)  # before anything is built: a sweep's jobs side by side must not each take every core
     if env is not None and env.source != "spawn":  # torchrun's agent (srun) ends the others with it when a rank fails
         return _train_held(cfg, run_dir, overrides, main, before_chain)
     with SignalLatch():  # a SIGTERM while the trainer is built stops it at its first step

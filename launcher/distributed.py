@@ -90,19 +90,52 @@ def _slurm_env() -> DistEnv:
     )
 
 
-def share_cores(env: DistEnv) -> None:
-    """Unless OMP_NUM_THREADS says otherwise, each rank takes its share of the cores (SLURM: its CPUs).
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity: what a container or ``taskset`` leaves it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
-    The same thread count wherever a run starts keeps the math, and so the results, the same.
+
+CPUS_ENV = "LAUNCHER_CPUS_PER_TASK"  # a local sweep's job: its share of the machine (hydra.launcher.cpus_per_task)
+
+
+def threads_for(env: Optional[DistEnv]) -> Optional[int]:
+    """The intra-op threads this process should use, or None for torch's own choice.
+
+    ``OMP_NUM_THREADS`` where set to a whole number; else the CPUs given to the job, by SLURM
+    (``SLURM_CPUS_PER_TASK``) or by the local launcher (``LAUNCHER_CPUS_PER_TASK``, from
+    ``hydra.launcher.cpus_per_task``), shared among the ranks the job starts (``trainer.devices``,
+    torchrun); else, for one of several ranks on this machine, its share of the usable cores. The same
+    thread count wherever a run starts keeps the math, and so the results, the same.
     """
-    import torch
+    omp = os.environ.get("OMP_NUM_THREADS")
+    if omp is not None:  # a value that is not a plain count ("4,2": nested levels) is left to torch to read
+        return _whole(omp)
+    cpus = _whole(os.environ.get(CPUS_ENV))
+    if cpus is None and "SLURM_JOB_ID" in os.environ:
+        cpus = _whole(os.environ.get("SLURM_CPUS_PER_TASK"))
+    local_ranks = 1
+    if env is not None and env.source != "slurm":  # SLURM gives each of its tasks their CPUs; the others share the job's
+        local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", 0) or 0) or env.world_size)
+    if cpus is not None:
+        return max(1, cpus // local_ranks)
+    return None if env is None else max(1, usable_cores() // local_ranks)
 
-    if "OMP_NUM_THREADS" in os.environ:
-        return
-    per_task = os.environ.get("SLURM_CPUS_PER_TASK") if env.source == "slurm" else None
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 0) or 0) or env.world_size
-    threads = int(per_task) if per_task and per_task.isdigit() else (os.cpu_count() or 1) // max(local_ranks, 1)
-    torch.set_num_threads(max(1, threads))
+
+def _whole(value: Optional[str]) -> Optional[int]:
+    return int(value) if value is not None and value.strip().isdigit() and int(value) > 0 else None
+
+
+def share_cores(env: Optional[DistEnv]) -> None:
+    """Set torch's intra-op threads to :func:`threads_for` ``env`` (None: a single process)."""
+    threads = threads_for(env)
+    if threads is not None:
+        import torch
+
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
 
 
 def timeout_s() -> float:
@@ -136,7 +169,6 @@ def init(env: DistEnv, device: str = "auto") -> bool:
     if env.source != "torchrun":  # torchrun sets these itself; the others learned them from us
         os.environ.update(MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port),
                           RANK=str(env.rank), WORLD_SIZE=str(env.world_size), LOCAL_RANK=str(env.local_rank))
-    share_cores(env)
     backend = backend_for(device)
     if "nccl" in backend:
         torch.cuda.set_device(env.local_rank)

@@ -28,19 +28,13 @@ from hydra.errors import CompactHydraException
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
 
 from launcher import forkserver
+from launcher.distributed import CPUS_ENV, usable_cores
 from launcher.errors import ConfigError
 from launcher.plugins import (BASIC_SWEEPERS, as_plain, explain_launcher_error, job_dir, mark_pending, record_dead_job,
                               take_composed)
 from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
 
 log = logging.getLogger("launcher")
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 _stat = process_stat  # the fields of /proc/<pid>/stat after the command name, or None
@@ -214,6 +208,21 @@ def check_max_parallel(max_parallel: Any) -> None:
                           f"or null for one job per usable CPU core ({usable_cores()} here)")
 
 
+def check_cpus_per_task(cpus_per_task: Any) -> None:
+    """Raise :class:`ConfigError` for a ``hydra.launcher.cpus_per_task`` that is not null or a whole number >= 1."""
+    if cpus_per_task is not None and (isinstance(cpus_per_task, bool) or not isinstance(cpus_per_task, int)
+                                      or cpus_per_task < 1):
+        raise ConfigError(f"hydra.launcher.cpus_per_task={cpus_per_task!r}: use a whole number >= 1 (each job's "
+                          f"threads), or null for each job's share of the {usable_cores()} usable CPU cores here")
+
+
+def job_threads(cpus_per_task: Optional[int], max_parallel: int) -> int:
+    """The CPUs, so threads, that each local job takes: ``cpus_per_task``, or null for its share of the machine."""
+    if cpus_per_task is not None:
+        return cpus_per_task
+    return max(1, usable_cores() // max_parallel)
+
+
 def check_one_task(launcher: Any) -> None:
     """Raise :class:`ConfigError` for ``tasks_per_node`` or ``nodes`` above 1: submitit's local executor would
     start that many copies of the run, into the same run dir, which do not make a DDP job here."""
@@ -339,11 +348,14 @@ class CappedLocalLauncher(LocalLauncher):
     so a job whose process died without a result (which the plugin raises for) is one failed job.
     """
 
-    def __init__(self, max_parallel: Optional[int] = None, fork_server: bool = True, **params: Any) -> None:
+    def __init__(self, max_parallel: Optional[int] = None, fork_server: bool = True, cpus_per_task: Optional[int] = None,
+                 **params: Any) -> None:
         check_max_parallel(max_parallel)
         check_fork_server(fork_server)
-        super().__init__(**params)
+        check_cpus_per_task(cpus_per_task)
         self.max_parallel = max_parallel or usable_cores()
+        self.threads = job_threads(cpus_per_task, self.max_parallel)
+        super().__init__(cpus_per_task=self.threads, **params)
         self.fork_server = fork_server
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
@@ -352,6 +364,11 @@ class CappedLocalLauncher(LocalLauncher):
 
         server = fork_server() if self.fork_server else None
         server_gone: List[bool] = []  # said so once
+        side_by_side = min(self.max_parallel, len(job_overrides))
+        if self.threads * side_by_side > usable_cores():
+            log.warning("hydra.launcher.cpus_per_task=%d, %d jobs at once: %d threads on %d usable CPU cores; the jobs "
+                        "will wait for each other's cores (null takes each job's share)", self.threads, side_by_side,
+                        self.threads * side_by_side, usable_cores())
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         if self.config.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:  # the basic one's were marked at its start
             dirs = [self._job_dir(overrides, initial_job_idx + i) for i, overrides in enumerate(job_overrides)]
@@ -374,6 +391,9 @@ class CappedLocalLauncher(LocalLauncher):
             # the job ended and to have its task forked by the sweep's fork server.
             if isinstance(args, list) and args[1:3] == ["-m", "submitit.local._local"]:
                 args = forkserver.controller_command(args[0], *args[3:])
+            # Each job's share of the cores (launcher.distributed.threads_for): torch's default, every core for
+            # each of max_parallel jobs, had 2 jobs on 2 cores spin-waiting for each other's cores (20-90x slower)
+            kwargs["env"] = {**(kwargs.get("env") or os.environ), CPUS_ENV: str(self.threads)}
             # A command run through a shell (hydra.launcher.setup) is submitit's own controller: it forks nothing
             forks = server is not None and isinstance(args, list)
             connection = server.connect() if forks else None
@@ -383,7 +403,7 @@ class CappedLocalLauncher(LocalLauncher):
                     log.warning("The fork server no longer forks jobs (%s): each job starts a fresh process",
                                 server.why_gone())
                 return popen(args, start_new_session=True, **kwargs)
-            env = {**(kwargs.pop("env", None) or os.environ), forkserver.FD_ENV: str(connection.fileno())}
+            env = {**kwargs.pop("env"), forkserver.FD_ENV: str(connection.fileno())}
             try:
                 return popen(args, start_new_session=True, env=env, pass_fds=(connection.fileno(),), **kwargs)
             finally:

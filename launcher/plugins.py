@@ -65,9 +65,10 @@ def plan_sweep(config: Any) -> None:
     forks = False
     local = str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher")
     if local:
-        from launcher.local import check_fork_server, check_max_parallel, check_one_task, fork_server
+        from launcher.local import check_cpus_per_task, check_fork_server, check_max_parallel, check_one_task, fork_server
 
         check_max_parallel(config.hydra.launcher.get("max_parallel"))  # before any job dir or summary is written
+        check_cpus_per_task(config.hydra.launcher.get("cpus_per_task"))
         check_fork_server(config.hydra.launcher.get("fork_server", True))
         check_one_task(config.hydra.launcher)
         forks = config.hydra.launcher.get("fork_server", True)

@@ -142,6 +142,7 @@ class RunRecord:
                 "hydra": hydra.__version__,
             },
             "host": socket.gethostname(),
+            "threads": torch.get_num_threads(),  # intra-op threads: they change the math's order, so its last bits
             "pid": os.getpid(),
             "start_time": _now(),
             "first_start_time": previous.get("first_start_time") or previous.get("start_time"),

@@ -40,7 +40,6 @@ import inspect
 import logging
 import math
 import numbers
-import os
 import random
 import sys
 import time
@@ -206,7 +205,7 @@ def check_devices(devices: Any, device: Any = "auto", spawned: bool = True) -> i
             raise ConfigError(f"trainer.devices={devices}: this machine has {gpus} CUDA device(s), one process each; "
                               f"use trainer.devices={gpus} or fewer")
     elif kind == "cpu":
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = distributed.usable_cores()
         if devices > cores:
             raise ConfigError(f"trainer.devices={devices}: training on the CPU takes one process per core, and this "
                               f"process may use {cores} core(s); use trainer.devices={cores} or fewer (each process "

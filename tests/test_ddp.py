@@ -491,3 +491,26 @@ def test_precise_bn_averages_the_ranks_statistics_so_every_rank_validates_one_mo
     ranks = [weights(tmp_path / "run" / f"weights_rank{r}.pt") for r in (0, 1)]
     stats = [k for k in ranks[0] if k.endswith(("running_mean", "running_var"))]
     assert stats and all(torch.equal(ranks[0][k], ranks[1][k]) for k in stats)
+
+
+@pytest.mark.parametrize("env, dist, threads", [
+    ({}, None, None),  # a single process outside any job: torch's own choice
+    ({"OMP_NUM_THREADS": "3", "SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "8"}, None, 3),  # the user's word wins
+    ({"OMP_NUM_THREADS": "4,2"}, None, None),  # nested levels: torch reads it
+    ({"SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "8"}, None, 8),  # a SLURM job of one task
+    ({"SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "8"}, ("slurm", 4), 8),  # each SLURM task has its own CPUs
+    ({"SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "8"}, ("spawn", 4), 2),  # trainer.devices=4 inside that task
+    ({"SLURM_CPUS_PER_TASK": "8"}, None, None),  # left over outside a job: not this process's
+    ({"LAUNCHER_CPUS_PER_TASK": "1"}, None, 1),  # a local sweep's job
+    ({"LAUNCHER_CPUS_PER_TASK": "6"}, ("torchrun", 8), 1),
+    ({"LAUNCHER_CPUS_PER_TASK": "6", "LOCAL_WORLD_SIZE": "2"}, ("torchrun", 4), 3),  # 2 of the 4 ranks on this machine
+])
+def test_each_process_takes_the_threads_its_job_was_given_shared_among_its_ranks(env, dist, threads, monkeypatch):
+    from launcher import distributed
+
+    for key in ("OMP_NUM_THREADS", "SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "LAUNCHER_CPUS_PER_TASK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    dist_env = None if dist is None else distributed.DistEnv(0, 0, dist[1], "127.0.0.1", 29500, dist[0])
+    assert distributed.threads_for(dist_env) == threads

@@ -192,6 +192,36 @@ def test_local_launcher_runs_at_most_max_parallel_jobs_at_once(tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1 and "pending" not in bad.stdout  # no sweep report of jobs never run
 
 
+def test_each_local_job_takes_its_share_of_the_cores_not_every_core(tmp_path, monkeypatch):
+    """Jobs side by side that each took torch's default (every core) spin-waited for each other's cores: two
+    short jobs on 2 cores trained 20-90x slower than one alone. Each job now takes cores // max_parallel
+    threads (``hydra.launcher.cpus_per_task``), forked from the server or started afresh; OMP_NUM_THREADS,
+    where the user sets it, wins. ``run.json`` records each run's thread count."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    cases = [(["hydra.launcher.max_parallel=2"], {}, max(1, cores // 2)),
+             (["hydra.launcher.max_parallel=1", "hydra.launcher.fork_server=false"], {}, cores),
+             (["hydra.launcher.max_parallel=1", "hydra.launcher.cpus_per_task=1"], {}, 1),
+             (["hydra.launcher.max_parallel=1"], {"OMP_NUM_THREADS": "1"}, 1)]
+    for n, (launcher, env, threads) in enumerate(cases):
+        seeds = "seed=0,1" if n == 0 else "seed=0"  # two side by side; one at a time needs no second
+        proc = run_cli(["-m", "hydra/launcher=local", *launcher, seeds, "trainer.max_epochs=1", *FAST,
+                        f"hydra.sweep.dir={tmp_path / str(n)}"], tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert {read_run(d)["threads"] for d in run_dirs(tmp_path / str(n))} == {threads}, launcher
+
+    bad = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.cpus_per_task=0", "seed=0,1", *FAST], tmp_path)
+    assert bad.returncode == 2 and bad.stderr.startswith("Config error: hydra.launcher.cpus_per_task=0: use a whole "
+                                                         "number >= 1"), bad.stderr
+    single = run_cli(["trainer.max_epochs=1", *FAST, f"hydra.run.dir={tmp_path / 'single'}"], tmp_path)
+    assert single.returncode == 0 and read_run(tmp_path / "single")["threads"] == torch_default_threads()
+
+
+def torch_default_threads() -> int:
+    return int(subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                              capture_output=True, text=True, check=True).stdout)
+
+
 def test_failed_jobs_of_a_parallel_sweep_are_each_named_at_the_end_and_lose_no_other_result(tmp_path):
     proc = run_cli(["-m", "hydra/launcher=local", "optimizer.lr=-1,0.1,-2", "trainer.max_epochs=1", *FAST], tmp_path)
     assert proc.returncode != 0
