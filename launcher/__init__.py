@@ -58,6 +58,12 @@ def compose(overrides: Sequence[str] = (), config_dir: Optional[str] = None) -> 
     from launcher.build import composition_message, group_value_message
 
     overrides = list(overrides)
+    for override in overrides:
+        key = override.lstrip("+~").partition("=")[0].strip()
+        if (key.startswith(("hydra.", "hydra/")) or key == "hydra") and key != "hydra.searchpath":
+            raise ConfigError(f"{override}: compose() returns the run's config without Hydra's own settings, so it would "
+                              f"have no effect; give the run dir as launcher.run(cfg, run_dir=...), and run sweeps with "
+                              f"python -m launcher -m ... (hydra.searchpath, or config_dir=, adds config dirs)")
     if config_dir:
         if not Path(config_dir).is_dir():
             raise ConfigError(f"config_dir: {str(config_dir)!r} is not a directory; give the directory that holds "

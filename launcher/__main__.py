@@ -129,7 +129,9 @@ def explain_config_errors() -> None:
                           f"hydra.run.dir (hydra.sweep.dir with -m) must name a directory this user can write to",
                           file=sys.stderr)
                     sys.exit(2)
-                if isinstance(err, ConfigError):  # a sweep job's: its one line, as a single run prints it (the sweep's report follows)
+                if isinstance(err, ConfigError):  # a sweep job's: the report at exit names it (else its one line here)
+                    if getattr(err, REPORTED_JOB, None) is not None:
+                        raise
                     raise CompactHydraException(f"Config error: {err}") from None
                 if isinstance(err, ValueError) and not group_value_message(err):
                     raise  # not one of composition's: an error of the run, reported as Hydra reports it

@@ -104,15 +104,15 @@ CPUS_ENV = "LAUNCHER_CPUS_PER_TASK"  # a local sweep's job: its share of the mac
 def threads_for(env: Optional[DistEnv]) -> Optional[int]:
     """The intra-op threads this process should use, or None for torch's own choice.
 
-    ``OMP_NUM_THREADS`` where set to a whole number; else the CPUs given to the job, by SLURM
+    ``OMP_NUM_THREADS`` where it gives a count (:func:`omp_threads`); else the CPUs given to the job, by SLURM
     (``SLURM_CPUS_PER_TASK``) or by the local launcher (``LAUNCHER_CPUS_PER_TASK``, from
     ``hydra.launcher.cpus_per_task``), shared among the ranks the job starts (``trainer.devices``,
     torchrun); else, for one of several ranks on this machine, its share of the usable cores. The same
     thread count wherever a run starts keeps the math, and so the results, the same.
     """
-    omp = os.environ.get("OMP_NUM_THREADS")
-    if omp is not None:  # a value that is not a plain count ("4,2": nested levels) is left to torch to read
-        return _whole(omp)
+    omp = omp_threads()
+    if omp is not None:
+        return omp
     cpus = _whole(os.environ.get(CPUS_ENV))
     if cpus is None and "SLURM_JOB_ID" in os.environ:
         cpus = _whole(os.environ.get("SLURM_CPUS_PER_TASK"))
@@ -122,6 +122,19 @@ def threads_for(env: Optional[DistEnv]) -> Optional[int]:
     if cpus is not None:
         return max(1, cpus // local_ranks)
     return None if env is None else max(1, usable_cores() // local_ranks)
+
+
+def omp_threads() -> Optional[int]:
+    """The thread count ``OMP_NUM_THREADS`` gives (its first level's, as in ``4,2``), or None where it gives
+    none: unset, empty, 0 or not a number, which OpenMP ignores too (a warning says so for a value that
+    is not empty)."""
+    value = os.environ.get("OMP_NUM_THREADS")
+    if value is None or not value.strip():
+        return None
+    threads = _whole(value.split(",")[0])
+    if threads is None:
+        logger.warning("OMP_NUM_THREADS=%r is not a number of threads (a whole number >= 1); ignored", value)
+    return threads
 
 
 def _whole(value: Optional[str]) -> Optional[int]:

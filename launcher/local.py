@@ -28,7 +28,7 @@ from hydra.errors import CompactHydraException
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
 
 from launcher import forkserver
-from launcher.distributed import CPUS_ENV, usable_cores
+from launcher.distributed import CPUS_ENV, omp_threads, usable_cores
 from launcher.errors import ConfigError
 from launcher.plugins import (BASIC_SWEEPERS, as_plain, explain_launcher_error, job_dir, mark_pending, record_dead_job,
                               take_composed)
@@ -223,6 +223,24 @@ def job_threads(cpus_per_task: Optional[int], max_parallel: int) -> int:
     return max(1, usable_cores() // max_parallel)
 
 
+def warn_if_oversubscribed(cpus_per_task: Optional[int], max_parallel: int, side_by_side: int) -> None:
+    """Log a warning where ``side_by_side`` jobs would run more threads than there are usable cores, naming the
+    setting that asks for it: they wait for each other's cores (torch's threads spin-wait for their peers)."""
+    omp = omp_threads()
+    threads = omp or job_threads(cpus_per_task, max_parallel)
+    cores = usable_cores()
+    if threads * side_by_side <= cores:
+        return
+    if omp is None and cpus_per_task is None:  # one thread a job: more jobs than cores
+        log.warning("hydra.launcher.max_parallel=%d: %d jobs at once on %d usable CPU cores; they will wait for each "
+                    "other's cores (null: one job per core)", max_parallel, side_by_side, cores)
+        return
+    setting, advice = (f"OMP_NUM_THREADS={omp}", "unset it for each job's share") if omp is not None else \
+        (f"hydra.launcher.cpus_per_task={cpus_per_task}", "null takes each job's share")
+    log.warning("%s with %d jobs at once: %d threads on %d usable CPU cores; the jobs will wait for each other's "
+                "cores (%s)", setting, side_by_side, threads * side_by_side, cores, advice)
+
+
 def check_one_task(launcher: Any) -> None:
     """Raise :class:`ConfigError` for ``tasks_per_node`` or ``nodes`` above 1: submitit's local executor would
     start that many copies of the run, into the same run dir, which do not make a DDP job here."""
@@ -354,6 +372,7 @@ class CappedLocalLauncher(LocalLauncher):
         check_fork_server(fork_server)
         check_cpus_per_task(cpus_per_task)
         self.max_parallel = max_parallel or usable_cores()
+        self.cpus_per_task = cpus_per_task
         self.threads = job_threads(cpus_per_task, self.max_parallel)
         super().__init__(cpus_per_task=self.threads, **params)
         self.fork_server = fork_server
@@ -364,11 +383,7 @@ class CappedLocalLauncher(LocalLauncher):
 
         server = fork_server() if self.fork_server else None
         server_gone: List[bool] = []  # said so once
-        side_by_side = min(self.max_parallel, len(job_overrides))
-        if self.threads * side_by_side > usable_cores():
-            log.warning("hydra.launcher.cpus_per_task=%d, %d jobs at once: %d threads on %d usable CPU cores; the jobs "
-                        "will wait for each other's cores (null takes each job's share)", self.threads, side_by_side,
-                        self.threads * side_by_side, usable_cores())
+        warn_if_oversubscribed(self.cpus_per_task, self.max_parallel, min(self.max_parallel, len(job_overrides)))
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         if self.config.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:  # the basic one's were marked at its start
             dirs = [self._job_dir(overrides, initial_job_idx + i) for i, overrides in enumerate(job_overrides)]

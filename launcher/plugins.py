@@ -274,12 +274,12 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
     is this attempt's (exit status 75 where known, ``run.json`` written ``since`` the job was submitted)."""
     import logging
 
-    from hydra.core.utils import JobReturn, JobStatus
+    from hydra.core.utils import JobStatus
 
     from launcher.errors import mark_reported
     from launcher.local import JobDied, JobInterrupted
     from launcher.rundir import mark_failed
-    from launcher.summary import record_failure
+    from launcher.summary import ReportedFailure, record_failure
 
     from launcher.signals import EXIT_INTERRUPTED
 
@@ -297,7 +297,7 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
         logging.getLogger("launcher").warning("Sweep job %d (%s) was interrupted: %s; log: %s", idx, " ".join(overrides),
                                               stopped, job_dir / f"{config.hydra.job.name}.log")
         _write_summary(config)
-        return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=stopped)
+        return ReportedFailure(overrides=list(overrides), status=JobStatus.FAILED, _return_value=stopped)
     died = JobDied(how)
     error = f"{type(died).__name__}: {died}"
     if (job_dir / "run.json").is_file():
@@ -307,7 +307,7 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
                                         job_dir / f"{config.hydra.job.name}.log")
     _write_summary(config)
     mark_reported(died, idx)
-    return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=died)
+    return ReportedFailure(overrides=list(overrides), status=JobStatus.FAILED, _return_value=died)
 
 
 def record_cancelled(config: Any, job_dir: Path, overrides: Sequence[str], idx: int, slurm_job: Any) -> Any:
@@ -316,15 +316,16 @@ def record_cancelled(config: Any, job_dir: Path, overrides: Sequence[str], idx: 
     of the sweep runs it. Exit status 75, as for an interrupted job, unless another job failed."""
     import logging
 
-    from hydra.core.utils import JobReturn, JobStatus
+    from hydra.core.utils import JobStatus
 
     from launcher.local import JobInterrupted
+    from launcher.summary import ReportedFailure
 
     stopped = JobInterrupted(f"SLURM job {slurm_job} was cancelled before its run started: rerun the sweep to run it")
     stopped.sweep_dir = Path(str(config.hydra.sweep.dir))
     logging.getLogger("launcher").warning("Sweep job %d (%s): %s", idx, " ".join(overrides), stopped)
     _write_summary(config)
-    return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=stopped)
+    return ReportedFailure(overrides=list(overrides), status=JobStatus.FAILED, _return_value=stopped)
 
 
 def _write_summary(config: Any) -> None:

@@ -157,6 +157,14 @@ class RunRecord:
             "config": dict(config) if config is not None else None,  # resolved: what a rerun is checked against
         }
 
+        before, now = previous.get("threads"), self.data["threads"]
+        if write and isinstance(before, int) and before != now:
+            import logging
+
+            logging.getLogger("launcher").warning(
+                "This run's earlier attempt trained with %d torch thread(s), this one with %d: it goes on, but its "
+                "math is no longer bitwise that of one uninterrupted run (OMP_NUM_THREADS=%d keeps the earlier count)",
+                before, now, before)
         self._start = datetime.datetime.now().astimezone()
         self._earlier_seconds = self.data["seconds"]
 

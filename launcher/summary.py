@@ -357,10 +357,27 @@ def done_report(rows: List[Dict[str, Any]], sweep_dir: Path, objective: str, mod
     return f"Sweep of {len(rows)} job(s): {state}{top}; summary: {Path(sweep_dir) / 'summary.md'}"
 
 
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 
 logger = logging.getLogger("launcher")
+
+
+class ReportedFailure(JobReturn):  # type: ignore[misc]
+    """A failed sweep job's return once the job has logged its error (and the sweep's report lists it): the
+    sweeper still raises the error to end the sweep, without Hydra's "Error executing job with overrides"
+    line, and the CLI ends with the report alone (:func:`launcher.__main__.explain_config_errors`)."""
+
+    @property
+    def return_value(self) -> Any:
+        if self.status == JobStatus.FAILED:
+            raise self._return_value
+        return self._return_value
+
+    @return_value.setter
+    def return_value(self, value: Any) -> None:
+        self._return_value = value
 
 
 class SweepSummary(Callback):  # type: ignore[misc]
@@ -372,8 +389,6 @@ class SweepSummary(Callback):  # type: ignore[misc]
         write_summary(Path(config.hydra.sweep.dir), config.get("objective", "val/accuracy"), config.get("objective_mode", "max"))
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
-        from hydra.core.utils import JobStatus
-
         if config.hydra.mode == RunMode.MULTIRUN:
             self._record_failure(config, job_return)
         self._write(config)
@@ -391,15 +406,13 @@ class SweepSummary(Callback):  # type: ignore[misc]
             logger.error("Sweep job %s failed (%s): %s: %s; log: %s%s", config.hydra.job.num,
                          " ".join(OmegaConf.to_container(config.hydra.overrides.task, resolve=False)), type(err).__name__, last,
                          Path(config.hydra.runtime.output_dir) / f"{config.hydra.job.name}.log", trace)
-            if not isinstance(err, ConfigError):  # a ConfigError keeps its one line at the sweep's end
-                mark_reported(err, config.hydra.job.num)
+            mark_reported(err, config.hydra.job.num)
+            job_return.__class__ = ReportedFailure  # the sweeper raises it without Hydra's own line about it
 
     @staticmethod
     def _record_failure(config: Any, job_return: Any) -> None:
         """``failure.json`` in the job dir after a failed job, removed after one that succeeds: run.json
         cannot always say (a rerun refused for another config's run dir leaves that run's record as it was)."""
-        from hydra.core.utils import JobStatus
-
         path = Path(config.hydra.runtime.output_dir) / FAILURE
         if job_return.status != JobStatus.FAILED:
             path.unlink(missing_ok=True)

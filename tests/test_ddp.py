@@ -496,7 +496,10 @@ def test_precise_bn_averages_the_ranks_statistics_so_every_rank_validates_one_mo
 @pytest.mark.parametrize("env, dist, threads", [
     ({}, None, None),  # a single process outside any job: torch's own choice
     ({"OMP_NUM_THREADS": "3", "SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "8"}, None, 3),  # the user's word wins
-    ({"OMP_NUM_THREADS": "4,2"}, None, None),  # nested levels: torch reads it
+    ({"OMP_NUM_THREADS": "4,2"}, None, 4),  # nested levels: the first one's
+    ({"OMP_NUM_THREADS": "", "LAUNCHER_CPUS_PER_TASK": "1"}, None, 1),  # empty, 0 or not a number: as if unset
+    ({"OMP_NUM_THREADS": "0", "LAUNCHER_CPUS_PER_TASK": "1"}, None, 1),
+    ({"OMP_NUM_THREADS": "abc"}, None, None),
     ({"SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "8"}, None, 8),  # a SLURM job of one task
     ({"SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "8"}, ("slurm", 4), 8),  # each SLURM task has its own CPUs
     ({"SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "8"}, ("spawn", 4), 2),  # trainer.devices=4 inside that task
@@ -514,3 +517,28 @@ def test_each_process_takes_the_threads_its_job_was_given_shared_among_its_ranks
         monkeypatch.setenv(key, value)
     dist_env = None if dist is None else distributed.DistEnv(0, 0, dist[1], "127.0.0.1", 29500, dist[0])
     assert distributed.threads_for(dist_env) == threads
+
+
+@pytest.mark.parametrize("omp, cpus_per_task, max_parallel, jobs, says", [
+    (None, None, 2, 8, None),
+    (None, None, 3, 8, "hydra.launcher.max_parallel=3: 3 jobs at once on 2 usable CPU cores"),
+    (None, None, 3, 2, None),  # only 2 jobs to run
+    (None, 2, 2, 8, "hydra.launcher.cpus_per_task=2 with 2 jobs at once: 4 threads on 2 usable CPU cores"),
+    (None, 2, 1, 8, None),
+    ("2", None, 2, 8, "OMP_NUM_THREADS=2 with 2 jobs at once: 4 threads on 2 usable CPU cores"),
+    ("1", 2, 2, 8, None),  # OMP_NUM_THREADS wins: 1 thread a job
+])
+def test_a_local_sweep_says_when_its_jobs_would_take_more_threads_than_there_are_cores(
+        omp, cpus_per_task, max_parallel, jobs, says, monkeypatch, caplog):
+    from launcher import distributed, local
+
+    monkeypatch.setattr(distributed, "usable_cores", lambda: 2)
+    monkeypatch.setattr(local, "usable_cores", lambda: 2)
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    with caplog.at_level("WARNING", logger="launcher"):
+        local.warn_if_oversubscribed(cpus_per_task, max_parallel, min(max_parallel, jobs))
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings == ([] if says is None else [warnings[0]]) and (says is None or warnings[0].startswith(says)), warnings

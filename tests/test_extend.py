@@ -65,6 +65,18 @@ def test_python_api_compose_and_run_without_argv(project, monkeypatch):
     assert result.metrics["train/loss_cls"] > 0 and isinstance(result.objective, float)
 
 
+def test_compose_refuses_hydras_own_settings_which_would_have_no_effect():
+    import launcher
+    from launcher.errors import ConfigError
+
+    for override in ("hydra.run.dir=/tmp/elsewhere", "hydra/launcher=local", "+hydra.job.chdir=true"):
+        with pytest.raises(ConfigError, match=r"compose\(\) returns the run's config without Hydra's own settings.*"
+                                              r"launcher.run\(cfg, run_dir=\.\.\.\)") as err:
+            launcher.compose([override, "data=synthetic"])
+        assert str(err.value).startswith(override)
+    assert launcher.compose(["hydra.searchpath=[]", "data=synthetic"]).data.train._target_.endswith("synthetic")
+
+
 def test_python_api_runs_started_at_once_get_their_own_default_run_dirs(tmp_path, monkeypatch):
     import threading
 

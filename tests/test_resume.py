@@ -547,3 +547,19 @@ def test_a_validation_more_or_less_changes_nothing_in_the_training_that_follows(
     proc = run_to_end(cmd(run_dir, 40), tmp_path)
     assert "training it on to the new length" in proc.stdout + proc.stderr
     assert_same_final_state(run_dir, reference)
+
+
+def test_a_run_resumed_with_another_thread_count_says_it_is_no_longer_bitwise(tmp_path):
+    """The thread count changes the order of the math, so its last bits: ``run.json`` records it, and an attempt
+    that trains on with another count says so (and how to keep the earlier one)."""
+    from conftest import FAST, run_cli
+
+    run_dir = tmp_path / "run"
+    first = run_cli([*FAST, "trainer.max_epochs=1", f"hydra.run.dir={run_dir}"], tmp_path, env={"OMP_NUM_THREADS": "2"})
+    assert first.returncode == 0 and read_run(run_dir)["threads"] == 2, first.stderr[-2000:]
+    again = run_cli([*FAST, "trainer.max_epochs=2", f"hydra.run.dir={run_dir}"], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    assert again.returncode == 0 and read_run(run_dir)["threads"] == 1, again.stderr[-2000:]
+    assert ("This run's earlier attempt trained with 2 torch thread(s), this one with 1: it goes on, but its math is "
+            "no longer bitwise that of one uninterrupted run (OMP_NUM_THREADS=2 keeps the earlier count)") in again.stdout
+    same = run_cli([*FAST, "trainer.max_epochs=3", f"hydra.run.dir={run_dir}"], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    assert same.returncode == 0 and "earlier attempt trained with" not in same.stdout + same.stderr

@@ -235,6 +235,9 @@ def test_failed_jobs_of_a_parallel_sweep_are_each_named_at_the_end_and_lose_no_o
     assert "job 1 [" not in report
     good = read_run(run_dirs(tmp_path / "outputs" / "multirun")[1])
     assert good["status"] == "completed" and "val/accuracy" in good["metrics"]
+    # the report alone says it: not Hydra's re-raise of the first failure before it, nor its HYDRA_FULL_ERROR hint
+    assert proc.returncode == 1 and proc.stderr.count("Invalid learning rate: -1") == 1, proc.stderr[-3000:]
+    assert "Error executing job" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr
 
 
 @pytest.mark.parametrize("how", ["sigterm", "ctrl-c", "timeout"])
