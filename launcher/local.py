@@ -201,10 +201,17 @@ class _SayOnce(logging.Filter):
         return not said
 
 
+def _as_typed(value: Any) -> str:
+    """A config value as it is written on the command line: true, null, abc (not Python's True, None, 'abc')."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return str(value)
+
+
 def check_max_parallel(max_parallel: Any) -> None:
     """Raise :class:`ConfigError` for a ``hydra.launcher.max_parallel`` that is not null or a whole number >= 1."""
     if max_parallel is not None and (isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1):
-        raise ConfigError(f"hydra.launcher.max_parallel={max_parallel!r}: use a whole number >= 1, "
+        raise ConfigError(f"hydra.launcher.max_parallel={_as_typed(max_parallel)}: use a whole number >= 1, "
                           f"or null for one job per usable CPU core ({usable_cores()} here)")
 
 
@@ -212,7 +219,7 @@ def check_cpus_per_task(cpus_per_task: Any) -> None:
     """Raise :class:`ConfigError` for a ``hydra.launcher.cpus_per_task`` that is not null or a whole number >= 1."""
     if cpus_per_task is not None and (isinstance(cpus_per_task, bool) or not isinstance(cpus_per_task, int)
                                       or cpus_per_task < 1):
-        raise ConfigError(f"hydra.launcher.cpus_per_task={cpus_per_task!r}: use a whole number >= 1 (each job's "
+        raise ConfigError(f"hydra.launcher.cpus_per_task={_as_typed(cpus_per_task)}: use a whole number >= 1 (each job's "
                           f"threads), or null for each job's share of the {usable_cores()} usable CPU cores here")
 
 
@@ -254,7 +261,7 @@ def check_one_task(launcher: Any) -> None:
 def check_fork_server(fork_server: Any) -> None:
     """Raise :class:`ConfigError` for a ``hydra.launcher.fork_server`` that is not true or false."""
     if not isinstance(fork_server, bool):
-        raise ConfigError(f"hydra.launcher.fork_server={fork_server!r}: use true (fork each job from a process that "
+        raise ConfigError(f"hydra.launcher.fork_server={_as_typed(fork_server)}: use true (fork each job from a process that "
                           "has imported torch once, the default) or false (start each job afresh)")
 
 

@@ -66,7 +66,7 @@ def _tensors(obj, prefix="") -> dict:
 def test_a_fork_server_value_that_is_not_true_or_false_is_one_line(tmp_path):
     proc = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.fork_server=maybe", "seed=0,1", *FAST], tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.startswith("Config error: hydra.launcher.fork_server='maybe': use true") and "false" in proc.stderr
+    assert proc.stderr.startswith("Config error: hydra.launcher.fork_server=maybe: use true") and "false" in proc.stderr
     assert not (tmp_path / "outputs").exists() or not run_dirs(tmp_path / "outputs")
 
 

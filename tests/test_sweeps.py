@@ -210,9 +210,10 @@ def test_each_local_job_takes_its_share_of_the_cores_not_every_core(tmp_path, mo
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert {read_run(d)["threads"] for d in run_dirs(tmp_path / str(n))} == {threads}, launcher
 
-    bad = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.cpus_per_task=0", "seed=0,1", *FAST], tmp_path)
-    assert bad.returncode == 2 and bad.stderr.startswith("Config error: hydra.launcher.cpus_per_task=0: use a whole "
-                                                         "number >= 1"), bad.stderr
+    for value in ("0", "true"):  # as typed: not Python's True
+        bad = run_cli(["-m", "hydra/launcher=local", f"hydra.launcher.cpus_per_task={value}", "seed=0,1", *FAST], tmp_path)
+        assert bad.returncode == 2 and bad.stderr.startswith(f"Config error: hydra.launcher.cpus_per_task={value}: use a "
+                                                             f"whole number >= 1"), bad.stderr
     single = run_cli(["trainer.max_epochs=1", *FAST, f"hydra.run.dir={tmp_path / 'single'}"], tmp_path)
     assert single.returncode == 0 and read_run(tmp_path / "single")["threads"] == torch_default_threads()
 
