@@ -104,15 +104,18 @@ CPUS_ENV = "LAUNCHER_CPUS_PER_TASK"  # a local sweep's job: its share of the mac
 def threads_for(env: Optional[DistEnv]) -> Optional[int]:
     """The intra-op threads this process should use, or None for torch's own choice.
 
-    ``OMP_NUM_THREADS`` where it gives a count (:func:`omp_threads`); else the CPUs given to the job, by SLURM
-    (``SLURM_CPUS_PER_TASK``) or by the local launcher (``LAUNCHER_CPUS_PER_TASK``, from
-    ``hydra.launcher.cpus_per_task``), shared among the ranks the job starts (``trainer.devices``,
-    torchrun); else, for one of several ranks on this machine, its share of the usable cores. The same
+    ``OMP_NUM_THREADS`` where it gives a count (:func:`omp_threads`); else :func:`cores_share`. The same
     thread count wherever a run starts keeps the math, and so the results, the same.
     """
     omp = omp_threads()
-    if omp is not None:
-        return omp
+    return omp if omp is not None else cores_share(env)
+
+
+def cores_share(env: Optional[DistEnv]) -> Optional[int]:
+    """This process's share of the CPUs: those given to its job, by SLURM (``SLURM_CPUS_PER_TASK``) or by the
+    local launcher (``LAUNCHER_CPUS_PER_TASK``, from ``hydra.launcher.cpus_per_task``), shared among the ranks
+    the job starts (``trainer.devices``, torchrun); else, for one of several ranks on this machine, its share
+    of the usable cores; None for a lone process outside any job."""
     cpus = _whole(os.environ.get(CPUS_ENV))
     if cpus is None and "SLURM_JOB_ID" in os.environ:
         cpus = _whole(os.environ.get("SLURM_CPUS_PER_TASK"))
@@ -143,7 +146,11 @@ def _whole(value: Optional[str]) -> Optional[int]:
 
 def share_cores(env: Optional[DistEnv]) -> None:
     """Set torch's intra-op threads to :func:`threads_for` ``env`` (None: a single process)."""
-    threads = threads_for(env)
+    threads, share = threads_for(env), cores_share(env)
+    given = CPUS_ENV in os.environ or "SLURM_JOB_ID" in os.environ  # CPUs a job was given (torchrun sets OMP_NUM_THREADS=1)
+    if given and threads is not None and share is not None and threads != share:  # a login shell's OMP_NUM_THREADS=1
+        logger.warning("OMP_NUM_THREADS=%s gives this process %d torch thread(s), where its share of the job's CPUs is "
+                       "%d (unset OMP_NUM_THREADS for that)", os.environ.get("OMP_NUM_THREADS"), threads, share)
     if threads is not None:
         import torch
 

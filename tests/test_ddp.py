@@ -542,3 +542,27 @@ def test_a_local_sweep_says_when_its_jobs_would_take_more_threads_than_there_are
         local.warn_if_oversubscribed(cpus_per_task, max_parallel, min(max_parallel, jobs))
     warnings = [r.getMessage() for r in caplog.records]
     assert warnings == ([] if says is None else [warnings[0]]) and (says is None or warnings[0].startswith(says)), warnings
+
+
+def test_an_omp_num_threads_below_the_jobs_cpus_is_obeyed_and_named(monkeypatch, caplog):
+    """A login shell's OMP_NUM_THREADS=1 travels into a SLURM job given 2 CPUs: it wins, and the run says so."""
+    from launcher import distributed
+
+    before = torch.get_num_threads()
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    try:
+        with caplog.at_level("WARNING", logger="launcher"):
+            distributed.share_cores(None)
+        assert torch.get_num_threads() == 1
+        assert [r.getMessage() for r in caplog.records] == [
+            "OMP_NUM_THREADS=1 gives this process 1 torch thread(s), where its share of the job's CPUs is 2 (unset "
+            "OMP_NUM_THREADS for that)"]
+        caplog.clear()
+        monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+        with caplog.at_level("WARNING", logger="launcher"):
+            distributed.share_cores(None)
+        assert not caplog.records
+    finally:
+        torch.set_num_threads(before)
