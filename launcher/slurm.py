@@ -177,11 +177,18 @@ class AttachedSlurmLauncher(SlurmLauncher):
             return submitted
 
         def results_or_died(job: Any) -> Any:  # a job that ended without a result is one failed job, not the sweep's end
+            offset = next((i for i, j in enumerate(jobs) if j is job), None)
+            if offset is None:  # a task of a job of several (DDP), through that job's own results()
+                return results(job)
+            idx, overrides, path = initial_job_idx + offset, job_overrides[offset], dirs[offset]
+            job.wait()
+            tasks = list(getattr(job, "_sub_jobs", ())) or [job]
+            if not any(t.paths.result_pickle.exists() for t in tasks) and no_result_coming(job, path):
+                for each in {job, *tasks}:  # submitit's wait for a result file a slow file system shows late: 15 s
+                    each._results_timeout_s = 0
             try:
                 return results(job)
             except UncompletedJobError:
-                offset = next(i for i, j in enumerate(jobs) if j is job)
-                idx, overrides, path = initial_job_idx + offset, job_overrides[offset], dirs[offset]
                 state = str(job.state)
                 try:  # its run never recorded a start in this attempt
                     unstarted = (path / "run.json").stat().st_mtime < submitted
@@ -195,6 +202,17 @@ class AttachedSlurmLauncher(SlurmLauncher):
 
         accounting = has_accounting()
         submitted = time.time()  # a run.json older than this is an earlier attempt's
+
+        def no_result_coming(job: Any, path: Path) -> bool:
+            """Whether an ended job will write no result: cancelled, or its run stopped itself on a signal (exit 75,
+            its checkpoint on disk; this attempt's ``run.json`` says so)."""
+            if str(job.state).startswith("CANCELLED"):
+                return True
+            try:
+                record = path / "run.json"
+                return record.stat().st_mtime >= submitted and json.loads(record.read_text()).get("status") == "interrupted"
+            except (OSError, ValueError):
+                return False
 
         def update_with_scontrol(watcher: Any) -> None:
             if accounting:

@@ -409,7 +409,10 @@ def test_a_job_stopped_by_scancel_term_stays_interrupted_and_a_one_job_sweep_see
     job = read_run(sweep / "0")["submitit"]["job_id"]
     assert "_" not in job  # a plain job
     subprocess.run(["scancel", "--signal=TERM", job], env=cluster_env, check=True)
+    stopped = time.monotonic()
     out, _ = proc.communicate(timeout=300)
+    # not after submitit's 15-s wait for a result file, which a run that stopped itself never writes
+    assert time.monotonic() - stopped < 12, out[-3000:]
     record = read_run(sweep / "0")
     assert record["status"] == "interrupted" and record["stop_reason"] == "received SIGTERM", out[-3000:]
     assert "Sweep job 0 (seed=0 " in out and "was interrupted: stopped at iteration" in out, out[-3000:]
