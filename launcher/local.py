@@ -30,8 +30,8 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLaunche
 from launcher import forkserver
 from launcher.distributed import CPUS_ENV, omp_threads, usable_cores
 from launcher.errors import ConfigError
-from launcher.plugins import (BASIC_SWEEPERS, as_plain, explain_launcher_error, job_dir, mark_pending, record_dead_job,
-                              take_composed)
+from launcher.plugins import (BASIC_SWEEPERS, as_plain, explain_launcher_error, finished_jobs, job_dir, mark_pending,
+                              record_dead_job, take_composed)
 from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
 
 log = logging.getLogger("launcher")
@@ -390,13 +390,15 @@ class CappedLocalLauncher(LocalLauncher):
 
         server = fork_server() if self.fork_server else None
         server_gone: List[bool] = []  # said so once
-        warn_if_oversubscribed(self.cpus_per_task, self.max_parallel, min(self.max_parallel, len(job_overrides)))
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         if self.config.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:  # the basic one's were marked at its start
             dirs = [self._job_dir(overrides, initial_job_idx + i) for i, overrides in enumerate(job_overrides)]
             mark_pending(dirs, job_overrides, initial_job_idx)
-        returns: List[Optional[JobReturn]] = [None] * len(job_overrides)
-        todo = iter(range(len(job_overrides)))
+        done = finished_jobs(self, job_overrides, initial_job_idx, "run")
+        returns: List[Optional[JobReturn]] = [done.get(initial_job_idx + i) for i in range(len(job_overrides))]
+        to_run = [i for i, ret in enumerate(returns) if ret is None]
+        warn_if_oversubscribed(self.cpus_per_task, self.max_parallel, min(self.max_parallel, len(to_run)))
+        todo = iter(to_run)
         errors: List[BaseException] = []
         started = threading.local()  # each thread's job: its controller process
         composing = threading.Lock()
@@ -472,7 +474,7 @@ class CappedLocalLauncher(LocalLauncher):
                 mock.patch.object(submitit_local.LocalJob, "wait", wait_for_controller):
             # a job's result is written before its process ends: no file system to wait for
             slots = [threading.Thread(target=run_jobs, name=f"sweep-slot-{n}", daemon=True)
-                     for n in range(min(self.max_parallel, len(job_overrides)))]
+                     for n in range(min(self.max_parallel, len(to_run)))]
             for slot in slots:
                 slot.start()
             try:

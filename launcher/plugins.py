@@ -15,7 +15,7 @@ import importlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 MODULES = ("launcher.sweeper", "launcher.local", "launcher.slurm")
 
@@ -199,6 +199,112 @@ def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader
             raise ConfigError(f"{message} (sweep job {idx}: {' '.join(overrides)})") from None
         if keep:
             _checked.setdefault(id(config), {})[tuple(overrides)] = job_config
+
+
+class Finished:
+    """Stands in for the submitit job of a sweep job whose run had finished before the sweep started: nothing is
+    submitted for it, and its result is the one its ``run.json`` records."""
+
+    job_id = "finished"
+
+    def __init__(self, job_return: Any) -> None:
+        self.job_return = job_return
+
+    def results(self) -> List[Any]:
+        return [self.job_return]
+
+
+def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, verb: str) -> Dict[int, Any]:
+    """``{job number: JobReturn}`` of the jobs whose run finished before this sweep started and would not train
+    again (a rerun of a sweep, to run its failed, interrupted or new jobs): their process would only compose its
+    config to say "already finished". On SLURM that is an allocation per job (a rerun of a sweep of 200 seeds
+    queued 200 jobs, each its CPUs and memory, to read ``run.json``). A job is left out exactly where its run
+    would return its recorded result (:func:`launcher.run`): ``trainer.resume`` auto, the run dir's config fits,
+    and no longer ``trainer.max_epochs`` or ``max_iters``; any other job runs, and says what it has to say.
+    Logged in one line (``verb``: what is not done to them), with the changes not applied, as a run's rerun does."""
+    import logging
+
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from launcher.rundir import describe_changes, finished_result
+
+    config, loader = launcher.config, launcher.hydra_context.config_loader
+    done: Dict[int, Any] = {}
+    unapplied: Dict[int, Any] = {}
+    for offset, overrides in enumerate(job_overrides):
+        idx = initial_job_idx + offset
+        try:
+            path = job_dir(config, overrides, idx, loader)
+        except Exception:  # noqa: BLE001 -- a job that does not compose: its run says why
+            continue
+        record = finished_result(path)
+        if record is None:
+            continue
+        outcome = _unapplied_changes(config, loader, overrides, idx, path)
+        if outcome is None:
+            continue
+        objective, changes = outcome
+        ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, working_dir=str(path),
+                        task_name=str(config.hydra.job.name))
+        ret.return_value = float(record.get("metrics", {}).get(objective, float("nan")))
+        done[idx] = ret
+        if changes:
+            unapplied[idx] = changes
+    if done:
+        log = logging.getLogger("launcher")
+        log.info("%d of %d sweep jobs already finished, not %s again (their results are in the summary): %s",
+                 len(done), len(job_overrides), verb, number_ranges(sorted(done)))
+        if unapplied:
+            first = min(unapplied)
+            log.warning("Not applied to %d finished job(s), as their runs are over: %s (job %d). Raise trainer.max_epochs "
+                        "(or max_iters) to train them on, or choose a new hydra.sweep.dir", len(unapplied),
+                        describe_changes(unapplied[first]), first)
+    return done
+
+
+def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: int, path: Path) -> Optional[Tuple[str, list]]:
+    """For the finished run in ``path``: ``(objective, the config changes its rerun would leave unapplied)``,
+    or None where the job would run (it trains on to a new length, resumes from a checkpoint named, or is
+    refused: the job then says why)."""
+    import copy
+    import os
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict, read_write
+
+    from launcher.rundir import check_rerun, lengthens
+
+    hydra = HydraConfig.instance()
+    saved = hydra.cfg
+    try:
+        job_config = loader.load_sweep_config(config, list(overrides))
+        with open_dict(job_config.hydra):  # as the job's process sees it: its ${hydra:...} resolve to its own
+            job_config.hydra.job.num = idx
+            job_config.hydra.runtime.output_dir = os.path.abspath(path)
+        hydra.set_config(job_config)
+        task = copy.deepcopy(job_config)
+        with read_write(task), open_dict(task):
+            del task["hydra"]
+        if task.trainer.get("resume", "auto") not in ("auto", True):
+            return None
+        changes = check_rerun(path, task)
+        objective = str(task.get("objective", "val/accuracy"))
+    except Exception:  # noqa: BLE001 -- refused, or not composing: the job's run says so, as in any sweep
+        return None
+    finally:
+        hydra.cfg = saved
+    return None if lengthens(changes) else (objective, changes)
+
+
+def number_ranges(numbers: Sequence[int]) -> str:
+    """``0-3, 5, 7-8`` for ``[0, 1, 2, 3, 5, 7, 8]`` (sorted)."""
+    runs: List[List[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:

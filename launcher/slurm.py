@@ -19,14 +19,14 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
 from unittest import mock
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
 from launcher.files import atomic_write
-from launcher.plugins import as_plain, launcher_errors_explained, record_cancelled, record_dead_job
+from launcher.plugins import Finished, as_plain, finished_jobs, launcher_errors_explained, record_cancelled, record_dead_job
 from launcher.plugins import job_dir as plugin_job_dir
 from launcher.summary import cancelled_before_its_run
 
@@ -99,16 +99,30 @@ def exit_failed_at_exit() -> None:
     atexit.register(end)
 
 
-def record_submitted(launcher: Any, jobs: Sequence[Any], job_overrides: Sequence[Sequence[str]],
-                     initial_job_idx: int) -> List[Path]:
+def submit_unfinished(submit: Any, done: Dict[int, Any], submitted: List[Tuple[Any, int, List[str]]]) -> Any:
+    """``Executor.map_array`` (``submit``) less the jobs in ``done`` (:func:`launcher.plugins.finished_jobs`), which
+    get a :class:`launcher.plugins.Finished` in their place; appends ``(job, job number, overrides)`` to
+    ``submitted`` for each job submitted."""
+    def map_array(executor: Any, fn: Any, *iterable: Any) -> List[Any]:
+        rows = list(zip(*iterable))  # the plugin's job params: (overrides, dir key, job number, job id, singleton state)
+        todo = [row for row in rows if row[2] not in done]
+        jobs = list(submit(executor, fn, *zip(*todo))) if todo else []
+        submitted.extend((job, row[2], list(row[0])) for job, row in zip(jobs, todo))
+        fresh = iter(jobs)
+        return [Finished(done[row[2]]) if row[2] in done else next(fresh) for row in rows]
+
+    return map_array
+
+
+def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str]]]) -> List[Path]:
     """``submitted.json`` in each job's dir: its SLURM id and log files, so the summary can ask SLURM about a job
-    whose run has not recorded itself (queued, cancelled while queued, killed before its run started). Returns
-    the job dirs, in job order."""
+    whose run has not recorded itself (queued, cancelled while queued, killed before its run started).
+    ``submitted``: ``(job, job number, overrides)``. Returns the job dirs, in that order."""
     dirs = []
-    for offset, (job, overrides) in enumerate(zip(jobs, job_overrides)):
-        job_dir = plugin_job_dir(launcher.config, overrides, initial_job_idx + offset, launcher.hydra_context.config_loader)
+    for job, idx, overrides in submitted:
+        job_dir = plugin_job_dir(launcher.config, overrides, idx, launcher.hydra_context.config_loader)
         dirs.append(job_dir)
-        info = {"job": initial_job_idx + offset, "job_id": job.job_id, "overrides": list(overrides),
+        info = {"job": idx, "job_id": job.job_id, "overrides": list(overrides),
                 "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
         try:
             job_dir.mkdir(parents=True, exist_ok=True)
@@ -123,22 +137,27 @@ class DetachedSlurmLauncher(SlurmLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         import submitit  # here, not at import: every -m registers this plugin, most never use it
+        from submitit.core.core import Executor
 
-        submitted: List[Any] = []
+        submitted: List[Tuple[Any, int, List[str]]] = []
+        done = finished_jobs(self, job_overrides, initial_job_idx, "submitted")
 
         def no_wait(job: "submitit.Job") -> List[JobReturn]:  # stands in for Job.results(), which blocks
-            submitted.append(job)
-            ret = JobReturn(overrides=list(job_overrides[len(submitted) - 1]), status=JobStatus.COMPLETED)
+            overrides = next(o for j, _, o in submitted if j is job)
+            ret = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
             ret.return_value = f"submitted as SLURM job {job.job_id}"
             return [ret]
 
-        with mock.patch.object(submitit.Job, "results", no_wait), held_start():
+        with mock.patch.object(submitit.Job, "results", no_wait), held_start(), \
+                mock.patch.object(Executor, "map_array", submit_unfinished(Executor.map_array, done, submitted)):
             with launcher_errors_explained("slurm_detached"):
                 returns = super().launch(job_overrides, initial_job_idx)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        record_submitted(self, submitted, job_overrides, initial_job_idx)
-        ids = ", ".join(str(j.job_id) for j in submitted)
-        log.info("Submitted %d job(s) to SLURM: %s", len(submitted), ids)
+        record_submitted(self, submitted)
+        if submitted:
+            log.info("Submitted %d job(s) to SLURM: %s", len(submitted), ", ".join(str(j.job_id) for j, _, _ in submitted))
+        else:
+            log.info("Nothing submitted to SLURM: every job of the sweep had finished")
         log.info("Sweep dir: %s (python -m launcher.summary %s shows their progress)", sweep_dir, sweep_dir)
         return returns
 
@@ -166,21 +185,23 @@ class AttachedSlurmLauncher(SlurmLauncher):
         from submitit.core.utils import UncompletedJobError
         from submitit.slurm.slurm import SlurmInfoWatcher
 
-        jobs: List[Any] = []
-        dirs: List[Path] = []  # each job's dir, in the order of ``jobs``
-        submit, results, update = Executor.map_array, submitit.Job.results, SlurmInfoWatcher.update
+        jobs: List[Tuple[Any, int, List[str]]] = []  # (job, job number, overrides) of each job submitted
+        where: Dict[int, Tuple[int, List[str], Path]] = {}  # by id(job): its number, overrides and dir
+        results, update = submitit.Job.results, SlurmInfoWatcher.update
+        done = finished_jobs(self, job_overrides, initial_job_idx, "submitted")
+        submit = submit_unfinished(Executor.map_array, done, jobs)
 
         def recording(executor: Any, fn: Any, *iterable: Any) -> Any:
-            submitted = submit(executor, fn, *iterable)
-            dirs.extend(record_submitted(self, submitted, job_overrides[len(jobs):], initial_job_idx + len(jobs)))
-            jobs.extend(submitted)
-            return submitted
+            before = len(jobs)
+            returned = submit(executor, fn, *iterable)
+            for (job, idx, overrides), path in zip(jobs[before:], record_submitted(self, jobs[before:])):
+                where[id(job)] = (idx, overrides, path)
+            return returned
 
         def results_or_died(job: Any) -> Any:  # a job that ended without a result is one failed job, not the sweep's end
-            offset = next((i for i, j in enumerate(jobs) if j is job), None)
-            if offset is None:  # a task of a job of several (DDP), through that job's own results()
+            if id(job) not in where:  # a task of a job of several (DDP), through that job's own results()
                 return results(job)
-            idx, overrides, path = initial_job_idx + offset, job_overrides[offset], dirs[offset]
+            idx, overrides, path = where[id(job)]
             job.wait()
             tasks = list(getattr(job, "_sub_jobs", ())) or [job]
             if not any(t.paths.result_pickle.exists() for t in tasks) and no_result_coming(job, path):
@@ -240,7 +261,7 @@ class AttachedSlurmLauncher(SlurmLauncher):
         except (_Stop, KeyboardInterrupt) as err:
             name = str(err) or "SIGINT"
             sweep_dir = Path(str(self.config.hydra.sweep.dir))
-            running = [str(j.job_id) for j in jobs]
+            running = [str(j.job_id) for j, _, _ in jobs]
             arrays = sorted({i.split("_")[0] for i in running})
             log.warning("%s: stopped waiting; the %d SLURM job(s) go on (%s). Follow them: python -m launcher.summary %s; "
                         "stop them: scancel %s (each then writes a checkpoint, as on preemption)", name, len(running),

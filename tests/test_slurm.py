@@ -51,6 +51,20 @@ def test_sweep_runs_as_a_slurm_job_array(tmp_path, cluster_env):
         assert Path(record["submitit"]["stdout"]).is_file()
     assert (dirs[0].parent / "summary.md").is_file()
 
+    # rerun with a value added: the finished jobs take no allocation, only the new one is submitted
+    submitted = {d.name: json.loads((d / "submitted.json").read_text())["job_id"] for d in dirs}
+    records = {d.name: read_run(d) for d in dirs}
+    rerun = launch(["-m", *SLURM, "optimizer.lr=0.05,0.2,0.1", "trainer.max_epochs=2", *FAST,
+                    f"hydra.sweep.dir={dirs[0].parent}"], tmp_path, cluster_env)
+    out = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0, out[-3000:]
+    assert "2 of 3 sweep jobs already finished, not submitted again (their results are in the summary): 0-1" in out
+    assert {d.name: json.loads((d / "submitted.json").read_text())["job_id"] for d in dirs} == submitted
+    assert {d.name: read_run(d) for d in dirs} == records
+    new = dirs[0].parent / "2"
+    assert read_run(new)["status"] == "completed" and read_run(new)["submitit"]["job_id"] not in submitted.values()
+    assert "Sweep of 3 job(s): 3 done" in out
+
 
 def _job_state(job: str, env) -> tuple:
     out = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, env=env, timeout=60).stdout

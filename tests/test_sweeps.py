@@ -59,6 +59,39 @@ def test_a_sweep_composes_each_job_before_it_starts_once_not_every_job_up_front(
     assert (tmp_path / "composed.txt").read_text().split() == [str(3 * times)]  # one process: the basic launcher's
 
 
+def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_them(tmp_path):
+    """Rerunning a sweep with a value added: the finished jobs start no process (their results are taken from their
+    run.json, as their run would return them), and a change their runs cannot take is named; raising
+    trainer.max_epochs trains every job on."""
+    sweep = tmp_path / "sweep"
+    first = run_cli(["-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=1", f"hydra.sweep.dir={sweep}", *FAST],
+                    tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    logs = {j: (sweep / str(j) / "train.log").read_text() for j in (0, 1)}
+    records = {j: read_run(sweep / str(j)) for j in (0, 1)}
+
+    more = run_cli(["-m", "hydra/launcher=local", "seed=0,1,2", "trainer.max_epochs=1", "hooks.jsonl.period=7",
+                    f"hydra.sweep.dir={sweep}", *FAST], tmp_path)
+    out = more.stdout + more.stderr
+    assert more.returncode == 0, out[-3000:]
+    assert "2 of 3 sweep jobs already finished, not run again (their results are in the summary): 0-1" in out
+    assert "Not applied to 2 finished job(s), as their runs are over: hooks.jsonl.period: 20 -> 7 (job 0)" in out
+    for j in (0, 1):  # no process of theirs ran: nothing logged, nothing recorded
+        assert (sweep / str(j) / "train.log").read_text() == logs[j] and read_run(sweep / str(j)) == records[j]
+    assert read_run(sweep / "2")["status"] == "completed"
+    summary = (sweep / "summary.md").read_text()
+    assert "Sweep of 3 job(s): 3 done" in out and summary.count("| done |") == 3
+
+    longer = run_cli(["-m", "hydra/launcher=local", "seed=0,1,2", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST],
+                     tmp_path)
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    assert "already finished, not run again" not in longer.stdout + longer.stderr
+    per_epoch = records[0]["iter"]
+    for j in (0, 1, 2):
+        record = read_run(sweep / str(j))
+        assert record["status"] == "completed" and record["iter"] == 2 * per_epoch and record["attempt"] == 2, record
+
+
 def test_a_local_job_composed_by_the_sweep_has_the_config_it_would_compose_itself(tmp_path):
     """The sweep's check composes jobs that between them use every swept value; a local job it composed gets that
     config rather than compose it again, and it is the config (and Hydra config) the job would compose."""
