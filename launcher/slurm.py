@@ -19,7 +19,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from unittest import mock
 
 from hydra.core.utils import JobReturn, JobStatus
@@ -28,7 +28,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 from launcher.files import atomic_write
 from launcher.plugins import Finished, as_plain, finished_jobs, launcher_errors_explained, record_cancelled, record_dead_job
 from launcher.plugins import job_dir as plugin_job_dir
-from launcher.summary import cancelled_before_its_run
+from launcher.summary import cancelled_before_its_run, never_starts
 
 log = logging.getLogger("launcher")
 
@@ -215,6 +215,9 @@ class AttachedSlurmLauncher(SlurmLauncher):
                     unstarted = (path / "run.json").stat().st_mtime < submitted
                 except OSError:
                     unstarted = True
+                if unstarted and str(job.job_id) in never:
+                    return [record_dead_job(self.config, path, overrides, idx, f"SLURM job {job.job_id}, cancelled by "
+                                            f"the sweep: {never[str(job.job_id)]}", since=submitted)]
                 if unstarted and cancelled_before_its_run(state, [str(job.paths.stderr), str(job.paths.stdout)]):
                     return [record_cancelled(self.config, path, overrides, idx, job.job_id)]
                 how = (f"SLURM job {job.job_id} ended {state} without a result (killed, out of memory, cancelled or "
@@ -223,11 +226,36 @@ class AttachedSlurmLauncher(SlurmLauncher):
 
         accounting = has_accounting()
         submitted = time.time()  # a run.json older than this is an earlier attempt's
+        never: Dict[str, str] = {}  # by SLURM job id: why SLURM will not start it (the job is cancelled)
+
+        def cancel_jobs_that_never_start(watcher: Any) -> None:
+            """Cancel the waiting jobs SLURM keeps pending for a reason that waiting does not clear (asking for
+            more CPUs than a node has, say): the sweep would wait for them for ever. Each is one failed job."""
+            import subprocess
+
+            waiting = [j for j in getattr(watcher, "_registered", set()) - getattr(watcher, "_finished", set())
+                       if j not in never]
+            stuck = {j: (r, never_starts(r)) for j, r in pending_reasons(waiting).items() if never_starts(r)}
+            if not stuck:
+                return
+            asked = ", ".join(f"{k}={self.params.get(k)}" for k in ("partition", "nodes", "tasks_per_node", "cpus_per_task",
+                                                                   "gpus_per_node", "mem_gb", "timeout_min", "account", "qos")
+                              if self.params.get(k) is not None)
+            node = what_a_node_has(self.params.get("partition"))
+            for reason in sorted({r for r, _ in stuck.values()}):
+                ids = sorted(j for j, (r, _) in stuck.items() if r == reason)
+                why = (f"SLURM will not start it as submitted ({reason}: the job {stuck[ids[0]][1]}); hydra.launcher: "
+                       f"{asked}{'; ' + node if node else ''}")
+                for j in ids:
+                    never[j] = why
+                log.error("SLURM job(s) %s: %s. Cancelled them rather than wait for ever: rerun with what the cluster "
+                          "can give", ", ".join(ids), why)
+                subprocess.run(["scancel", *ids], capture_output=True, timeout=60)
 
         def no_result_coming(job: Any, path: Path) -> bool:
             """Whether an ended job will write no result: cancelled, or its run stopped itself on a signal (exit 75,
             its checkpoint on disk; this attempt's ``run.json`` says so)."""
-            if str(job.state).startswith("CANCELLED"):
+            if str(job.state).startswith("CANCELLED") or str(job.job_id) in never:
                 return True
             try:
                 record = path / "run.json"
@@ -236,6 +264,7 @@ class AttachedSlurmLauncher(SlurmLauncher):
                 return False
 
         def update_with_scontrol(watcher: Any) -> None:
+            cancel_jobs_that_never_start(watcher)
             if accounting:
                 update(watcher)
                 fill_states_from_scontrol(watcher)  # only jobs sacct does not list (yet)
@@ -270,6 +299,45 @@ class AttachedSlurmLauncher(SlurmLauncher):
 
     def __reduce__(self) -> Any:
         return (as_plain, (SlurmJob, dict(self.__dict__)))
+
+
+def pending_reasons(job_ids: Sequence[str]) -> dict:
+    """``{job id: reason}`` of those of ``job_ids`` (``123_4`` for an array task) that SLURM lists as pending."""
+    import subprocess
+
+    arrays = sorted({j.split("_")[0] for j in job_ids})
+    if not arrays:
+        return {}
+    try:
+        out = subprocess.run(["squeue", "--noheader", "--array", "--states=PENDING", "--jobs", ",".join(arrays),
+                              "--format=%i|%r"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    reasons = dict(line.split("|", 1) for line in out.split() if "|" in line)
+    return {j: reasons[j] for j in job_ids if j in reasons}
+
+
+def what_a_node_has(partition: Optional[str]) -> str:
+    """``a node of partition debug has 2 CPUs, 22.5 GB of memory and no time limit``, from ``sinfo`` (or '')."""
+    import subprocess
+
+    args = ["sinfo", "--noheader", "--format=%P|%c|%m|%l|%G"] + (["--partition", partition] if partition else [])
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    rows = [line.split("|") for line in out if line.count("|") == 4]
+    row = next((r for r in rows if r[0].endswith("*")), rows[0] if rows else None) if not partition else (rows or [None])[0]
+    if row is None:
+        return ""
+    name, cpus, mem, limit, gres = row
+    try:
+        memory = f"{int(mem.rstrip('+')) / 1024:.1f} GB"
+    except ValueError:
+        memory = f"{mem} MB"
+    time = "no time limit" if limit in ("infinite", "UNLIMITED") else f"a time limit of {limit}"
+    gpus = "" if gres in ("(null)", "") else f", GRES {gres}"
+    return f"a node of partition {name.rstrip('*')} has {cpus} CPUs, {memory} of memory{gpus} and {time}"
 
 
 def has_accounting() -> bool:

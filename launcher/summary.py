@@ -174,20 +174,53 @@ def _slurm_job(record: Dict[str, Any], submitted: Dict[str, Any], status: str) -
     return None
 
 
-def slurm_states(job_ids: List[str]) -> Dict[str, str]:
+# Why a pending job waits, where waiting does not end it: what the job asks its partition, account or QOS never
+# gives (SLURM's job reason codes; any reason with "PerJob" is a per-job limit too). A cluster with
+# EnforcePartLimits refuses such a job at sbatch; one without queues it for ever.
+NEVER_STARTS = {
+    "PartitionConfig": "asks for more than a node of its partition has, or than the partition allows",
+    "PartitionNodeLimit": "asks for more nodes than its partition allows",
+    "PartitionTimeLimit": "asks for more time than its partition allows",
+    "BadConstraints": "has constraints no node satisfies",
+    "InvalidAccount": "names an account that is not valid",
+    "InvalidQOS": "names a QOS that is not valid",
+    "AccountNotAllowed": "names an account that may not use the partition",
+    "QOSNotAllowed": "names a QOS that may not use the partition",
+    "DependencyNeverSatisfied": "depends on a job that cannot end as required",
+}
+
+
+def never_starts(reason: str) -> Optional[str]:
+    """What a pending job's SLURM ``reason`` means where waiting will not start it, else None."""
+    if reason in NEVER_STARTS:
+        return NEVER_STARTS[reason]
+    if "PerJob" in reason or reason.startswith("QOSMin"):
+        return "asks for more than a per-job limit of its account or QOS allows"
+    return None
+
+
+def slurm_states(job_ids: List[str], reasons: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """SLURM's state of each job (``123``, or ``123_4`` for an array task): ``GONE`` for one the controller
     no longer knows (it forgets ended jobs after ``MinJobAge``, 5 minutes by default); ``{}`` where SLURM
-    cannot be asked (no ``squeue`` here, the controller down)."""
+    cannot be asked (no ``squeue`` here, the controller down). ``reasons``: filled with each listed job's
+    reason (why it is pending, say)."""
     import subprocess
 
     try:
         proc = subprocess.run(["squeue", "--noheader", "--array", "--states=all", "--jobs", ",".join(job_ids),
-                               "--format=%i|%T"], capture_output=True, text=True, timeout=30)
+                               "--format=%i|%T|%r"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return {}
     if proc.returncode != 0:  # every job forgotten; anything else tells nothing
         return {j: "GONE" for j in job_ids} if "Invalid job id" in proc.stderr else {}
-    known = dict(line.split("|", 1) for line in proc.stdout.split() if "|" in line)
+    known = {}
+    for line in proc.stdout.splitlines():
+        job, _, rest = line.strip().partition("|")
+        state, _, reason = rest.partition("|")
+        if job and state:
+            known[job] = state
+            if reasons is not None:
+                reasons[job] = reason
     return {j: known.get(j, "GONE") for j in job_ids}
 
 
@@ -200,9 +233,16 @@ def _settle_with_slurm(rows: List[Dict[str, Any]]) -> None:
     asked = [r for r in rows if r["slurm_job"]]
     if not asked:
         return
-    states = slurm_states(sorted({r["slurm_job"] for r in asked}))
+    reasons: Dict[str, str] = {}
+    states = slurm_states(sorted({r["slurm_job"] for r in asked}), reasons)
     for r in asked:
         state = states.get(r["slurm_job"])
+        why = never_starts(reasons.get(r["slurm_job"], "")) if state == "PENDING" else None
+        if why and r["status"] == "pending":  # queued for ever: say so, rather than pending
+            r["status"] = "stuck"
+            r["error"] = (f"SLURM will not start job {r['slurm_job']} as submitted ({reasons[r['slurm_job']]}: the job {why}); "
+                          f"scancel {r['slurm_job']}, then rerun the sweep with hydra.launcher options the cluster can give")
+            continue
         if r["status"] == "interrupted":
             if state in _SLURM_ACTIVE and _status_now(Path(r["dir"])) == "interrupted":
                 r["status"] = "requeued" if _SLURM_ACTIVE[state] == "pending" else "running"  # SLURM starts it again
@@ -308,6 +348,10 @@ def _write_files(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mo
         values = [r["job"], f"`{r['overrides']}`", r["status"], "" if r["seconds"] is None else f"{r['seconds']:.1f}",
                   *[cell(r["metrics"].get(k, "")) for k in keys], "**best**" if r is best else ""]
         lines.append("| " + " | ".join(str(v) for v in values) + " |")
+    stuck = [r for r in rows if r["status"] == "stuck"]
+    if stuck:
+        lines += ["", "Stuck jobs (queued, but SLURM will not start them):"] + [
+            f"- job {r['job']} (`{r['overrides']}`): {r['error']}" for r in stuck]
     failed = [r for r in rows if r["status"] == "failed"]
     if failed:
         lines += ["", "Failed jobs:"] + [f"- job {r['job']} (`{r['overrides']}`): {r['error']}"

@@ -444,6 +444,40 @@ def test_a_sweep_sbatch_refuses_is_one_line_naming_what_it_said(launcher, tmp_pa
     assert f"hydra/launcher={launcher}: sbatch refused the sweep's jobs: invalid partition specified: nope" in proc.stderr
 
 
+def test_jobs_slurm_queues_but_will_never_start_are_cancelled_and_named_not_waited_for(tmp_path, cluster_env):
+    """A cluster without EnforcePartLimits queues a job asking more CPUs than any node has (PENDING, reason
+    PartitionConfig) for ever: the attached sweep cancels it and says what was asked and what a node has."""
+    sweep = tmp_path / "sweep"
+    start = time.monotonic()
+    proc = launch(["-m", *SLURM, "hydra.launcher.cpus_per_task=99", "seed=0,1", f"hydra.sweep.dir={sweep}", *FAST], tmp_path,
+                  cluster_env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and time.monotonic() - start < 60, out[-3000:]
+    assert "Traceback" not in out
+    assert "SLURM will not start it as submitted (PartitionConfig: the job asks for more than a node of its partition" in out
+    assert "cpus_per_task=99" in out and f"a node of partition debug has {os.cpu_count()} CPUs" in out
+    assert "2 of 2 sweep job(s) failed" in out
+    ids = [json.loads((sweep / j / "submitted.json").read_text())["job_id"] for j in ("0", "1")]
+    assert _squeue(ids[0].split("_")[0], cluster_env).strip() == ""  # nothing left in the queue
+    assert "| failed |" in (sweep / "summary.md").read_text()
+
+    # detached, nothing waits for them: the summary says they are stuck and how to end them
+    detached = tmp_path / "detached"
+    proc = launch(["-m", "hydra/launcher=slurm_detached", *SLURM[1:], "hydra.launcher.cpus_per_task=99", "seed=0",
+                   f"hydra.sweep.dir={detached}", *FAST], tmp_path, cluster_env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job = json.loads((detached / "0" / "submitted.json").read_text())["job_id"]
+    try:
+        deadline, text = time.monotonic() + 30, ""
+        while "| stuck |" not in text and time.monotonic() < deadline:  # once the scheduler has looked at it
+            text = subprocess.run([sys.executable, "-m", "launcher.summary", str(detached)], env=cluster_env,
+                                  capture_output=True, text=True, timeout=60).stdout
+        assert "| stuck |" in text, text
+        assert f"SLURM will not start job {job} as submitted (PartitionConfig" in text and f"scancel {job}" in text
+    finally:
+        subprocess.run(["scancel", job], env=cluster_env, timeout=60)
+
+
 def test_scontrol_states_end_only_ended_jobs_and_a_purged_task_has_ended(monkeypatch):
     """Without accounting the watcher reads scontrol. A task booting its node (CONFIGURING) is not done, a
     FAILED one is, and one the controller no longer lists while its siblings run (MinJobAge past) has ended."""
