@@ -132,7 +132,15 @@ def explain_config_errors() -> None:
                 if isinstance(err, ConfigError):  # a sweep job's: the report at exit names it (else its one line here)
                     if getattr(err, REPORTED_JOB, None) is not None:
                         raise
-                    raise CompactHydraException(f"Config error: {err}") from None
+                    # the launcher's own (an option submitit does not know, sbatch refusing the jobs): no job ran,
+                    # so no sweep report (it would list every job pending); a rerun with the option mended runs them
+                    summary = sys.modules.get("launcher.summary")
+                    if summary is not None:
+                        import atexit
+
+                        atexit.unregister(summary.SweepSummary._report)
+                    print(f"Config error: {err}", file=sys.stderr)
+                    sys.exit(2)
                 if isinstance(err, ValueError) and not group_value_message(err):
                     raise  # not one of composition's: an error of the run, reported as Hydra reports it
                 try:

@@ -320,14 +320,12 @@ def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]
         atomic_write(path / "submitted.json", text.encode(), sync_dir=False)
 
 
-def explain_launcher_error(err: BaseException, launcher: str) -> BaseException:
+def explain_launcher_error(err: BaseException, launcher: str, params: Optional[Dict[str, Any]] = None) -> BaseException:
     """A launcher's own failure in one line: an option submitit does not know (``+hydra.launcher.maxparallel=2``,
     a NameError listing the executor's arguments), one of a type it does not take (``timeout_min=0.5``, its
-    AssertionError), or ``sbatch`` refusing the jobs (a FailedJobError quoting it). Anything else is returned
-    as it is."""
+    AssertionError), or ``sbatch`` refusing the jobs (a FailedJobError quoting it; with the launcher's
+    ``params``, what the jobs asked and what a node has). Anything else is returned as it is."""
     import re
-
-    from hydra.errors import CompactHydraException
 
     from launcher.errors import ConfigError
 
@@ -352,20 +350,26 @@ def explain_launcher_error(err: BaseException, launcher: str) -> BaseException:
         return ConfigError(f"hydra.launcher.{name}={value}: submitit takes {kind} ({expected}) for it with "
                            f"hydra/launcher={launcher}" + (" (minutes)" if name.endswith("_min") else ""))
     if type(err).__name__ == "FailedJobError" and "sbatch" in text:
+        from launcher.slurm import asked_of, what_a_node_has
+
         lines = [line.strip() for line in text.splitlines() if line.strip().startswith("sbatch: error:")]
-        return CompactHydraException(f"hydra/launcher={launcher}: sbatch refused the sweep's jobs: "
-                                     f"{'; '.join(l[len('sbatch: error:'):].strip() for l in lines) or text.strip()} "
-                                     f"(the hydra.launcher options partition, account, qos, gres... are passed to it)")
+        said = "; ".join(l[len("sbatch: error:"):].strip() for l in lines) or text.strip()
+        if params is None:
+            return ConfigError(f"hydra/launcher={launcher}: sbatch refused the sweep's jobs: {said} (the hydra.launcher "
+                               f"options partition, account, qos, gres... are passed to it)")
+        node = what_a_node_has(params.get("partition"))
+        return ConfigError(f"hydra/launcher={launcher}: sbatch refused the sweep's jobs: {said}; hydra.launcher: "
+                           f"{asked_of(params)}{'; ' + node if node else ''}")
     return err
 
 
 @contextlib.contextmanager
-def launcher_errors_explained(launcher: str) -> Iterator[None]:
+def launcher_errors_explained(launcher: str, params: Optional[Dict[str, Any]] = None) -> Iterator[None]:
     """Raise a launcher's failure as :func:`explain_launcher_error` words it, where it has words for it."""
     try:
         yield
     except Exception as err:
-        explained = explain_launcher_error(err, launcher)
+        explained = explain_launcher_error(err, launcher, params)
         if explained is err:
             raise
         raise explained from None
@@ -409,8 +413,9 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
     if (job_dir / "run.json").is_file():
         mark_failed(job_dir, error, exit_code=exit_code or 1)
     record_failure(job_dir, error, overrides)
-    logging.getLogger("launcher").error("Sweep job %d failed (%s): %s; log: %s", idx, " ".join(overrides), error,
-                                        job_dir / f"{config.hydra.job.name}.log")
+    log = job_dir / f"{config.hydra.job.name}.log"
+    logging.getLogger("launcher").error("Sweep job %d failed (%s): %s%s", idx, " ".join(overrides), error,
+                                        f"; log: {log}" if log.is_file() else " (its run never started: no log)")
     _write_summary(config)
     mark_reported(died, idx)
     return ReportedFailure(overrides=list(overrides), status=JobStatus.FAILED, _return_value=died)

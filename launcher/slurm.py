@@ -80,7 +80,12 @@ def held_start() -> Iterator[None]:
     def command(executor: Any) -> str:
         return " ".join([executor.python, "-u", "-c", shlex.quote(_HELD_START), shlex.quote(str(executor.folder))])
 
-    with mock.patch.object(SlurmExecutor, "_submitit_command_str", property(command)):
+    def quiet(*args: Any, **kwargs: Any) -> None:  # submitit prints a refusing sbatch's stderr: the sweep's one line quotes it
+        if kwargs.get("file") is not sys.stderr:
+            print(*args, **kwargs)
+
+    with mock.patch.object(SlurmExecutor, "_submitit_command_str", property(command)), \
+            mock.patch("submitit.core.utils.print", quiet, create=True):
         yield
 
 
@@ -150,7 +155,7 @@ class DetachedSlurmLauncher(SlurmLauncher):
 
         with mock.patch.object(submitit.Job, "results", no_wait), held_start(), \
                 mock.patch.object(Executor, "map_array", submit_unfinished(Executor.map_array, done, submitted)):
-            with launcher_errors_explained("slurm_detached"):
+            with launcher_errors_explained("slurm_detached", self.params):
                 returns = super().launch(job_overrides, initial_job_idx)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         record_submitted(self, submitted)
@@ -238,9 +243,7 @@ class AttachedSlurmLauncher(SlurmLauncher):
             stuck = {j: (r, never_starts(r)) for j, r in pending_reasons(waiting).items() if never_starts(r)}
             if not stuck:
                 return
-            asked = ", ".join(f"{k}={self.params.get(k)}" for k in ("partition", "nodes", "tasks_per_node", "cpus_per_task",
-                                                                   "gpus_per_node", "mem_gb", "timeout_min", "account", "qos")
-                              if self.params.get(k) is not None)
+            asked = asked_of(self.params)
             node = what_a_node_has(self.params.get("partition"))
             for reason in sorted({r for r, _ in stuck.values()}):
                 ids = sorted(j for j, (r, _) in stuck.items() if r == reason)
@@ -285,7 +288,7 @@ class AttachedSlurmLauncher(SlurmLauncher):
             with handlers(stop, (signal.SIGINT, signal.SIGTERM)), mock.patch.object(Executor, "map_array", recording), \
                     mock.patch.object(submitit.Job, "results", results_or_died), \
                     mock.patch.object(SlurmInfoWatcher, "update", update_with_scontrol), held_start():
-                with launcher_errors_explained("slurm"):
+                with launcher_errors_explained("slurm", self.params):
                     return super().launch(job_overrides, initial_job_idx)
         except (_Stop, KeyboardInterrupt) as err:
             name = str(err) or "SIGINT"
@@ -317,27 +320,41 @@ def pending_reasons(job_ids: Sequence[str]) -> dict:
     return {j: reasons[j] for j in job_ids if j in reasons}
 
 
+def asked_of(params: Dict[str, Any]) -> str:
+    """What a SLURM launcher's jobs ask of the cluster: ``nodes=1, tasks_per_node=1, cpus_per_task=4, ...``."""
+    keys = ("partition", "nodes", "tasks_per_node", "cpus_per_task", "gpus_per_node", "gres", "mem_gb", "timeout_min",
+            "constraint", "account", "qos")
+    return ", ".join(f"{k}={params[k]}" for k in keys if params.get(k) is not None)
+
+
 def what_a_node_has(partition: Optional[str]) -> str:
-    """``a node of partition debug has 2 CPUs, 22.5 GB of memory and no time limit``, from ``sinfo`` (or '')."""
+    """``a node of partition debug has 2 CPUs, 22.5 GB of memory and no time limit`` (the default partition's
+    where ``partition`` is None; the partitions there are where it is not one), from ``sinfo``; '' where
+    ``sinfo`` does not answer."""
     import subprocess
 
-    args = ["sinfo", "--noheader", "--format=%P|%c|%m|%l|%G"] + (["--partition", partition] if partition else [])
     try:
-        out = subprocess.run(args, capture_output=True, text=True, timeout=30).stdout.split()
+        out = subprocess.run(["sinfo", "--noheader", "--format=%P|%c|%m|%l|%G"], capture_output=True, text=True,
+                             timeout=30).stdout.split()
     except (OSError, subprocess.SubprocessError):
         return ""
     rows = [line.split("|") for line in out if line.count("|") == 4]
-    row = next((r for r in rows if r[0].endswith("*")), rows[0] if rows else None) if not partition else (rows or [None])[0]
-    if row is None:
+    if not rows:
         return ""
+    if partition:
+        row = next((r for r in rows if r[0].rstrip("*") == partition), None)
+        if row is None:
+            return f"partitions here: {', '.join(dict.fromkeys(r[0].rstrip('*') for r in rows))}"
+    else:
+        row = next((r for r in rows if r[0].endswith("*")), rows[0])
     name, cpus, mem, limit, gres = row
     try:
         memory = f"{int(mem.rstrip('+')) / 1024:.1f} GB"
     except ValueError:
         memory = f"{mem} MB"
-    time = "no time limit" if limit in ("infinite", "UNLIMITED") else f"a time limit of {limit}"
+    time_limit = "no time limit" if limit in ("infinite", "UNLIMITED") else f"a time limit of {limit}"
     gpus = "" if gres in ("(null)", "") else f", GRES {gres}"
-    return f"a node of partition {name.rstrip('*')} has {cpus} CPUs, {memory} of memory{gpus} and {time}"
+    return f"a node of partition {name.rstrip('*')} has {cpus} CPUs, {memory} of memory{gpus} and {time_limit}"
 
 
 def has_accounting() -> bool:

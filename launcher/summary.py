@@ -355,7 +355,8 @@ def _write_files(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mo
     failed = [r for r in rows if r["status"] == "failed"]
     if failed:
         lines += ["", "Failed jobs:"] + [f"- job {r['job']} (`{r['overrides']}`): {r['error']}"
-                                         + ("" if "(log: " in r["error"] else f" (log: {r['dir']}/train.log)") for r in failed]
+                                         + ("" if "(log: " in r["error"] or not (Path(r["dir"]) / "train.log").is_file()
+                                            else f" (log: {r['dir']}/train.log)") for r in failed]
     atomic_write(sweep_dir / "summary.md", ("\n".join(lines) + "\n").encode())
 
 
@@ -385,7 +386,11 @@ def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) 
     for r in failed:
         log = f"{r['dir']}/train.log"
         out.append(f"  job {r['job']} [{r['overrides']}]: {r['error'] or 'no error recorded'}")
-        out.append(f"    log: {log}" + (f"  (submitit: {r['stderr']})" if r.get("stderr") else ""))
+        submitit = f"{r['stderr']}" if r.get("stderr") and Path(r["stderr"]).is_file() else ""
+        if Path(log).is_file():
+            out.append(f"    log: {log}" + (f"  (submitit: {submitit})" if submitit else ""))
+        elif submitit:
+            out.append(f"    log: {submitit} (submitit's; the run wrote none)")
         out += [f"    | {line}" for line in _error_lines(log, r["job"], lines)]
     return "\n".join(out)
 

@@ -440,8 +440,13 @@ def test_a_job_stopped_by_scancel_term_stays_interrupted_and_a_one_job_sweep_see
 def test_a_sweep_sbatch_refuses_is_one_line_naming_what_it_said(launcher, tmp_path, cluster_env):
     proc = launch(["-m", f"hydra/launcher={launcher}", *SLURM[1:], "hydra.launcher.partition=nope", "seed=0,1", *FAST],
                   tmp_path, cluster_env)
-    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
-    assert f"hydra/launcher={launcher}: sbatch refused the sweep's jobs: invalid partition specified: nope" in proc.stderr
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out and "HYDRA_FULL_ERROR" not in out, out[-3000:]
+    # one line: what sbatch said, what the jobs asked, what there is; no report of jobs that were never submitted
+    (line,) = [line for line in proc.stderr.splitlines() if "sbatch" in line]
+    assert line.startswith(f"Config error: hydra/launcher={launcher}: sbatch refused the sweep's jobs: invalid partition "
+                           f"specified: nope") and "partition=nope" in line and line.endswith("partitions here: debug")
+    assert "pending" not in out
 
 
 def test_jobs_slurm_queues_but_will_never_start_are_cancelled_and_named_not_waited_for(tmp_path, cluster_env):

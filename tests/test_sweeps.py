@@ -615,11 +615,13 @@ def test_a_swept_value_that_does_not_compose_is_refused_before_any_job_runs(laun
 def test_a_launcher_option_that_does_not_exist_is_one_line_naming_the_close_one(tmp_path):
     proc = run_cli(["-m", "hydra/launcher=local", "+hydra.launcher.maxparallel=2", *FAST, "seed=0,1",
                     f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
-    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
-    assert ("Config error: hydra.launcher.maxparallel: not an option of hydra/launcher=local; did you mean "
-            "hydra.launcher.max_parallel? Accepted: setup, ") in proc.stderr
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out and "HYDRA_FULL_ERROR" not in out, out[-3000:]
+    assert proc.stderr.startswith("Config error: hydra.launcher.maxparallel: not an option of hydra/launcher=local; did "
+                                  "you mean hydra.launcher.max_parallel? Accepted: setup, ")
+    assert "pending" not in out  # no report of the jobs that never ran
     proc = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.timeout_min=0.5", *FAST, "seed=0,1"], tmp_path)
-    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
     assert "Config error: hydra.launcher.timeout_min=0.5: submitit takes a whole number (int) for it with " \
            "hydra/launcher=local (minutes)" in proc.stderr
     proc = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.tasks_per_node=2", *FAST, "seed=0,1"], tmp_path)
