@@ -287,7 +287,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     if not checked:
         other = training_here_now(run_dir) if env is None or env.is_main else None
         if other:
-            stop = f"scancel --signal=TERM {other.partition('SLURM job ')[2].partition(',')[0]}" if "SLURM job " in other \
+            stop = f"scancel --signal=TERM {other.partition('SLURM job ')[2].split()[0].rstrip(',')}" if "SLURM job " in other \
                 else "kill -TERM its pid"
             raise ConfigError(f"{run_dir}: a run is training in this dir now ({other}); a second one would overwrite "
                               f"its checkpoints and logs. Wait for it to end, stop it ({stop}: it saves a "

@@ -234,16 +234,20 @@ def training_here_now(run_dir: Path) -> Optional[str]:
     """Why another process is training in ``run_dir`` right now, or None.
 
     ``run.json`` says ``running`` on this host and its process is alive, and started no later
-    than the record (not a new process that reuses the number). Another host's process cannot
-    be checked: a SLURM job requeued elsewhere finds its predecessor gone anyway.
+    than the record (not a new process that reuses the number); or it says ``running`` on another host
+    in a SLURM job that SLURM says is running (a sweep rerun on a login node while its job trains on a
+    compute node), other than this process's own job (requeued, it finds its predecessor's record).
     """
     try:
         data = json.loads((Path(run_dir) / "run.json").read_text())
     except (OSError, ValueError):
         return None
     pid = data.get("pid")
-    if data.get("status") != "running" or data.get("host") != socket.gethostname() or not isinstance(pid, int) \
-            or pid in (os.getpid(), os.getppid()):
+    if data.get("status") != "running":
+        return None
+    if data.get("host") != socket.gethostname():
+        return _training_in_slurm_job(data)
+    if not isinstance(pid, int) or pid in (os.getpid(), os.getppid()):
         return None
     try:
         os.kill(pid, 0)
@@ -263,6 +267,31 @@ def training_here_now(run_dir: Path) -> Optional[str]:
     job = data.get("submitit") or {}
     slurm = f", SLURM job {job['job_id']}" if job.get("cluster") == "slurm" and job.get("job_id") else ""
     return f"pid {pid} on this host{slurm}, started {data.get('start_time')}, attempt {data.get('attempt')}"
+
+
+def _training_in_slurm_job(data: Mapping[str, Any]) -> Optional[str]:
+    """For a record saying ``running`` on another host: why its SLURM job is training there now, or None (no
+    SLURM job, this process's own, ended, or SLURM cannot be asked)."""
+    import subprocess
+
+    job = data.get("submitit") or {}
+    job_id = str(job.get("job_id") or "")
+    if job.get("cluster") != "slurm" or not job_id:
+        return None
+    own = RunRecord.submitit_job()
+    if own is not None and str(own.get("job_id")) == job_id:
+        return None
+    try:
+        out = subprocess.run(["squeue", "--noheader", "--array", "--jobs", job_id, "--format=%i|%T"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    states = dict(line.split("|", 1) for line in out.split() if "|" in line)
+    state = states.get(job_id)
+    if state not in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"):
+        return None
+    return (f"SLURM job {job_id} on {data.get('host')}, {state} says squeue, started {data.get('start_time')}, "
+            f"attempt {data.get('attempt')}")
 
 
 # What a run's checkpoints and results are made of: resuming them under other values would fail to

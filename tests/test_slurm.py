@@ -531,3 +531,37 @@ def test_the_job_command_holds_signals_and_puts_the_submission_dir_on_sys_path_a
     assert code != slurm._HELD_START
     out = subprocess.run([sys.executable, "-u", "-c", code, "folder"], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.split() == [str(tmp_path), str(int(signal.SIGUSR2))], out.stderr
+
+
+def test_a_run_training_in_a_slurm_job_on_another_node_is_not_trained_over(tmp_path, cluster_env):
+    """A run dir whose run.json says running on another host, in a SLURM job that squeue says runs: a second
+    run there (a sweep rerun on the login node while the job trains on a compute node) is refused, naming the
+    job and how to stop it; once the job has ended, the run goes ahead."""
+    run_dir = tmp_path / "run"
+    args = ["trainer.max_epochs=1", f"hydra.run.dir={run_dir}", *FAST]
+    assert launch(args, tmp_path, cluster_env).returncode == 0
+    sleeper = subprocess.run(["sbatch", "--parsable", "--wrap", "sleep 300", "--output", str(tmp_path / "sleep.out")],
+                             env=cluster_env, capture_output=True, text=True, timeout=60)
+    job = sleeper.stdout.strip().split(";")[0]
+    assert job, sleeper.stderr
+    try:
+        deadline = time.monotonic() + 60
+        while "RUNNING" not in _squeue(job, cluster_env) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        record = read_run(run_dir)
+        record.update(status="running", host="node-elsewhere", submitit={"cluster": "slurm", "job_id": job})
+        (run_dir / "run.json").write_text(json.dumps(record))
+        proc = launch([*args, "trainer.max_epochs=2"], tmp_path, cluster_env)
+        assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+        out = proc.stdout + proc.stderr
+        assert f"a run is training in this dir now (SLURM job {job} on node-elsewhere, RUNNING says squeue" in out
+        assert f"scancel --signal=TERM {job}:" in out
+        assert read_run(run_dir) == record  # nothing touched
+    finally:
+        subprocess.run(["scancel", job], env=cluster_env, timeout=60)
+    deadline = time.monotonic() + 60
+    while _squeue(job, cluster_env) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc = launch([*args, "trainer.max_epochs=2"], tmp_path, cluster_env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert read_run(run_dir)["status"] == "completed"
