@@ -201,6 +201,9 @@ class AttachedSlurmLauncher(SlurmLauncher):
             returned = submit(executor, fn, *iterable)
             for (job, idx, overrides), path in zip(jobs[before:], record_submitted(self, jobs[before:])):
                 where[id(job)] = (idx, overrides, path)
+            if len(jobs) > before:
+                log.info("Submitted %d job(s) to SLURM: %s; waiting for them (Ctrl-C stops waiting, not the jobs)",
+                         len(jobs) - before, ", ".join(str(j.job_id) for j, _, _ in jobs[before:]))
             return returned
 
         def results_or_died(job: Any) -> Any:  # a job that ended without a result is one failed job, not the sweep's end

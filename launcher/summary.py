@@ -82,6 +82,7 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
             "stdout": submitit.get("stdout") or submitted.get("stdout"),
             "status": STATUS.get(record.get("status", ""), "pending"), "seconds": _seconds(record),
             "metrics": record.get("metrics", {}), "error": record.get("error", ""), "read_at": stamp,
+            "attempts": record.get("attempt") if isinstance(record.get("attempt"), int) else None,
         }
         try:  # the job's last attempt failed where run.json could not say so (e.g. refused: another config's run dir)
             if (d / "run.json").is_file() and (d / "run.json").stat().st_mtime_ns > (d / FAILURE).stat().st_mtime_ns:
@@ -403,7 +404,11 @@ def done_report(rows: List[Dict[str, Any]], sweep_dir: Path, objective: str, mod
     best = best_row(rows, objective, mode)
     state = ", ".join(f"{n} {status}" for status, n in counts.items())
     top = f"; best: job {best['job']} [{best['overrides']}] {objective} = {best['metrics'][objective]:.4g}" if best else ""
-    return f"Sweep of {len(rows)} job(s): {state}{top}; summary: {Path(sweep_dir) / 'summary.md'}"
+    resumed = [r for r in rows if (r.get("attempts") or 1) > 1]
+    again = (f"; {len(resumed)} resumed from a checkpoint after a stop (preempted, timed out or rerun): "
+             + ", ".join(f"job {r['job']} ({r['attempts']} attempts)" for r in resumed[:5])
+             + (", ..." if len(resumed) > 5 else "")) if resumed else ""
+    return f"Sweep of {len(rows)} job(s): {state}{top}{again}; summary: {Path(sweep_dir) / 'summary.md'}"
 
 
 from hydra.core.utils import JobReturn, JobStatus

@@ -45,6 +45,8 @@ def test_sweep_runs_as_a_slurm_job_array(tmp_path, cluster_env):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     dirs = run_dirs(tmp_path / "outputs" / "multirun")
     assert [d.name for d in dirs] == ["0", "1"]
+    ids = [read_run(d)["submitit"]["job_id"] for d in dirs]
+    assert f"Submitted 2 job(s) to SLURM: {ids[0]}, {ids[1]}; waiting for them" in proc.stdout + proc.stderr
     for d in dirs:
         record = read_run(d)
         assert record["status"] == "completed" and "_" in record["submitit"]["job_id"]  # an array task
@@ -236,6 +238,7 @@ def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_pat
     assert "received SIGUSR2" in log and "Resumed from" in log
     record = read_run(job_dir)
     assert record["status"] == "completed" and record["attempt"] == 2
+    assert "1 resumed from a checkpoint after a stop (preempted, timed out or rerun): job 0 (2 attempts)" in out
     got = torch.load(job_dir / "checkpoints" / "final.pt", weights_only=False)
     want = torch.load(tmp_path / "ref" / "checkpoints" / "final.pt", weights_only=False)
     for key, tensor in want["model"].items():
@@ -255,6 +258,8 @@ def test_sweep_of_two_task_ddp_jobs(tmp_path, cluster_env):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     dirs = run_dirs(tmp_path / "outputs" / "multirun")
     assert [d.name for d in dirs] == ["0", "1"]
+    ids = [read_run(d)["submitit"]["job_id"] for d in dirs]
+    assert f"Submitted 2 job(s) to SLURM: {ids[0]}, {ids[1]}; waiting for them" in proc.stdout + proc.stderr
     for d in dirs:
         assert read_run(d)["status"] == "completed"
         assert "Joining the process group: rank 0 of 2" in (d / "train.log").read_text()
