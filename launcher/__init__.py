@@ -6,6 +6,7 @@ From Python (notebooks, tests): ``cfg = launcher.compose(["trainer=iter"])`` the
 from __future__ import annotations
 
 import contextlib
+import os
 import logging
 import random
 from dataclasses import dataclass, field
@@ -355,6 +356,10 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
 
     env = distributed.from_environment()
     distributed.share_cores(env)  # before anything is built: a sweep's jobs side by side must not each take every core
+    if "SUBMITIT_EXECUTOR" in os.environ and logging.getLogger("submitit").handlers:
+        # submitit's logger writes to the job's log itself; passed on to the run's handlers too, each of its lines
+        # showed twice there (and in train.log)
+        logging.getLogger("submitit").propagate = False
     if env is not None and env.source != "spawn":  # torchrun's agent (srun) ends the others with it when a rank fails
         return _train_held(cfg, run_dir, overrides, main, before_chain)
     with SignalLatch():  # a SIGTERM while the trainer is built stops it at its first step
