@@ -187,18 +187,17 @@ def _last_line(err: Exception) -> str:
     return lines[-1] if lines else str(err).splitlines()[0]
 
 
-class _SayOnce(logging.Filter):
-    """Lets the first record whose message starts with ``prefix`` through, and drops the others."""
+class _SaidAlready(logging.Filter):
+    """Drops the records whose message starts with one of ``prefixes``: what the plugin logs as it launches each
+    job (the sweep dir, the job's number and overrides), from the sweep's threads in no order, which the sweep
+    has logged once, in job order."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, *prefixes: str) -> None:
         super().__init__()
-        self.prefix, self.said = prefix, False
+        self.prefixes = prefixes
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not str(record.msg).startswith(self.prefix):
-            return True
-        said, self.said = self.said, True
-        return not said
+        return not str(record.msg).startswith(self.prefixes)
 
 
 def _as_typed(value: Any) -> str:
@@ -466,8 +465,13 @@ class CappedLocalLauncher(LocalLauncher):
                     errors.append(err)
                     return
 
+        from hydra.core.utils import filter_overrides
+
         plugin_log = logging.getLogger(LocalLauncher.__module__)
-        said_once = _SayOnce("Submitit 'local' sweep output dir")  # the plugin says it for each job it launches
+        plugin_log.info(f"Submitit 'local' sweep output dir : {sweep_dir}")
+        for i in to_run:
+            plugin_log.info(f"\t#{initial_job_idx + i} : {' '.join(filter_overrides(job_overrides[i]))}")
+        said_once = _SaidAlready("Submitit 'local' sweep output dir", "\t#")
         plugin_log.addFilter(said_once)
         with stopper, mock.patch.object(submitit_local, "start_controller", start_controller_unless_stopping), \
                 mock.patch.object(submitit_local.LocalJob, "_results_timeout_s", 1), \
