@@ -229,13 +229,23 @@ def job_threads(cpus_per_task: Optional[int], max_parallel: int) -> int:
     return max(1, usable_cores() // max_parallel)
 
 
-def warn_if_oversubscribed(cpus_per_task: Optional[int], max_parallel: int, side_by_side: int) -> None:
+def warn_if_oversubscribed(cpus_per_task: Optional[int], max_parallel: int, side_by_side: int, ranks: int = 1) -> None:
     """Log a warning where ``side_by_side`` jobs would run more threads than there are usable cores, naming the
-    setting that asks for it: they wait for each other's cores (torch's threads spin-wait for their peers)."""
+    setting that asks for it: they wait for each other's cores (torch's threads spin-wait for their peers).
+    ``ranks``: the processes each job trains in (``trainer.devices``), which share its CPUs, one thread each
+    at least."""
     omp = omp_threads()
     threads = omp or job_threads(cpus_per_task, max_parallel)
     cores = usable_cores()
-    if threads * side_by_side <= cores:
+    per_job = omp * ranks if omp else max(threads, ranks)
+    if per_job * side_by_side <= cores:
+        return
+    if ranks > 1 and threads * side_by_side <= cores:  # the job's CPUs would do, but not for this many processes
+        fits = max(1, cores // ranks)
+        log.warning("trainer.devices=%d with %d jobs at once: %d training processes on %d usable CPU cores where they "
+                    "train on the CPU (each job has %d CPU(s)); they will wait for each other's cores "
+                    "(hydra.launcher.max_parallel=%d gives each job %d)", ranks, side_by_side, ranks * side_by_side,
+                    cores, threads, fits, cores // fits)
         return
     if omp is None and cpus_per_task is None:  # one thread a job: more jobs than cores
         log.warning("hydra.launcher.max_parallel=%d: %d jobs at once on %d usable CPU cores; they will wait for each "
@@ -396,7 +406,8 @@ class CappedLocalLauncher(LocalLauncher):
         done = finished_jobs(self, job_overrides, initial_job_idx, "run")
         returns: List[Optional[JobReturn]] = [done.get(initial_job_idx + i) for i in range(len(job_overrides))]
         to_run = [i for i, ret in enumerate(returns) if ret is None]
-        warn_if_oversubscribed(self.cpus_per_task, self.max_parallel, min(self.max_parallel, len(to_run)))
+        warn_if_oversubscribed(self.cpus_per_task, self.max_parallel, min(self.max_parallel, len(to_run)),
+                               max((self._devices(job_overrides[i]) for i in to_run), default=1))
         todo = iter(to_run)
         errors: List[BaseException] = []
         started = threading.local()  # each thread's job: its controller process
@@ -496,6 +507,18 @@ class CappedLocalLauncher(LocalLauncher):
                 raise errors[0]
             raise explained from errors[0]
         return [r for r in returns if r is not None]
+
+    def _devices(self, overrides: Sequence[str]) -> int:
+        """The processes the job with ``overrides`` trains in (``trainer.devices``; 1 where it is not a number)."""
+        value: Any = self.config.get("trainer", {}).get("devices", 1) if self.config is not None else 1
+        for override in overrides:
+            key, _, text = str(override).partition("=")
+            if key.lstrip("+~") == "trainer.devices":
+                value = text
+        try:
+            return max(1, int(value))
+        except (TypeError, ValueError):
+            return 1
 
     def _job_dir(self, overrides: Sequence[str], idx: int) -> Path:
         """The job's run dir, as its process will resolve it (``hydra.sweep.dir`` / ``hydra.sweep.subdir``)."""

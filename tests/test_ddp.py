@@ -519,17 +519,22 @@ def test_each_process_takes_the_threads_its_job_was_given_shared_among_its_ranks
     assert distributed.threads_for(dist_env) == threads
 
 
-@pytest.mark.parametrize("omp, cpus_per_task, max_parallel, jobs, says", [
-    (None, None, 2, 8, None),
-    (None, None, 3, 8, "hydra.launcher.max_parallel=3: 3 jobs at once on 2 usable CPU cores"),
-    (None, None, 3, 2, None),  # only 2 jobs to run
-    (None, 2, 2, 8, "hydra.launcher.cpus_per_task=2 with 2 jobs at once: 4 threads on 2 usable CPU cores"),
-    (None, 2, 1, 8, None),
-    ("2", None, 2, 8, "OMP_NUM_THREADS=2 with 2 jobs at once: 4 threads on 2 usable CPU cores"),
-    ("1", 2, 2, 8, None),  # OMP_NUM_THREADS wins: 1 thread a job
+@pytest.mark.parametrize("omp, cpus_per_task, max_parallel, jobs, says, ranks", [
+    (None, None, 2, 8, None, 1),
+    (None, None, 3, 8, "hydra.launcher.max_parallel=3: 3 jobs at once on 2 usable CPU cores", 1),
+    (None, None, 3, 2, None, 1),  # only 2 jobs to run
+    (None, 2, 2, 8, "hydra.launcher.cpus_per_task=2 with 2 jobs at once: 4 threads on 2 usable CPU cores", 1),
+    (None, 2, 1, 8, None, 1),
+    ("2", None, 2, 8, "OMP_NUM_THREADS=2 with 2 jobs at once: 4 threads on 2 usable CPU cores", 1),
+    ("1", 2, 2, 8, None, 1),  # OMP_NUM_THREADS wins: 1 thread a job
+    # trainer.devices=2: each job's 1 CPU shared by 2 processes, one thread each at least
+    (None, None, 2, 8, "trainer.devices=2 with 2 jobs at once: 4 training processes on 2 usable CPU cores where they "
+                       "train on the CPU (each job has 1 CPU(s)); they will wait for each other's cores "
+                       "(hydra.launcher.max_parallel=1 gives each job 2)", 2),
+    (None, None, 1, 8, None, 2),  # one job at a time: its 2 CPUs, one per process
 ])
 def test_a_local_sweep_says_when_its_jobs_would_take_more_threads_than_there_are_cores(
-        omp, cpus_per_task, max_parallel, jobs, says, monkeypatch, caplog):
+        omp, cpus_per_task, max_parallel, jobs, says, ranks, monkeypatch, caplog):
     from launcher import distributed, local
 
     monkeypatch.setattr(distributed, "usable_cores", lambda: 2)
@@ -539,7 +544,7 @@ def test_a_local_sweep_says_when_its_jobs_would_take_more_threads_than_there_are
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", omp)
     with caplog.at_level("WARNING", logger="launcher"):
-        local.warn_if_oversubscribed(cpus_per_task, max_parallel, min(max_parallel, jobs))
+        local.warn_if_oversubscribed(cpus_per_task, max_parallel, min(max_parallel, jobs), ranks)
     warnings = [r.getMessage() for r in caplog.records]
     assert warnings == ([] if says is None else [warnings[0]]) and (says is None or warnings[0].startswith(says)), warnings
 
