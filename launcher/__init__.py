@@ -312,6 +312,8 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
         if done is not None:
             logger.warning("This run finished (%s) at iteration %s; training it on to the new length (its LR schedule "
                            "goes on from its saved state, made for the old length)", done["status"], done.get("iter"))
+        else:
+            warn_if_finished_run_lost_its_checkpoints(run_dir, cfg.trainer.get("resume", "auto"))
         if changes:
             length = any(k in LENGTH for k, _, _ in changes) and done is None
             logger.warning("This run dir's run was started with other settings; continuing with: %s%s", describe_changes(changes),
@@ -342,6 +344,27 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
         raise
     distributed.shutdown()
     return result
+
+
+def warn_if_finished_run_lost_its_checkpoints(run_dir: Path, resume: Any) -> None:
+    """A run dir whose ``run.json`` says its run finished, but whose ``checkpoints/`` holds none to resume from
+    (deleted, or another disk): the run trains again from the start, which the log must say (its
+    ``metrics.jsonl`` is written anew)."""
+    import json
+
+    from launcher.files import candidates, resume_off
+
+    if resume_off(resume) or resume not in ("auto", True):
+        return
+    try:
+        record = json.loads((Path(run_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(record, dict) and record.get("status") in ("completed", "stopped") \
+            and not candidates(Path(run_dir) / "checkpoints"):
+        logger.warning("run.json says this run finished (%s at iteration %s), but %s holds no checkpoint to resume "
+                       "from: training it again from the start", record["status"], record.get("iter"),
+                       Path(run_dir) / "checkpoints")
 
 
 def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool,

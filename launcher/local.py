@@ -30,7 +30,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLaunche
 from launcher import forkserver
 from launcher.distributed import CPUS_ENV, omp_threads, usable_cores
 from launcher.errors import ConfigError
-from launcher.plugins import (BASIC_SWEEPERS, as_plain, explain_launcher_error, finished_jobs, job_dir, mark_pending,
+from launcher.plugins import (BASIC_SWEEPERS, as_plain, finished_jobs, job_dir, launcher_errors_explained, mark_pending,
                               record_dead_job, take_composed)
 from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
 
@@ -397,15 +397,19 @@ class CappedLocalLauncher(LocalLauncher):
         from submitit.core.utils import FailedJobError, UncompletedJobError
         from submitit.local import local as submitit_local
 
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        self._check_options(sweep_dir)
         server = fork_server() if self.fork_server else None
         server_gone: List[bool] = []  # said so once
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
         if self.config.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:  # the basic one's were marked at its start
             dirs = [self._job_dir(overrides, initial_job_idx + i) for i, overrides in enumerate(job_overrides)]
             mark_pending(dirs, job_overrides, initial_job_idx)
         done = finished_jobs(self, job_overrides, initial_job_idx, "run")
         returns: List[Optional[JobReturn]] = [done.get(initial_job_idx + i) for i in range(len(job_overrides))]
         to_run = [i for i, ret in enumerate(returns) if ret is None]
+        if not to_run and server is not None:  # every job had finished: nothing to fork
+            stop_fork_server()
+            server = None
         warn_if_oversubscribed(self.cpus_per_task, self.max_parallel, min(self.max_parallel, len(to_run)),
                                max((self._devices(job_overrides[i]) for i in to_run), default=1))
         todo = iter(to_run)
@@ -502,11 +506,25 @@ class CappedLocalLauncher(LocalLauncher):
         with contextlib.suppress(OSError):  # submitit makes the folder as named, %j and all; each job's has its id
             Path(str(self.params["submitit_folder"])).rmdir()
         if errors:
-            explained = explain_launcher_error(errors[0], "local")
-            if explained is errors[0]:
+            with launcher_errors_explained("local", sweep_dir=sweep_dir):
                 raise errors[0]
-            raise explained from errors[0]
         return [r for r in returns if r is not None]
+
+    def _check_options(self, sweep_dir: Path) -> None:
+        """Raise, as a config error, what launching a job would raise for an option submitit does not take (the
+        plugin hands them to submitit as it launches each job): before any job is looked at, so also where every
+        job has finished."""
+        import submitit
+
+        plugin_log = logging.getLogger(LocalLauncher.__module__)
+        quiet = _SaidAlready("Submitit 'local' sweep output dir", "\t#")
+        plugin_log.addFilter(quiet)
+        try:
+            with mock.patch.object(submitit.AutoExecutor, "map_array", lambda *args, **kwargs: []), \
+                    launcher_errors_explained("local", sweep_dir=sweep_dir):
+                LocalLauncher.launch(self, [[]], 0)  # the plugin's executor takes the options; no job is submitted
+        finally:
+            plugin_log.removeFilter(quiet)
 
     def _devices(self, overrides: Sequence[str]) -> int:
         """The processes the job with ``overrides`` trains in (``trainer.devices``; 1 where it is not a number)."""

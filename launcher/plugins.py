@@ -49,7 +49,8 @@ def job_dir(config: Any, overrides: Sequence[str], idx: int, config_loader: Any)
     job_config = config_loader.load_sweep_config(config, list(overrides))
     with open_dict(job_config.hydra.job):
         job_config.hydra.job.num = idx
-    return Path(str(job_config.hydra.sweep.dir)) / str(job_config.hydra.sweep.subdir)
+    with as_job(job_config):  # a subdir of ${hydra:job.num}
+        return Path(str(job_config.hydra.sweep.dir)) / str(job_config.hydra.sweep.subdir)
 
 
 BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hydra_plugins.launcher_sweeper.PlannedSweeper")
@@ -74,6 +75,11 @@ def plan_sweep(config: Any) -> None:
         forks = config.hydra.launcher.get("fork_server", True)
         if forks:  # importing torch while the jobs are composed (started already, where the command line said so)
             fork_server(sweep_dir / ".submitit" / "fork_server.log")
+    target = str(config.hydra.launcher.get("_target_", ""))
+    if target.endswith((".AttachedSlurmLauncher", ".DetachedSlurmLauncher")):
+        from launcher.slurm import check_requests
+
+        check_requests(config.hydra.launcher, "slurm" if target.endswith(".AttachedSlurmLauncher") else "slurm_detached")
     if not forks and "launcher.local" in sys.modules:  # started as the command line was read, and not wanted
         sys.modules["launcher.local"].stop_fork_server()
     _check_jobs(config, keep=local)  # a local sweep's jobs take the configs composed to check them
@@ -221,16 +227,20 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
     queued 200 jobs, each its CPUs and memory, to read ``run.json``). A job is left out exactly where its run
     would return its recorded result (:func:`launcher.run`): ``trainer.resume`` auto, the run dir's config fits,
     and no longer ``trainer.max_epochs`` or ``max_iters``; any other job runs, and says what it has to say.
-    Logged in one line (``verb``: what is not done to them), with the changes not applied, as a run's rerun does."""
+    A job left out is done, as its run would have made it: an earlier attempt's ``failure.json`` goes (a rerun
+    refused for its config). Logged in one line (``verb``: what is not done to them), with the changes not
+    applied, as a run's rerun does."""
     import logging
 
     from hydra.core.utils import JobReturn, JobStatus
 
+    from launcher.errors import ConfigError
     from launcher.rundir import describe_changes, finished_result
+    from launcher.summary import FAILURE
 
     config, loader = launcher.config, launcher.hydra_context.config_loader
-    done: Dict[int, Any] = {}
-    unapplied: Dict[int, Any] = {}
+    log = logging.getLogger("launcher")
+    candidates = []
     for offset, overrides in enumerate(job_overrides):
         idx = initial_job_idx + offset
         try:
@@ -238,9 +248,18 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
         except Exception:  # noqa: BLE001 -- a job that does not compose: its run says why
             continue
         record = finished_result(path)
-        if record is None:
-            continue
-        outcome = _unapplied_changes(config, loader, overrides, idx, path)
+        if record is not None:
+            candidates.append((idx, overrides, path, record))
+    if len(candidates) > 8:  # about 0.1 s each: say what the wait is
+        log.info("Checking the %d finished runs of this sweep dir against this sweep's config", len(candidates))
+    done: Dict[int, Any] = {}
+    unapplied: Dict[int, Any] = {}
+    for idx, overrides, path, record in candidates:
+        try:
+            outcome = _unapplied_changes(config, loader, overrides, idx, path, record)
+        except ConfigError as err:  # refused by its run: refused here, before any job runs or is queued
+            forget_pending(Path(str(config.hydra.sweep.dir)))
+            raise ConfigError(f"{err} (sweep job {idx}: {' '.join(overrides)})") from None
         if outcome is None:
             continue
         objective, changes = outcome
@@ -248,10 +267,10 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
                         task_name=str(config.hydra.job.name))
         ret.return_value = float(record.get("metrics", {}).get(objective, float("nan")))
         done[idx] = ret
+        (path / FAILURE).unlink(missing_ok=True)
         if changes:
             unapplied[idx] = changes
     if done:
-        log = logging.getLogger("launcher")
         log.info("%d of %d sweep jobs already finished, not %s again (their results are in the summary): %s",
                  len(done), len(job_overrides), verb, number_ranges(sorted(done)))
         if unapplied:
@@ -262,37 +281,53 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
     return done
 
 
-def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: int, path: Path) -> Optional[Tuple[str, list]]:
-    """For the finished run in ``path``: ``(objective, the config changes its rerun would leave unapplied)``,
-    or None where the job would run (it trains on to a new length, resumes from a checkpoint named, or is
-    refused: the job then says why)."""
-    import copy
-    import os
-
+@contextlib.contextmanager
+def as_job(job_config: Any) -> Iterator[None]:
+    """Hydra's config (``${hydra:...}``) set to a sweep job's while it is looked at in the sweep's process."""
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict, read_write
-
-    from launcher.rundir import check_rerun, lengthens
 
     hydra = HydraConfig.instance()
     saved = hydra.cfg
+    hydra.set_config(job_config)
     try:
-        job_config = loader.load_sweep_config(config, list(overrides))
-        with open_dict(job_config.hydra):  # as the job's process sees it: its ${hydra:...} resolve to its own
-            job_config.hydra.job.num = idx
-            job_config.hydra.runtime.output_dir = os.path.abspath(path)
-        hydra.set_config(job_config)
-        task = copy.deepcopy(job_config)
-        with read_write(task), open_dict(task):
-            del task["hydra"]
-        if task.trainer.get("resume", "auto") not in ("auto", True):
-            return None
-        changes = check_rerun(path, task)
-        objective = str(task.get("objective", "val/accuracy"))
-    except Exception:  # noqa: BLE001 -- refused, or not composing: the job's run says so, as in any sweep
-        return None
+        yield
     finally:
         hydra.cfg = saved
+
+
+def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: int, path: Path,
+                       record: Dict[str, Any]) -> Optional[Tuple[str, list]]:
+    """For the finished run in ``path`` (its ``record``): ``(objective, the config changes its rerun would leave
+    unapplied)``, or None where the job would run (it trains on to a new length, resumes from a checkpoint
+    named, or does not compose: the job then says why). Raises the :class:`ConfigError` its run would raise
+    for a config that does not fit the run dir (another model, ``trainer.resume=false``)."""
+    import copy
+    import os
+
+    from omegaconf import open_dict, read_write
+
+    from launcher.errors import ConfigError
+    from launcher.rundir import check_rerun, lengthens
+
+    try:
+        composed = _checked.get(id(config), {}).get(tuple(overrides))  # the sweep's check composed it already
+        job_config = copy.deepcopy(composed) if composed is not None else loader.load_sweep_config(config, list(overrides))
+        with open_dict(job_config.hydra):  # as the job's process sees it: its ${hydra:...} resolve to its own
+            job_config.hydra.job.num = idx
+            job_config.hydra.job.id = (record.get("submitit") or {}).get("job_id")  # per attempt: the last one's
+            job_config.hydra.runtime.output_dir = os.path.abspath(path)
+        with as_job(job_config):
+            task = copy.deepcopy(job_config)
+            with read_write(task), open_dict(task):
+                del task["hydra"]
+            changes = check_rerun(path, task)  # first, as the run does: it refuses trainer.resume=false here
+            if task.trainer.get("resume", "auto") not in ("auto", True):
+                return None
+            objective = str(task.get("objective", "val/accuracy"))
+    except ConfigError:
+        raise
+    except Exception:  # noqa: BLE001 -- not composing: the job's run says so, as in any sweep
+        return None
     return None if lengthens(changes) else (objective, changes)
 
 
@@ -338,10 +373,11 @@ def explain_launcher_error(err: BaseException, launcher: str, params: Optional[D
         accepted = [n.strip() for n in unknown.group(2).split(",") if n.strip()]
         accepted += re.findall(r"'(\w+)':", shared.group(1)) if shared else []
         accepted += ["max_parallel", "fork_server"] if launcher == "local" else []
+        accepted = sorted(set(accepted))
         close = difflib.get_close_matches(unknown.group(1), accepted, n=1)
         return ConfigError(f"hydra.launcher.{unknown.group(1)}: not an option of hydra/launcher={launcher}"
-                           + (f"; did you mean hydra.launcher.{close[0]}?" if close else "")
-                           + f" Accepted: {', '.join(accepted)}")
+                           + (f"; did you mean hydra.launcher.{close[0]}? Accepted" if close else "; accepted")
+                           + f": {', '.join(accepted)}")
     wrong_type = re.match(r'Parameter "(\w+)" expected type <class \'(\w+)\'> \(but value: "(.*)"\)', text)
     if isinstance(err, AssertionError) and wrong_type:
         name, expected, value = wrong_type.groups()
@@ -352,8 +388,9 @@ def explain_launcher_error(err: BaseException, launcher: str, params: Optional[D
     if type(err).__name__ == "FailedJobError" and "sbatch" in text:
         from launcher.slurm import asked_of, what_a_node_has
 
-        lines = [line.strip() for line in text.splitlines() if line.strip().startswith("sbatch: error:")]
-        said = "; ".join(l[len("sbatch: error:"):].strip() for l in lines) or text.strip()
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        errors = [line[len("sbatch: error:"):].strip() for line in lines if line.startswith("sbatch: error:")]
+        said = "; ".join(errors or [line.partition("sbatch: ")[2] or line for line in lines])
         if params is None:
             return ConfigError(f"hydra/launcher={launcher}: sbatch refused the sweep's jobs: {said} (the hydra.launcher "
                                f"options partition, account, qos, gres... are passed to it)")
@@ -364,15 +401,38 @@ def explain_launcher_error(err: BaseException, launcher: str, params: Optional[D
 
 
 @contextlib.contextmanager
-def launcher_errors_explained(launcher: str, params: Optional[Dict[str, Any]] = None) -> Iterator[None]:
-    """Raise a launcher's failure as :func:`explain_launcher_error` words it, where it has words for it."""
+def launcher_errors_explained(launcher: str, params: Optional[Dict[str, Any]] = None,
+                              sweep_dir: Optional[Path] = None) -> Iterator[None]:
+    """Raise a launcher's failure as :func:`explain_launcher_error` words it, where it has words for it; where
+    that is a config error (no job could be launched), the jobs of ``sweep_dir`` are no longer marked pending."""
     try:
         yield
     except Exception as err:
         explained = explain_launcher_error(err, launcher, params)
         if explained is err:
             raise
+        if sweep_dir is not None:
+            forget_pending(sweep_dir)
         raise explained from None
+
+
+def forget_pending(sweep_dir: Path) -> None:
+    """Unmark the jobs of ``sweep_dir`` marked pending (:func:`mark_pending`) that never started, where the sweep
+    could launch none (an option submitit refuses, sbatch refusing the jobs): else the summary lists them
+    pending for good. A job submitted to SLURM (its id recorded) stays."""
+    from launcher.summary import _job_dirs
+
+    if not Path(sweep_dir).is_dir():
+        return
+    for _, path in _job_dirs(Path(sweep_dir)):
+        mark = path / "submitted.json"
+        try:
+            if (path / "run.json").exists() or json.loads(mark.read_text()).get("job_id"):
+                continue
+            mark.unlink()
+            path.rmdir()  # where nothing else is there
+        except (OSError, ValueError, AttributeError):
+            continue
 
 
 def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: int, how: str,

@@ -144,6 +144,7 @@ class DetachedSlurmLauncher(SlurmLauncher):
         import submitit  # here, not at import: every -m registers this plugin, most never use it
         from submitit.core.core import Executor
 
+        check_requests(self.params, "slurm_detached")
         submitted: List[Tuple[Any, int, List[str]]] = []
         done = finished_jobs(self, job_overrides, initial_job_idx, "submitted")
 
@@ -155,7 +156,7 @@ class DetachedSlurmLauncher(SlurmLauncher):
 
         with mock.patch.object(submitit.Job, "results", no_wait), held_start(), \
                 mock.patch.object(Executor, "map_array", submit_unfinished(Executor.map_array, done, submitted)):
-            with launcher_errors_explained("slurm_detached", self.params):
+            with launcher_errors_explained("slurm_detached", self.params, Path(str(self.config.hydra.sweep.dir))):
                 returns = super().launch(job_overrides, initial_job_idx)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         record_submitted(self, submitted)
@@ -193,6 +194,7 @@ class AttachedSlurmLauncher(SlurmLauncher):
         jobs: List[Tuple[Any, int, List[str]]] = []  # (job, job number, overrides) of each job submitted
         where: Dict[int, Tuple[int, List[str], Path]] = {}  # by id(job): its number, overrides and dir
         results, update = submitit.Job.results, SlurmInfoWatcher.update
+        check_requests(self.params, "slurm")
         done = finished_jobs(self, job_overrides, initial_job_idx, "submitted")
         submit = submit_unfinished(Executor.map_array, done, jobs)
 
@@ -254,8 +256,8 @@ class AttachedSlurmLauncher(SlurmLauncher):
                        f"{asked}{'; ' + node if node else ''}")
                 for j in ids:
                     never[j] = why
-                log.error("SLURM job(s) %s: %s. Cancelled them rather than wait for ever: rerun with what the cluster "
-                          "can give", ", ".join(ids), why)
+                log.error("SLURM will not start job(s) %s as submitted (%s): cancelled them rather than wait for ever",
+                          ", ".join(ids), reason)
                 subprocess.run(["scancel", *ids], capture_output=True, timeout=60)
 
         def no_result_coming(job: Any, path: Path) -> bool:
@@ -291,7 +293,7 @@ class AttachedSlurmLauncher(SlurmLauncher):
             with handlers(stop, (signal.SIGINT, signal.SIGTERM)), mock.patch.object(Executor, "map_array", recording), \
                     mock.patch.object(submitit.Job, "results", results_or_died), \
                     mock.patch.object(SlurmInfoWatcher, "update", update_with_scontrol), held_start():
-                with launcher_errors_explained("slurm", self.params):
+                with launcher_errors_explained("slurm", self.params, Path(str(self.config.hydra.sweep.dir))):
                     return super().launch(job_overrides, initial_job_idx)
         except (_Stop, KeyboardInterrupt) as err:
             name = str(err) or "SIGINT"
@@ -321,6 +323,25 @@ def pending_reasons(job_ids: Sequence[str]) -> dict:
         return {}
     reasons = dict(line.split("|", 1) for line in out.split() if "|" in line)
     return {j: reasons[j] for j in job_ids if j in reasons}
+
+
+_AT_LEAST = {"timeout_min": 1, "cpus_per_task": 1, "tasks_per_node": 1, "nodes": 1, "mem_gb": 1, "gpus_per_node": 0,
+             "array_parallelism": 1, "signal_delay_s": 0, "max_num_timeout": 0}
+_WHAT = {"timeout_min": "minutes of walltime", "mem_gb": "GB of memory per node", "signal_delay_s": "seconds",
+         "array_parallelism": "jobs of the array at once", "max_num_timeout": "requeues after a timeout"}
+
+
+def check_requests(params: Dict[str, Any], launcher: str) -> None:
+    """Raise :class:`ConfigError` for a SLURM request below what it can be (``timeout_min=-5``, which ``sbatch``
+    takes as a walltime of 8000 years; ``cpus_per_task=0``): submitit checks the types, not the values."""
+    from launcher.errors import ConfigError
+
+    for key, least in _AT_LEAST.items():
+        value = params.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value >= least:
+            continue
+        raise ConfigError(f"hydra.launcher.{key}={value}: hydra/launcher={launcher} takes {least} or more"
+                          f"{' (' + _WHAT[key] + ')' if key in _WHAT else ''}")
 
 
 def asked_of(params: Dict[str, Any]) -> str:

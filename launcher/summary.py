@@ -396,18 +396,34 @@ def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) 
     return "\n".join(out)
 
 
-def done_report(rows: List[Dict[str, Any]], sweep_dir: Path, objective: str, mode: Any) -> str:
-    """One line at the end of a sweep without failures: how many jobs, the best, where the summary is."""
+def attempts_so_far(sweep_dir: Path) -> Dict[str, int]:
+    """``{job dir: attempts recorded}`` (``run.json``'s ``attempt``) of the sweep dir's jobs, as a sweep starts."""
+    if not Path(sweep_dir).is_dir():
+        return {}
+    found = {}
+    for _, d in _job_dirs(Path(sweep_dir)):
+        attempt = _read_json(d / "run.json").get("attempt")
+        if isinstance(attempt, int):
+            found[str(d)] = attempt
+    return found
+
+
+def done_report(rows: List[Dict[str, Any]], sweep_dir: Path, objective: str, mode: Any,
+                attempts_before: Optional[Dict[str, int]] = None) -> str:
+    """One line at the end of a sweep without failures: how many jobs, the best, the jobs that went on after a
+    stop within the sweep (more than one attempt since ``attempts_before``: requeued by SLURM), where the
+    summary is."""
     counts: Dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     best = best_row(rows, objective, mode)
     state = ", ".join(f"{n} {status}" for status, n in counts.items())
     top = f"; best: job {best['job']} [{best['overrides']}] {objective} = {best['metrics'][objective]:.4g}" if best else ""
-    resumed = [r for r in rows if (r.get("attempts") or 1) > 1]
-    again = (f"; {len(resumed)} resumed from a checkpoint after a stop (preempted, timed out or rerun): "
-             + ", ".join(f"job {r['job']} ({r['attempts']} attempts)" for r in resumed[:5])
-             + (", ..." if len(resumed) > 5 else "")) if resumed else ""
+    before = attempts_before or {}
+    requeued = [r for r in rows if (r.get("attempts") or 0) - before.get(r["dir"], 0) > 1]
+    again = (f"; {len(requeued)} requeued by SLURM (preempted or timed out) and went on: "
+             + ", ".join(f"job {r['job']} ({r['attempts'] - before.get(r['dir'], 0)} attempts)" for r in requeued[:5])
+             + (", ..." if len(requeued) > 5 else "")) if requeued else ""
     return f"Sweep of {len(rows)} job(s): {state}{top}{again}; summary: {Path(sweep_dir) / 'summary.md'}"
 
 
@@ -482,8 +498,9 @@ class SweepSummary(Callback):  # type: ignore[misc]
         from launcher.errors import ConfigError
         from launcher.plugins import plan_sweep
 
-        report = atexit.register(self._report, Path(str(config.hydra.sweep.dir)), config.get("objective", "val/accuracy"),
-                                 config.get("objective_mode", "max"))
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        report = atexit.register(self._report, sweep_dir, config.get("objective", "val/accuracy"),
+                                 config.get("objective_mode", "max"), attempts_so_far(sweep_dir))
         try:
             plan_sweep(config)  # before any job runs
         except ConfigError as err:  # Hydra turns a callback's exception into a warning: exit here, as for a config error
@@ -495,7 +512,7 @@ class SweepSummary(Callback):  # type: ignore[misc]
         self._write(config)
 
     @staticmethod
-    def _report(sweep_dir: Path, objective: str, mode: str) -> None:
+    def _report(sweep_dir: Path, objective: str, mode: str, attempts_before: Optional[Dict[str, int]] = None) -> None:
         if not sweep_dir.is_dir():
             return
         rows = write_summary(sweep_dir, objective, mode)
@@ -504,7 +521,7 @@ class SweepSummary(Callback):  # type: ignore[misc]
             sys.stderr.write(report + "\n")
             sys.stderr.flush()
         elif rows:
-            sys.stdout.write(done_report(rows, sweep_dir, objective, mode) + "\n")
+            sys.stdout.write(done_report(rows, sweep_dir, objective, mode, attempts_before) + "\n")
             sys.stdout.flush()
 
 

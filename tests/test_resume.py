@@ -321,6 +321,19 @@ def test_a_finished_run_whose_final_checkpoint_is_damaged_trains_on_to_a_readabl
     assert "already finished" not in out and f"Checkpoint {final} is unreadable" in out
     assert_same_final_state(run_dir, reference)
 
+def test_a_finished_run_whose_checkpoints_are_gone_says_it_trains_again_from_the_start(tmp_path, references, tmp_path_factory):
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    shutil.rmtree(run_dir / "checkpoints")
+    proc = run_to_end(command(run_dir, "iter", 0), tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "already finished" not in out
+    assert (f"run.json says this run finished (completed at iteration {read_run(reference)['iter']}), but "
+            f"{run_dir / 'checkpoints'} holds no checkpoint to resume from: training it again from the start") in out
+    assert_same_final_state(run_dir, reference)
+
+
 
 def test_explicit_resume_path_trains_on_even_when_the_run_finished(tmp_path, references, tmp_path_factory):
     reference = reference_for(references, tmp_path_factory, "iter", 0)

@@ -238,7 +238,7 @@ def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_pat
     assert "received SIGUSR2" in log and "Resumed from" in log
     record = read_run(job_dir)
     assert record["status"] == "completed" and record["attempt"] == 2
-    assert "1 resumed from a checkpoint after a stop (preempted, timed out or rerun): job 0 (2 attempts)" in out
+    assert "1 requeued by SLURM (preempted or timed out) and went on: job 0 (2 attempts)" in out
     got = torch.load(job_dir / "checkpoints" / "final.pt", weights_only=False)
     want = torch.load(tmp_path / "ref" / "checkpoints" / "final.pt", weights_only=False)
     for key, tensor in want["model"].items():
@@ -452,6 +452,14 @@ def test_a_sweep_sbatch_refuses_is_one_line_naming_what_it_said(launcher, tmp_pa
     assert line.startswith(f"Config error: hydra/launcher={launcher}: sbatch refused the sweep's jobs: invalid partition "
                            f"specified: nope") and "partition=nope" in line and line.endswith("partitions here: debug")
     assert "pending" not in out
+
+    # a request below what it can be: refused before any job dir is made (sbatch takes --time=-5 as 8000 years)
+    sweep = tmp_path / "negative"
+    proc = launch(["-m", f"hydra/launcher={launcher}", *SLURM[1:], "hydra.launcher.timeout_min=-5", "seed=0,1",
+                   f"hydra.sweep.dir={sweep}", *FAST], tmp_path, cluster_env)
+    assert proc.returncode == 2 and proc.stderr.strip() == (f"Config error: hydra.launcher.timeout_min=-5: hydra/launcher="
+                                                            f"{launcher} takes 1 or more (minutes of walltime)"), proc.stderr
+    assert not sweep.exists()
 
 
 def test_jobs_slurm_queues_but_will_never_start_are_cancelled_and_named_not_waited_for(tmp_path, cluster_env):

@@ -67,6 +67,19 @@ def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_t
     first = run_cli(["-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=1", f"hydra.sweep.dir={sweep}", *FAST],
                     tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
+    # refused reruns: before any job runs, in one line naming the job (Hydra's basic launcher runs each job, which
+    # is refused and leaves failure.json)
+    for bad, says in (("trainer.resume=false", "Config error: trainer.resume=false: run dir"),
+                      ("model.hidden=[32]", "holds a run made with another config (model.hidden: [256] -> [32])"),
+                      ("+hydra.launcher.foo=1", "Config error: hydra.launcher.foo: not an option of hydra/launcher=local")):
+        refused = run_cli(["-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=1", bad, f"hydra.sweep.dir={sweep}",
+                           *FAST], tmp_path)
+        assert refused.returncode == 2 and says in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+        assert "(sweep job 0: " in refused.stderr or "launcher.foo" in bad
+        assert "Sweep of" not in refused.stdout + refused.stderr
+    basic = run_cli(["-m", "seed=0,1", "trainer.max_epochs=1", "trainer.resume=false", f"hydra.sweep.dir={sweep}", *FAST],
+                    tmp_path)
+    assert basic.returncode == 1 and (sweep / "0" / "failure.json").is_file()
     logs = {j: (sweep / str(j) / "train.log").read_text() for j in (0, 1)}
     records = {j: read_run(sweep / str(j)) for j in (0, 1)}
 
@@ -79,8 +92,9 @@ def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_t
     for j in (0, 1):  # no process of theirs ran: nothing logged, nothing recorded
         assert (sweep / str(j) / "train.log").read_text() == logs[j] and read_run(sweep / str(j)) == records[j]
     assert read_run(sweep / "2")["status"] == "completed"
-    summary = (sweep / "summary.md").read_text()
-    assert "Sweep of 3 job(s): 3 done" in out and summary.count("| done |") == 3
+    summary = (sweep / "summary.md").read_text()  # the refused attempt's failure.json is gone: the jobs are done
+    assert "Sweep of 3 job(s): 3 done" in out and summary.count("| done |") == 3 and "failed" not in out
+    assert not (sweep / "0" / "failure.json").exists()
 
     longer = run_cli(["-m", "hydra/launcher=local", "seed=0,1,2", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST],
                      tmp_path)
@@ -618,7 +632,7 @@ def test_a_launcher_option_that_does_not_exist_is_one_line_naming_the_close_one(
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in out and "HYDRA_FULL_ERROR" not in out, out[-3000:]
     assert proc.stderr.startswith("Config error: hydra.launcher.maxparallel: not an option of hydra/launcher=local; did "
-                                  "you mean hydra.launcher.max_parallel? Accepted: setup, ")
+                                  "you mean hydra.launcher.max_parallel? Accepted: cpus_per_task, fork_server, gpus_per_node, ")
     assert "pending" not in out  # no report of the jobs that never ran
     proc = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.timeout_min=0.5", *FAST, "seed=0,1"], tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
