@@ -461,11 +461,12 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
         record, current = {}, False
     if record.get("status") == "interrupted" and current and exit_code in (None, EXIT_INTERRUPTED):
         # stopped itself on a signal (scancel, kill -TERM), its checkpoint on disk
-        stopped = JobInterrupted(f"stopped at iteration {record.get('iter')} ({record.get('stop_reason')}), with a "
-                                 f"checkpoint: rerun the sweep to resume it")
+        # its words are also the sweep's last line (Hydra's sweeper raises the first job that did not succeed)
+        stopped = JobInterrupted(f"Sweep job {idx} ({' '.join(overrides)}) was interrupted: stopped at iteration "
+                                 f"{record.get('iter')} ({record.get('stop_reason')}), with a checkpoint: rerun the "
+                                 f"sweep to resume it")
         stopped.sweep_dir = Path(str(config.hydra.sweep.dir))
-        logging.getLogger("launcher").warning("Sweep job %d (%s) was interrupted: %s; log: %s", idx, " ".join(overrides),
-                                              stopped, job_dir / f"{config.hydra.job.name}.log")
+        logging.getLogger("launcher").warning("%s; log: %s", stopped, job_dir / f"{config.hydra.job.name}.log")
         _write_summary(config)
         return ReportedFailure(overrides=list(overrides), status=JobStatus.FAILED, _return_value=stopped)
     died = JobDied(how)
@@ -492,9 +493,10 @@ def record_cancelled(config: Any, job_dir: Path, overrides: Sequence[str], idx: 
     from launcher.local import JobInterrupted
     from launcher.summary import ReportedFailure
 
-    stopped = JobInterrupted(f"SLURM job {slurm_job} was cancelled before its run started: rerun the sweep to run it")
+    stopped = JobInterrupted(f"Sweep job {idx} ({' '.join(overrides)}): SLURM job {slurm_job} was cancelled before its "
+                             f"run started: rerun the sweep to run it")
     stopped.sweep_dir = Path(str(config.hydra.sweep.dir))
-    logging.getLogger("launcher").warning("Sweep job %d (%s): %s", idx, " ".join(overrides), stopped)
+    logging.getLogger("launcher").warning("%s", stopped)
     _write_summary(config)
     return ReportedFailure(overrides=list(overrides), status=JobStatus.FAILED, _return_value=stopped)
 
