@@ -350,6 +350,11 @@ def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]
     for offset, (path, overrides) in enumerate(zip(job_dirs, job_overrides)):
         if (path / "run.json").is_file():
             continue
+        try:  # an earlier submission to SLURM: its id stays (a rerun of the sweep asks SLURM about it)
+            if json.loads((path / "submitted.json").read_text()).get("job_id"):
+                continue
+        except (OSError, ValueError, AttributeError):
+            pass
         path.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"job": initial_job_idx + offset, "overrides": list(overrides)}, indent=2) + "\n"
         atomic_write(path / "submitted.json", text.encode(), sync_dir=False)

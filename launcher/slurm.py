@@ -104,19 +104,98 @@ def exit_failed_at_exit() -> None:
     atexit.register(end)
 
 
-def submit_unfinished(submit: Any, done: Dict[int, Any], submitted: List[Tuple[Any, int, List[str]]]) -> Any:
+def submit_unfinished(submit: Any, done: Dict[int, Any], submitted: List[Tuple[Any, int, List[str]]],
+                      queued: Optional[Dict[int, str]] = None, attached: Optional[List[Tuple[Any, int, List[str]]]] = None,
+                      tasks: int = 1) -> Any:
     """``Executor.map_array`` (``submit``) less the jobs in ``done`` (:func:`launcher.plugins.finished_jobs`), which
-    get a :class:`launcher.plugins.Finished` in their place; appends ``(job, job number, overrides)`` to
-    ``submitted`` for each job submitted."""
+    get a :class:`launcher.plugins.Finished` in their place, and less those ``queued`` in SLURM already
+    (:func:`queued_jobs`): with ``attached``, the sweep waits for those (a submitit job of their id, appended
+    there), else they are left alone. Appends ``(job, job number, overrides)`` to ``submitted`` for each job
+    submitted."""
+    from hydra.core.utils import JobReturn, JobStatus
+    from submitit.slurm.slurm import SlurmJob
+
+    queued = queued or {}
+
     def map_array(executor: Any, fn: Any, *iterable: Any) -> List[Any]:
         rows = list(zip(*iterable))  # the plugin's job params: (overrides, dir key, job number, job id, singleton state)
-        todo = [row for row in rows if row[2] not in done]
+        todo = [row for row in rows if row[2] not in done and row[2] not in queued]
         jobs = list(submit(executor, fn, *zip(*todo))) if todo else []
         submitted.extend((job, row[2], list(row[0])) for job, row in zip(jobs, todo))
         fresh = iter(jobs)
-        return [Finished(done[row[2]]) if row[2] in done else next(fresh) for row in rows]
+        out = []
+        for row in rows:
+            idx = row[2]
+            if idx in done:
+                out.append(Finished(done[idx]))
+            elif idx in queued and attached is not None:  # waited for as if this sweep had submitted it
+                job = SlurmJob(folder=executor.folder, job_id=queued[idx], tasks=tuple(range(tasks)))
+                attached.append((job, idx, list(row[0])))
+                out.append(job)
+            elif idx in queued:
+                ret = JobReturn(overrides=list(row[0]), status=JobStatus.COMPLETED)
+                ret.return_value = f"queued already as SLURM job {queued[idx]}"
+                out.append(Finished(ret))
+            else:
+                out.append(next(fresh))
+        return out
 
     return map_array
+
+
+def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, done: Dict[int, Any],
+                waits: bool = False) -> Dict[int, str]:
+    """``{job number: SLURM job id}`` of this sweep's jobs that SLURM holds already, queued or running (an earlier
+    submission of the same sweep: a rerun after Ctrl-C, or a second ``slurm_detached`` submission), which a
+    rerun must not submit twice. A job queued for good (:func:`launcher.summary.never_starts`) is cancelled
+    instead, and submitted anew. Raises :class:`ConfigError` for one queued with other overrides. ``waits``: the
+    sweep waits for them (said so)."""
+    import subprocess
+
+    from launcher.errors import ConfigError
+    from launcher.plugins import number_ranges
+    from launcher.summary import _SLURM_ACTIVE, slurm_states
+
+    known: Dict[int, Tuple[str, List[str]]] = {}
+    for offset, overrides in enumerate(job_overrides):
+        idx = initial_job_idx + offset
+        if idx in done:
+            continue
+        try:
+            path = plugin_job_dir(launcher.config, overrides, idx, launcher.hydra_context.config_loader)
+            mark = json.loads((path / "submitted.json").read_text())
+        except Exception:  # noqa: BLE001 -- no submission recorded (or a job that does not compose: it fails as it runs)
+            continue
+        if isinstance(mark, dict) and mark.get("job_id"):
+            known[idx] = (str(mark["job_id"]), list(mark.get("overrides") or []))
+    if not known:
+        return {}
+    reasons: Dict[str, str] = {}
+    states = slurm_states(sorted({job for job, _ in known.values()}), reasons)
+    queued: Dict[int, str] = {}
+    stuck: List[str] = []
+    for idx, (job, overrides) in known.items():
+        state = states.get(job)
+        if state not in _SLURM_ACTIVE:
+            continue
+        if state == "PENDING" and never_starts(reasons.get(job, "")):
+            stuck.append(job)
+            continue
+        wanted = list(job_overrides[idx - initial_job_idx])
+        if overrides and overrides != wanted:
+            raise ConfigError(f"sweep job {idx} is {state.lower()} in SLURM already (job {job}) with other overrides "
+                              f"[{' '.join(overrides)}] than this sweep's [{' '.join(wanted)}]; wait for it to end, or "
+                              f"stop it (scancel --signal=TERM {job}) to rerun it so")
+        queued[idx] = job
+    if stuck:
+        subprocess.run(["scancel", *stuck], capture_output=True, timeout=60)
+        log.warning("Cancelled SLURM job(s) %s, queued for good (%s): this sweep submits them anew", ", ".join(stuck),
+                    ", ".join(sorted({reasons[j] for j in stuck})))
+    if queued:
+        log.info("Sweep job(s) %s are queued or running in SLURM already (%s): not submitted again%s",
+                 number_ranges(sorted(queued)), ", ".join(queued[i] for i in sorted(queued)),
+                 "; waiting for them (Ctrl-C stops waiting, not the jobs)" if waits else "")
+    return queued
 
 
 def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str]]]) -> List[Path]:
@@ -147,6 +226,7 @@ class DetachedSlurmLauncher(SlurmLauncher):
         check_requests(self.params, "slurm_detached")
         submitted: List[Tuple[Any, int, List[str]]] = []
         done = finished_jobs(self, job_overrides, initial_job_idx, "submitted")
+        queued = queued_jobs(self, job_overrides, initial_job_idx, done)
 
         def no_wait(job: "submitit.Job") -> List[JobReturn]:  # stands in for Job.results(), which blocks
             overrides = next(o for j, _, o in submitted if j is job)
@@ -155,7 +235,7 @@ class DetachedSlurmLauncher(SlurmLauncher):
             return [ret]
 
         with mock.patch.object(submitit.Job, "results", no_wait), held_start(), \
-                mock.patch.object(Executor, "map_array", submit_unfinished(Executor.map_array, done, submitted)):
+                mock.patch.object(Executor, "map_array", submit_unfinished(Executor.map_array, done, submitted, queued)):
             with launcher_errors_explained("slurm_detached", self.params, Path(str(self.config.hydra.sweep.dir))):
                 returns = super().launch(job_overrides, initial_job_idx)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -163,7 +243,7 @@ class DetachedSlurmLauncher(SlurmLauncher):
         if submitted:
             log.info("Submitted %d job(s) to SLURM: %s", len(submitted), ", ".join(str(j.job_id) for j, _, _ in submitted))
         else:
-            log.info("Nothing submitted to SLURM: every job of the sweep had finished")
+            log.info("Nothing submitted to SLURM: every job of the sweep had finished or is queued already")
         log.info("Sweep dir: %s (python -m launcher.summary %s shows their progress)", sweep_dir, sweep_dir)
         return returns
 
@@ -196,13 +276,18 @@ class AttachedSlurmLauncher(SlurmLauncher):
         results, update = submitit.Job.results, SlurmInfoWatcher.update
         check_requests(self.params, "slurm")
         done = finished_jobs(self, job_overrides, initial_job_idx, "submitted")
-        submit = submit_unfinished(Executor.map_array, done, jobs)
+        attached: List[Tuple[Any, int, List[str]]] = []  # jobs queued already by an earlier submission, waited for
+        queued = queued_jobs(self, job_overrides, initial_job_idx, done, waits=True)
+        tasks = int(self.params.get("tasks_per_node") or 1) * int(self.params.get("nodes") or 1)
+        submit = submit_unfinished(Executor.map_array, done, jobs, queued, attached, tasks)
 
         def recording(executor: Any, fn: Any, *iterable: Any) -> Any:
             before = len(jobs)
             returned = submit(executor, fn, *iterable)
             for (job, idx, overrides), path in zip(jobs[before:], record_submitted(self, jobs[before:])):
                 where[id(job)] = (idx, overrides, path)
+            for job, idx, overrides in attached:
+                where[id(job)] = (idx, overrides, plugin_job_dir(self.config, overrides, idx, self.hydra_context.config_loader))
             if len(jobs) > before:
                 log.info("Submitted %d job(s) to SLURM: %s; waiting for them (Ctrl-C stops waiting, not the jobs)",
                          len(jobs) - before, ", ".join(str(j.job_id) for j, _, _ in jobs[before:]))
@@ -298,7 +383,7 @@ class AttachedSlurmLauncher(SlurmLauncher):
         except (_Stop, KeyboardInterrupt) as err:
             name = str(err) or "SIGINT"
             sweep_dir = Path(str(self.config.hydra.sweep.dir))
-            running = [str(j.job_id) for j, _, _ in jobs]
+            running = [str(j.job_id) for j, _, _ in jobs + attached]
             arrays = sorted({i.split("_")[0] for i in running})
             log.warning("%s: stopped waiting; the %d SLURM job(s) go on (%s). Follow them: python -m launcher.summary %s; "
                         "stop them: scancel %s (each then writes a checkpoint, as on preemption)", name, len(running),

@@ -578,3 +578,27 @@ def test_a_run_training_in_a_slurm_job_on_another_node_is_not_trained_over(tmp_p
     proc = launch([*args, "trainer.max_epochs=2"], tmp_path, cluster_env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert read_run(run_dir)["status"] == "completed"
+
+
+def test_a_rerun_submits_no_job_slurm_holds_already_and_an_attached_one_waits_for_it(tmp_path, cluster_env):
+    """Submitting a sweep again while its jobs are queued or running (a second slurm_detached, or the attached
+    command rerun after Ctrl-C to wait again) queues no duplicate: detached leaves them be, attached waits for them."""
+    sweep = tmp_path / "sweep"
+    args = [*SLURM[1:], "hydra.launcher.setup=[sleep 8]", "seed=0,1", f"hydra.sweep.dir={sweep}", *FAST]
+    first = launch(["-m", "hydra/launcher=slurm_detached", *args], tmp_path, cluster_env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    ids = [json.loads((sweep / j / "submitted.json").read_text())["job_id"] for j in ("0", "1")]
+    again = launch(["-m", "hydra/launcher=slurm_detached", *args], tmp_path, cluster_env)
+    out = again.stdout + again.stderr
+    assert again.returncode == 0 and f"Sweep job(s) 0-1 are queued or running in SLURM already ({ids[0]}, {ids[1]}): " \
+                                     "not submitted again" in out, out[-3000:]
+    assert "Nothing submitted to SLURM" in out
+    assert [json.loads((sweep / j / "submitted.json").read_text())["job_id"] for j in ("0", "1")] == ids
+    arrays = {p.name.split("_")[0] for p in (sweep / ".submitit").iterdir() if p.name[0].isdigit()}
+    assert arrays == {ids[0].split("_")[0]}, arrays  # one submission: the first
+
+    attached = launch(["-m", "hydra/launcher=slurm", *args], tmp_path, cluster_env)
+    out = attached.stdout + attached.stderr
+    assert attached.returncode == 0, out[-3000:]
+    assert "not submitted again; waiting for them" in out and "Sweep of 2 job(s): 2 done" in out
+    assert [read_run(sweep / j)["submitit"]["job_id"] for j in ("0", "1")] == ids
