@@ -316,8 +316,8 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
             job_config.hydra.job.num = idx
             job_config.hydra.job.id = (record.get("submitit") or {}).get("job_id")  # per attempt: the last one's
             job_config.hydra.runtime.output_dir = os.path.abspath(path)
-        with as_job(job_config):
-            task = copy.deepcopy(job_config)
+        with as_job(job_config):  # Hydra's config holds a copy of the job's hydra node from here: the job's task is the rest
+            task = job_config
             with read_write(task), open_dict(task):
                 del task["hydra"]
             changes = check_rerun(path, task)  # first, as the run does: it refuses trainer.resume=false here
