@@ -105,12 +105,12 @@ def exit_failed_at_exit() -> None:
 
 
 def submit_unfinished(submit: Any, done: Dict[int, Any], submitted: List[Tuple[Any, int, List[str]]],
-                      queued: Optional[Dict[int, str]] = None, attached: Optional[List[Tuple[Any, int, List[str]]]] = None,
-                      tasks: int = 1) -> Any:
+                       queued: Optional[Dict[int, Tuple[str, int]]] = None,
+                      attached: Optional[List[Tuple[Any, int, List[str]]]] = None, tasks: int = 1) -> Any:
     """``Executor.map_array`` (``submit``) less the jobs in ``done`` (:func:`launcher.plugins.finished_jobs`), which
     get a :class:`launcher.plugins.Finished` in their place, and less those ``queued`` in SLURM already
     (:func:`queued_jobs`): with ``attached``, the sweep waits for those (a submitit job of their id, appended
-    there), else they are left alone. Appends ``(job, job number, overrides)`` to ``submitted`` for each job
+    there, with the tasks it was submitted with, else ``tasks``), else they are left alone. Appends ``(job, job number, overrides)`` to ``submitted`` for each job
     submitted."""
     from hydra.core.utils import JobReturn, JobStatus
     from submitit.slurm.slurm import SlurmJob
@@ -129,12 +129,13 @@ def submit_unfinished(submit: Any, done: Dict[int, Any], submitted: List[Tuple[A
             if idx in done:
                 out.append(Finished(done[idx]))
             elif idx in queued and attached is not None:  # waited for as if this sweep had submitted it
-                job = SlurmJob(folder=executor.folder, job_id=queued[idx], tasks=tuple(range(tasks)))
+                job_id, its_tasks = queued[idx]
+                job = SlurmJob(folder=executor.folder, job_id=job_id, tasks=tuple(range(its_tasks or tasks)))
                 attached.append((job, idx, list(row[0])))
                 out.append(job)
             elif idx in queued:
                 ret = JobReturn(overrides=list(row[0]), status=JobStatus.COMPLETED)
-                ret.return_value = f"queued already as SLURM job {queued[idx]}"
+                ret.return_value = f"queued already as SLURM job {queued[idx][0]}"
                 out.append(Finished(ret))
             else:
                 out.append(next(fresh))
@@ -144,19 +145,20 @@ def submit_unfinished(submit: Any, done: Dict[int, Any], submitted: List[Tuple[A
 
 
 def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, done: Dict[int, Any],
-                waits: bool = False) -> Dict[int, str]:
-    """``{job number: SLURM job id}`` of this sweep's jobs that SLURM holds already, queued or running (an earlier
-    submission of the same sweep: a rerun after Ctrl-C, or a second ``slurm_detached`` submission), which a
-    rerun must not submit twice. A job queued for good (:func:`launcher.summary.never_starts`) is cancelled
-    instead, and submitted anew. Raises :class:`ConfigError` for one queued with other overrides. ``waits``: the
-    sweep waits for them (said so)."""
+                waits: bool = False) -> Dict[int, Tuple[str, int]]:
+    """``{job number: (SLURM job id, its tasks)}`` of this sweep's jobs that SLURM holds already, queued or running
+    (an earlier submission of the same sweep: a rerun after Ctrl-C, or a second ``slurm_detached`` submission),
+    which a rerun must not submit twice. A job queued for good (:func:`launcher.summary.never_starts`) is
+    cancelled instead, and submitted anew. Raises :class:`ConfigError` for one queued with other overrides, and
+    where ``squeue`` cannot say (it failed: a duplicate would be submitted blind). ``waits``: the sweep waits
+    for them (said so)."""
     import subprocess
 
     from launcher.errors import ConfigError
     from launcher.plugins import number_ranges
     from launcher.summary import _SLURM_ACTIVE, slurm_states
 
-    known: Dict[int, Tuple[str, List[str]]] = {}
+    known: Dict[int, Tuple[str, List[str], int]] = {}
     for offset, overrides in enumerate(job_overrides):
         idx = initial_job_idx + offset
         if idx in done:
@@ -167,14 +169,20 @@ def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_j
         except Exception:  # noqa: BLE001 -- no submission recorded (or a job that does not compose: it fails as it runs)
             continue
         if isinstance(mark, dict) and mark.get("job_id"):
-            known[idx] = (str(mark["job_id"]), list(mark.get("overrides") or []))
+            tasks = mark.get("tasks") if isinstance(mark.get("tasks"), int) else None
+            known[idx] = (str(mark["job_id"]), list(mark.get("overrides") or []), tasks or 0)
     if not known:
         return {}
     reasons: Dict[str, str] = {}
-    states = slurm_states(sorted({job for job, _ in known.values()}), reasons)
-    queued: Dict[int, str] = {}
+    states = slurm_states(sorted({job for job, _, _ in known.values()}), reasons)
+    if not states:
+        ids = sorted(known)
+        raise ConfigError(f"cannot ask SLURM whether sweep job(s) {number_ranges(ids)}, submitted earlier as SLURM "
+                          f"job(s) {', '.join(known[i][0] for i in ids[:5])}{', ...' if len(ids) > 5 else ''}, are still "
+                          f"queued or running (squeue failed): rerun once squeue answers, rather than queue them twice")
+    queued: Dict[int, Tuple[str, int]] = {}
     stuck: List[str] = []
-    for idx, (job, overrides) in known.items():
+    for idx, (job, overrides, tasks) in known.items():
         state = states.get(job)
         if state not in _SLURM_ACTIVE:
             continue
@@ -182,18 +190,23 @@ def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_j
             stuck.append(job)
             continue
         wanted = list(job_overrides[idx - initial_job_idx])
-        if overrides and overrides != wanted:
+        if overrides and sorted(overrides) != sorted(wanted):
+            before = dict(o.partition("=")[::2] for o in overrides)
+            after = dict(o.partition("=")[::2] for o in wanted)
+            changed = ", ".join(f"{k}: {before.get(k, '<absent>')} -> {after.get(k, '<absent>')}"
+                                for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k))
             raise ConfigError(f"sweep job {idx} is {state.lower()} in SLURM already (job {job}) with other overrides "
-                              f"[{' '.join(overrides)}] than this sweep's [{' '.join(wanted)}]; wait for it to end, or "
-                              f"stop it (scancel --signal=TERM {job}) to rerun it so")
-        queued[idx] = job
+                              f"than this sweep's ({changed}); wait for it to end, or stop it (scancel --signal=TERM "
+                              f"{job}) to rerun it so")
+        queued[idx] = (job, tasks)
     if stuck:
         subprocess.run(["scancel", *stuck], capture_output=True, timeout=60)
         log.warning("Cancelled SLURM job(s) %s, queued for good (%s): this sweep submits them anew", ", ".join(stuck),
                     ", ".join(sorted({reasons[j] for j in stuck})))
     if queued:
-        log.info("Sweep job(s) %s are queued or running in SLURM already (%s): not submitted again%s",
-                 number_ranges(sorted(queued)), ", ".join(queued[i] for i in sorted(queued)),
+        log.info("%s %s queued or running in SLURM already (%s): not submitted again%s",
+                 "Sweep jobs" if len(queued) > 1 else "Sweep job", number_ranges(sorted(queued)) +
+                 (" are" if len(queued) > 1 else " is"), ", ".join(queued[i][0] for i in sorted(queued)),
                  "; waiting for them (Ctrl-C stops waiting, not the jobs)" if waits else "")
     return queued
 
@@ -206,7 +219,7 @@ def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str
     for job, idx, overrides in submitted:
         job_dir = plugin_job_dir(launcher.config, overrides, idx, launcher.hydra_context.config_loader)
         dirs.append(job_dir)
-        info = {"job": idx, "job_id": job.job_id, "overrides": list(overrides),
+        info = {"job": idx, "job_id": job.job_id, "overrides": list(overrides), "tasks": max(1, job.num_tasks),
                 "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
         try:
             job_dir.mkdir(parents=True, exist_ok=True)

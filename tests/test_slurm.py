@@ -590,14 +590,26 @@ def test_a_rerun_submits_no_job_slurm_holds_already_and_an_attached_one_waits_fo
     ids = [json.loads((sweep / j / "submitted.json").read_text())["job_id"] for j in ("0", "1")]
     again = launch(["-m", "hydra/launcher=slurm_detached", *args], tmp_path, cluster_env)
     out = again.stdout + again.stderr
-    assert again.returncode == 0 and f"Sweep job(s) 0-1 are queued or running in SLURM already ({ids[0]}, {ids[1]}): " \
+    assert again.returncode == 0 and f"Sweep jobs 0-1 are queued or running in SLURM already ({ids[0]}, {ids[1]}): " \
                                      "not submitted again" in out, out[-3000:]
     assert "Nothing submitted to SLURM" in out
     assert [json.loads((sweep / j / "submitted.json").read_text())["job_id"] for j in ("0", "1")] == ids
     arrays = {p.name.split("_")[0] for p in (sweep / ".submitit").iterdir() if p.name[0].isdigit()}
     assert arrays == {ids[0].split("_")[0]}, arrays  # one submission: the first
+    # squeue failing (a busy controller) must not read as "not queued": refused, rather than queued twice
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "squeue").write_text("#!/bin/sh\necho 'slurm_load_jobs error: Socket timed out on send/recv operation' >&2\n"
+                                 "exit 1\n")
+    (fake / "squeue").chmod(0o755)
+    blind = launch(["-m", "hydra/launcher=slurm_detached", *args], tmp_path,
+                   {**cluster_env, "PATH": f"{fake}{os.pathsep}{cluster_env['PATH']}"})
+    assert blind.returncode == 2 and blind.stderr.strip().startswith("Config error: cannot ask SLURM whether sweep "
+                                                                     f"job(s) 0-1, submitted earlier as SLURM job(s) "
+                                                                     f"{ids[0]}, {ids[1]}, are still queued"), blind.stderr
 
-    attached = launch(["-m", "hydra/launcher=slurm", *args], tmp_path, cluster_env)
+    reordered = [*FAST, *args[: -len(FAST)]]  # the same overrides in another order: the same jobs
+    attached = launch(["-m", "hydra/launcher=slurm", *reordered], tmp_path, cluster_env)
     out = attached.stdout + attached.stderr
     assert attached.returncode == 0, out[-3000:]
     assert "not submitted again; waiting for them" in out and "Sweep of 2 job(s): 2 done" in out
