@@ -6,8 +6,8 @@ From Python (notebooks, tests): ``cfg = launcher.compose(["trainer=iter"])`` the
 from __future__ import annotations
 
 import contextlib
-import os
 import logging
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -211,8 +211,6 @@ class Finished:
     """Stands in for the submitit job of a sweep job whose run had finished before the sweep started: nothing is
     submitted for it, and its result is the one its ``run.json`` records."""
 
-    job_id = "finished"
-
     def __init__(self, job_return: Any) -> None:
         self.job_return = job_return
 

@@ -270,9 +270,9 @@ def training_here_now(run_dir: Path) -> Optional[str]:
 
 
 def _training_in_slurm_job(data: Mapping[str, Any]) -> Optional[str]:
-    """For a record saying ``running`` on another host: why its SLURM job is training there now, or None (no
-    SLURM job, this process's own, ended, or SLURM cannot be asked)."""
-    import subprocess
+    """For a record saying ``running`` on another host: why its SLURM job is training there now (or will again:
+    requeued), or None (no SLURM job, this process's own, ended, or SLURM cannot be asked)."""
+    from launcher.summary import _SLURM_ACTIVE, slurm_states
 
     job = data.get("submitit") or {}
     job_id = str(job.get("job_id") or "")
@@ -281,14 +281,8 @@ def _training_in_slurm_job(data: Mapping[str, Any]) -> Optional[str]:
     own = RunRecord.submitit_job()
     if own is not None and str(own.get("job_id")) == job_id:
         return None
-    try:
-        out = subprocess.run(["squeue", "--noheader", "--array", "--jobs", job_id, "--format=%i|%T"],
-                             capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    states = dict(line.split("|", 1) for line in out.split() if "|" in line)
-    state = states.get(job_id)
-    if state not in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"):
+    state = slurm_states([job_id]).get(job_id)
+    if state not in _SLURM_ACTIVE:
         return None
     return (f"SLURM job {job_id} on {data.get('host')}, {state} says squeue, started {data.get('start_time')}, "
             f"attempt {data.get('attempt')}")

@@ -219,7 +219,7 @@ def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str
     for job, idx, overrides in submitted:
         job_dir = plugin_job_dir(launcher.config, overrides, idx, launcher.hydra_context.config_loader)
         dirs.append(job_dir)
-        info = {"job": idx, "job_id": job.job_id, "overrides": list(overrides), "tasks": max(1, job.num_tasks),
+        info = {"job": idx, "job_id": job.job_id, "overrides": list(overrides), "tasks": job.num_tasks,
                 "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
         try:
             job_dir.mkdir(parents=True, exist_ok=True)
