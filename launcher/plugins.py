@@ -226,13 +226,16 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
     would return its recorded result (:func:`launcher.run`): ``trainer.resume`` auto, the run dir's config fits,
     and no longer ``trainer.max_epochs`` or ``max_iters``; any other job runs, and says what it has to say.
     A job left out is done, as its run would have made it: an earlier attempt's ``failure.json`` goes (a rerun
-    refused for its config). Logged in one line (``verb``: what is not done to them), with the changes not
+    refused for its config). A rerun that the run of a finished job, or of one with checkpoints, would refuse
+    (another model, ``trainer.resume=false``) raises its :class:`ConfigError` here, before any job runs or is
+    queued. Logged in one line (``verb``: what is not done to them), with the changes not
     applied, as a run's rerun does."""
     import logging
 
     from hydra.core.utils import JobReturn, JobStatus
 
     from launcher.errors import ConfigError
+    from launcher.files import candidates as saved_checkpoints
     from launcher.rundir import describe_changes, finished_result
     from launcher.summary import FAILURE
 
@@ -246,19 +249,19 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
         except Exception:  # noqa: BLE001 -- a job that does not compose: its run says why
             continue
         record = finished_result(path)
-        if record is not None:
+        if record is not None or saved_checkpoints(path / "checkpoints"):  # an unfinished run is checked, not skipped
             candidates.append((idx, overrides, path, record))
     if len(candidates) > 8:  # about 0.1 s each: say what the wait is
-        log.info("Checking the %d finished runs of this sweep dir against this sweep's config", len(candidates))
+        log.info("Checking the %d runs of this sweep dir against this sweep's config", len(candidates))
     done: Dict[int, Any] = {}
     unapplied: Dict[int, Any] = {}
     for idx, overrides, path, record in candidates:
         try:
-            outcome = _unapplied_changes(config, loader, overrides, idx, path, record)
+            outcome = _unapplied_changes(config, loader, overrides, idx, path, record or {})
         except ConfigError as err:  # refused by its run: refused here, before any job runs or is queued
             forget_pending(Path(str(config.hydra.sweep.dir)))
             raise ConfigError(f"{err} (sweep job {idx}: {' '.join(overrides)})") from None
-        if outcome is None:
+        if outcome is None or record is None:
             continue
         objective, changes = outcome
         ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, working_dir=str(path),
@@ -312,7 +315,9 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
         job_config = copy.deepcopy(composed) if composed is not None else loader.load_sweep_config(config, list(overrides))
         with open_dict(job_config.hydra):  # as the job's process sees it: its ${hydra:...} resolve to its own
             job_config.hydra.job.num = idx
-            job_config.hydra.job.id = (record.get("submitit") or {}).get("job_id")  # per attempt: the last one's
+            last_id = (record.get("submitit") or {}).get("job_id")
+            if last_id is not None:  # per attempt: the last one's (a run outside submitit has none)
+                job_config.hydra.job.id = str(last_id)
             job_config.hydra.runtime.output_dir = os.path.abspath(path)
         with as_job(job_config):  # Hydra's config holds a copy of the job's hydra node from here: the job's task is the rest
             task = job_config

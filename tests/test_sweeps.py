@@ -106,6 +106,33 @@ def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_t
         assert record["status"] == "completed" and record["iter"] == 2 * per_epoch and record["attempt"] == 2, record
 
 
+def test_a_rerun_an_unfinished_jobs_run_would_refuse_is_refused_before_any_job_runs(tmp_path):
+    """A job stopped with a checkpoint (interrupted) whose rerun changes what defines its run: refused in one line
+    before the sweep starts any job, as its run would refuse it (on SLURM: after waiting for an allocation)."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "hydra/launcher=local", "seed=0", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST]
+    assert run_cli(args, tmp_path).returncode == 0
+    stopped = sweep / "0"  # as if stopped after its first epoch
+    (stopped / "checkpoints" / "final.pt").unlink()
+    (stopped / "checkpoints" / "epoch_0002.pt").unlink()
+    (stopped / "checkpoints" / "last").write_text("epoch_0001.pt\n")
+    record = read_run(stopped)
+    record["status"] = "interrupted"
+    (stopped / "run.json").write_text(json.dumps(record))
+    before = {p: p.stat().st_mtime_ns for p in sweep.rglob("*") if p.is_file()}
+
+    proc = run_cli([*args, "optimizer.lr=0.5"], tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.startswith("Config error: run dir ") and "optimizer.lr: 0.1 -> 0.5" in proc.stderr
+    assert "(sweep job 0: " in proc.stderr
+    assert "Sweep of" not in proc.stdout + proc.stderr
+    assert {p: p.stat().st_mtime_ns for p in sweep.rglob("*") if p.is_file() and p.name != "multirun.yaml"} == \
+        {p: t for p, t in before.items() if p.name != "multirun.yaml"}  # nothing else touched
+
+    proc = run_cli(args, tmp_path)  # the same sweep resumes the stopped job
+    assert proc.returncode == 0 and read_run(stopped)["status"] == "completed", proc.stderr[-3000:]
+
+
 def test_a_local_job_composed_by_the_sweep_has_the_config_it_would_compose_itself(tmp_path):
     """The sweep's check composes jobs that between them use every swept value; a local job it composed gets that
     config rather than compose it again, and it is the config (and Hydra config) the job would compose."""
