@@ -310,9 +310,12 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
     from launcher.errors import ConfigError
     from launcher.rundir import check_rerun, lengthens
 
+    composed = _checked.get(id(config), {}).get(tuple(overrides))  # the sweep's check composed it already
     try:
-        composed = _checked.get(id(config), {}).get(tuple(overrides))  # the sweep's check composed it already
         job_config = copy.deepcopy(composed) if composed is not None else loader.load_sweep_config(config, list(overrides))
+    except Exception:  # noqa: BLE001 -- not composing: the job's run says so, as in any sweep
+        return None
+    try:
         with open_dict(job_config.hydra):  # as the job's process sees it: its ${hydra:...} resolve to its own
             job_config.hydra.job.num = idx
             last_id = (record.get("submitit") or {}).get("job_id")
@@ -329,7 +332,11 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
             objective = str(task.get("objective", "val/accuracy"))
     except ConfigError:
         raise
-    except Exception:  # noqa: BLE001 -- not composing: the job's run says so, as in any sweep
+    except Exception as err:  # noqa: BLE001 -- never the sweep's end: the job runs, and its run decides
+        import logging
+
+        logging.getLogger("launcher").warning("Could not check sweep job %d's earlier run in %s (%s: %s): the job runs, "
+                                              "and its run decides", idx, path, type(err).__name__, err)
         return None
     return None if lengthens(changes) else (objective, changes)
 
