@@ -106,19 +106,26 @@ def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_t
         assert record["status"] == "completed" and record["iter"] == 2 * per_epoch and record["attempt"] == 2, record
 
 
+def stopped_after_epoch(run_dir: Path, epoch: int, of: int) -> None:
+    """Make the finished run in ``run_dir`` (of ``of`` epochs) look stopped after ``epoch``: no final or later
+    checkpoint, ``last`` naming that epoch's, ``run.json`` interrupted."""
+    (run_dir / "checkpoints" / "final.pt").unlink()
+    for later in range(epoch + 1, of + 1):
+        (run_dir / "checkpoints" / f"epoch_{later:04d}.pt").unlink()
+    (run_dir / "checkpoints" / "last").write_text(f"epoch_{epoch:04d}.pt\n")
+    record = read_run(run_dir)
+    record["status"] = "interrupted"
+    (run_dir / "run.json").write_text(json.dumps(record))
+
+
 def test_a_rerun_an_unfinished_jobs_run_would_refuse_is_refused_before_any_job_runs(tmp_path):
     """A job stopped with a checkpoint (interrupted) whose rerun changes what defines its run: refused in one line
     before the sweep starts any job, as its run would refuse it (on SLURM: after waiting for an allocation)."""
     sweep = tmp_path / "sweep"
     args = ["-m", "hydra/launcher=local", "seed=0", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST]
     assert run_cli(args, tmp_path).returncode == 0
-    stopped = sweep / "0"  # as if stopped after its first epoch
-    (stopped / "checkpoints" / "final.pt").unlink()
-    (stopped / "checkpoints" / "epoch_0002.pt").unlink()
-    (stopped / "checkpoints" / "last").write_text("epoch_0001.pt\n")
-    record = read_run(stopped)
-    record["status"] = "interrupted"
-    (stopped / "run.json").write_text(json.dumps(record))
+    stopped = sweep / "0"
+    stopped_after_epoch(stopped, 1, of=2)
     before = {p: p.stat().st_mtime_ns for p in sweep.rglob("*") if p.is_file()}
 
     proc = run_cli([*args, "optimizer.lr=0.5"], tmp_path)
@@ -181,13 +188,7 @@ def test_rerunning_a_sweep_skips_finished_jobs_and_resumes_unfinished_ones(tmp_p
     done, unfinished = sweep / "0", sweep / "1"
     done_final = (done / "checkpoints" / "final.pt").stat().st_mtime_ns
     want = read_run(unfinished)["metrics"]["val/accuracy"]
-    # make job 1 look like it was preempted after epoch 3: no final checkpoint, status interrupted
-    (unfinished / "checkpoints" / "final.pt").unlink()
-    (unfinished / "checkpoints" / "epoch_0004.pt").unlink()
-    (unfinished / "checkpoints" / "last").write_text("epoch_0003.pt\n")
-    record = read_run(unfinished)
-    record["status"] = "interrupted"
-    (unfinished / "run.json").write_text(json.dumps(record))
+    stopped_after_epoch(unfinished, 3, of=4)  # job 1 as if preempted after epoch 3
 
     proc = run_cli(args, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
