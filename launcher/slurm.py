@@ -28,7 +28,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 from launcher.files import atomic_write
 from launcher.plugins import Finished, as_plain, finished_jobs, launcher_errors_explained, record_cancelled, record_dead_job
 from launcher.plugins import job_dir as plugin_job_dir
-from launcher.summary import cancelled_before_its_run, never_starts
+from launcher.summary import cancelled_before_its_run, never_starts, slurm_states
 
 log = logging.getLogger("launcher")
 
@@ -156,7 +156,7 @@ def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_j
 
     from launcher.errors import ConfigError
     from launcher.plugins import number_ranges
-    from launcher.summary import _SLURM_ACTIVE, slurm_states
+    from launcher.summary import _SLURM_ACTIVE
 
     known: Dict[int, Tuple[str, List[str], int]] = {}
     for offset, overrides in enumerate(job_overrides):
@@ -343,7 +343,10 @@ class AttachedSlurmLauncher(SlurmLauncher):
 
             waiting = [j for j in getattr(watcher, "_registered", set()) - getattr(watcher, "_finished", set())
                        if j not in never]
-            stuck = {j: (r, never_starts(r)) for j, r in pending_reasons(waiting).items() if never_starts(r)}
+            reasons: Dict[str, str] = {}
+            states = slurm_states(sorted(waiting), reasons) if waiting else {}
+            stuck = {j: (reasons[j], never_starts(reasons[j])) for j in waiting
+                     if states.get(j) == "PENDING" and never_starts(reasons.get(j, ""))}
             if not stuck:
                 return
             asked = asked_of(self.params)
@@ -405,22 +408,6 @@ class AttachedSlurmLauncher(SlurmLauncher):
 
     def __reduce__(self) -> Any:
         return (as_plain, (SlurmJob, dict(self.__dict__)))
-
-
-def pending_reasons(job_ids: Sequence[str]) -> dict:
-    """``{job id: reason}`` of those of ``job_ids`` (``123_4`` for an array task) that SLURM lists as pending."""
-    import subprocess
-
-    arrays = sorted({j.split("_")[0] for j in job_ids})
-    if not arrays:
-        return {}
-    try:
-        out = subprocess.run(["squeue", "--noheader", "--array", "--states=PENDING", "--jobs", ",".join(arrays),
-                              "--format=%i|%r"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    reasons = dict(line.split("|", 1) for line in out.split() if "|" in line)
-    return {j: reasons[j] for j in job_ids if j in reasons}
 
 
 _AT_LEAST = {"timeout_min": 1, "cpus_per_task": 1, "tasks_per_node": 1, "nodes": 1, "mem_gb": 1, "gpus_per_node": 0,
