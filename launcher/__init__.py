@@ -263,7 +263,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     ``checked``: the run dir was checked already (a worker of ``trainer.devices=N``).
     """
     from launcher.files import resume_off
-    from launcher.rundir import (LENGTH, check_resume_source, check_rerun, describe_changes, finished_result,
+    from launcher.rundir import (LENGTH, ConfigFilesBefore, check_resume_source, check_rerun, describe_changes, finished_result,
                                  ignore_outputs_in_git, lengthens, save_config_files, training_here_now)
 
     check_unresolvable(cfg)
@@ -319,6 +319,20 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
             logger.warning("This run dir's run was started with other settings; continuing with: %s%s", describe_changes(changes),
                            "; the LR schedule goes on from its checkpointed state, made for the old length (a cosine "
                            "schedule will not span the new one: start a new run dir for that)" if length else "")
+
+    # a rerun that trains nothing (a bad value found while building) keeps the run dir's record and config files
+    before = ConfigFilesBefore(run_dir) if on_start is not None and (env is None or env.is_main) else None
+    try:
+        return _run_or_spawn(cfg, run_dir, overrides, on_start, devices, env)
+    except BaseException:
+        if before is not None:
+            before.restore_if_record_kept()
+        raise
+
+
+def _run_or_spawn(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], on_start: Optional[Callable[[], None]],
+                  devices: int, env: Any) -> RunResult:
+    from launcher import distributed
 
     if env is None and devices > 1:
         if on_start is not None:
@@ -427,7 +441,10 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
             log_to_files_only(err)
         # a Ctrl-C that aborts ends the process by SIGINT (130, as a shell reports it)
         code = 2 if isinstance(err, ConfigError) else 130 if isinstance(err, KeyboardInterrupt) else 1
-        record.finish(status, code, trainer.final_metrics(sync=False) if trainer else {}, error=f"{type(err).__name__}: {err}")
+        trained = trainer is not None and trainer.started_at is not None and trainer.iter != trainer.started_at
+        if trained or not record.keep_earlier():  # one that trained nothing keeps a finished run's record
+            record.finish(status, code, trainer.final_metrics(sync=False) if trainer else {},
+                          error=f"{type(err).__name__}: {err}")
         raise
     objective = metrics.get(cfg.objective)
     if objective is None:

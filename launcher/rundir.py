@@ -115,6 +115,44 @@ def _killed_attempt_seconds(record: Mapping[str, Any], run_dir: Path) -> float:
     return max(last - start, 0.0)
 
 
+# run.json statuses that tell a run's result or where it stopped: kept by an attempt that trains nothing
+KEPT_RECORDS = ("completed", "stopped", "interrupted")
+
+
+class ConfigFilesBefore:
+    """The run dir's ``.hydra/`` config files as a rerun found them, to put back if it trains nothing
+    (see :meth:`RunRecord.keep_earlier`): they describe the config its checkpoints were made with."""
+
+    NAMES = ("config.yaml", "hydra.yaml", "overrides.yaml")
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = Path(run_dir) / ".hydra"
+        self.record = Path(run_dir) / "run.json"
+        self.files: Dict[str, Optional[bytes]] = {}
+        try:
+            self.record_text: Optional[bytes] = self.record.read_bytes()
+        except OSError:
+            self.record_text = None
+        for name in self.NAMES:
+            try:
+                self.files[name] = (self.dir / name).read_bytes()
+            except OSError:
+                self.files[name] = None
+
+    def restore_if_record_kept(self) -> None:
+        """Put the files back where ``run.json`` is the one found (an attempt that trained nothing kept it)."""
+        try:
+            if self.record_text is None or self.record.read_bytes() != self.record_text:
+                return
+        except OSError:
+            return
+        for name, text in self.files.items():
+            if text is None:
+                (self.dir / name).unlink(missing_ok=True)
+            else:
+                atomic_write(self.dir / name, text, sync_dir=False)
+
+
 class RunRecord:
     """``run.json`` in the run dir: written when the run starts and rewritten when it ends."""
 
@@ -126,9 +164,14 @@ class RunRecord:
         self.path = Path(run_dir) / "run.json"
         self.write = write  # false on DDP ranks other than 0
         try:
-            previous = json.loads(self.path.read_text())
+            self._previous_text: Optional[bytes] = self.path.read_bytes()
+            previous = json.loads(self._previous_text)
         except (OSError, ValueError):
-            previous = {}
+            self._previous_text, previous = None, {}
+        if not isinstance(previous, dict):
+            self._previous_text, previous = None, {}
+        # a record of the run's result or progress, which an attempt that trains nothing must not replace
+        self._keeps = previous.get("status") in KEPT_RECORDS
         self.data: Dict[str, Any] = {
             "status": "running",
             "seed": seed,
@@ -189,6 +232,17 @@ class RunRecord:
 
     def start(self) -> None:
         self._write()
+
+    def keep_earlier(self) -> bool:
+        """Put back the run's earlier record (a finished or interrupted run's) for an attempt that trained
+        nothing: a rerun that fails as it starts (a bad value found while building, the run's length
+        raised with a device this machine lacks) must not lose the recorded result. False (nothing
+        done) where there was none to keep; the caller then records the failure."""
+        if not self._keeps or self._previous_text is None:
+            return False
+        if self.write:
+            atomic_write(self.path, self._previous_text)
+        return True
 
     def finish(self, status: str, exit_code: int, metrics: Mapping[str, float], error: Optional[str] = None, **extra: Any) -> None:
         now = datetime.datetime.now().astimezone()

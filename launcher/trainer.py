@@ -334,6 +334,7 @@ class TrainerBase:
         self._in_step = False  # between before_step and the end of after_step
         self._rng_to_restore: Optional[Dict[str, Any]] = None
         self.resumed_from: Optional[Path] = None
+        self.started_at: Optional[int] = None  # the iteration this train() began from, once resumed
         self.last_val: Dict[str, float] = {}
         self.batch: Any = None  # the batch of the current step, as the model received it
         self.data_time = 0.0  # seconds the current step waited for its batch
@@ -563,6 +564,7 @@ class TrainerBase:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.resume_or_load()
+            self.started_at = self.iter
             self._call("before_train")
             if self._rng_to_restore is not None:  # after before_train, so nothing draws between
                 set_rng_state(self._rng_to_restore)

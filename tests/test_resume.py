@@ -370,6 +370,32 @@ def test_a_rerun_that_does_not_fit_the_run_dir_is_refused_and_leaves_it_as_it_wa
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"} == files
 
 
+FAILS_AS_IT_STARTS = [
+    # refused while the hooks are built, before the trainer exists
+    ("hooks.console.period=0", "ConsoleWriter: period should be an integer greater than zero, got 0"),
+    # refused once the run resumed from final.pt, when the schedule is built (StepLR wants its step_size)
+    ("hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.StepLR", "+hooks.lr_scheduler.scheduler.step_size="),
+]
+
+
+@pytest.mark.parametrize("override, words", FAILS_AS_IT_STARTS, ids=["while building", "after resuming"])
+def test_a_longer_rerun_with_a_bad_value_keeps_the_finished_runs_record(override, words, tmp_path, references,
+                                                                        tmp_path_factory):
+    """Raising max_iters passes the rerun check (it trains on); a bad value found only as the run starts then
+    rewrote run.json as failed (metrics and objective gone) and .hydra/ with the refused config."""
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    files = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"}
+    proc = subprocess.run([*command(run_dir, "iter", 0), "trainer.max_iters=110", override], cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out and words in out, out[-2000:]
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"} == files
+    proc = run_to_end(command(run_dir, "iter", 0), tmp_path)
+    assert "already finished" in proc.stdout + proc.stderr
+
+
 def test_raising_max_iters_trains_a_finished_run_on_from_its_final_checkpoint(tmp_path, references, tmp_path_factory):
     reference = reference_for(references, tmp_path_factory, "iter", 0)
     run_dir = tmp_path / "run"
