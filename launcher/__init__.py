@@ -293,6 +293,9 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
             raise ConfigError(f"{run_dir}: a run is training in this dir now ({other}); a second one would overwrite "
                               f"its checkpoints and logs. Wait for it to end, stop it ({stop}: it saves a "
                               f"checkpoint to resume from), or give this run another hydra.run.dir")
+        if env is None or env.is_main:  # no other run writes here now: a killed one's half-written record goes
+            for stale in [*run_dir.glob(".run.json.tmp*"), *run_dir.glob(".hydra/.*.tmp*")]:
+                stale.unlink(missing_ok=True)
         changes = check_rerun(run_dir, cfg)
         resume = cfg.trainer.get("resume", "auto")
         if isinstance(resume, str) and resume != "auto" and not resume_off(resume):
@@ -399,8 +402,11 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
         logging.getLogger("submitit").propagate = False
     if env is not None and env.source != "spawn":  # torchrun's agent (srun) ends the others with it when a rank fails
         return _train_held(cfg, run_dir, overrides, main, before_chain)
-    with SignalLatch():  # a SIGTERM while the trainer is built stops it at its first step
-        return _train_held(cfg, run_dir, overrides, main, before_chain)
+    with SignalLatch() as latch:  # a SIGTERM while the trainer is built stops it at its first step
+        result = _train_held(cfg, run_dir, overrides, main, before_chain)
+        if result.status == "interrupted":  # stopped on a signal, its checkpoint saved: another one asks nothing more
+            latch.received = None  # (sent on, it would end the process by the signal, not the exit status 75)
+        return result
 
 
 def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool,

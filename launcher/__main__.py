@@ -46,6 +46,12 @@ def main(cfg: DictConfig) -> float:
         print(f"Run failed: {type(err).__name__}: {err}{where}", file=sys.stderr, flush=True)
         sys.exit(1)
     if result.status == "interrupted":
+        import signal
+
+        from launcher.signals import SIGNALS
+
+        for sig in SIGNALS:  # the checkpoint is saved: a second Ctrl-C or SIGTERM while Python shuts down changes
+            signal.signal(sig, signal.SIG_IGN)  # nothing, and the exit status stays the one that says "resume"
         sys.exit(EXIT_INTERRUPTED)
     return result.objective
 

@@ -21,6 +21,11 @@ class ModelOutputError(RunError, TypeError):
     """A model's forward returned what the trainer cannot take as a loss (or metrics); names what it got."""
 
 
+class ModelInputError(RunError, TypeError):
+    """A model's forward failed on the first batch it was given in a way that says it does not take the
+    batch as the loader yields it (``forward(x)`` given ``[x, y]``); names the batch and the contract."""
+
+
 class CheckpointWriteError(RunError, RuntimeError):
     """A checkpoint could not be written (a full disk, a directory that refuses writes); names the file."""
 

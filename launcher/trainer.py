@@ -56,7 +56,7 @@ from hooks.base import EVENTS, HookBase
 from launcher import distributed
 from launcher.data import is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
-from launcher.errors import ConfigError, ModelOutputError, NonFiniteLoss
+from launcher.errors import ConfigError, ModelInputError, ModelOutputError, NonFiniteLoss
 from launcher.storage import EventStorage, to_le_bytes, unpack_le
 
 logger = logging.getLogger(__name__)
@@ -239,6 +239,27 @@ def _as_tensor_dict(out: Any, model: nn.Module, mode: str) -> Dict[str, torch.Te
                     + (f" (outputs such as logits? in {mode} mode forward computes "
                        f"{'the loss' if mode == 'train' else 'the loss or a dict of metrics'} from the batch; "
                        if isinstance(out, torch.Tensor) else " (") + "README: 'Model contract')")
+
+
+def _batch_misfit(model: nn.Module, batch: Any, err: BaseException) -> Optional[ModelInputError]:
+    """A :class:`ModelInputError` where ``err`` (a TypeError or AttributeError from ``model(batch)``) comes
+    of a batch of several parts (``(x, y)``, a dict) given to a forward that takes one tensor; else None."""
+    if not isinstance(batch, (list, tuple, Mapping)):
+        return None
+    text = str(err)
+    parts = f"'{type(batch).__name__}'"
+    if not (parts in text or f"not {type(batch).__name__}" in text or "must be Tensor" in text):
+        return None  # a TypeError of the model's own, which says more as it is
+    if isinstance(batch, Mapping):
+        given = f"a dict with keys {sorted(map(str, batch))}"
+    else:
+        shapes = ", ".join(f"[{', '.join(map(str, x.shape))}]" if isinstance(x, torch.Tensor) else type(x).__name__
+                           for x in batch)
+        given = f"a {type(batch).__name__} of {len(batch)} ({shapes})"
+    return ModelInputError(
+        f"{type(model).__name__}.forward failed on the first batch: {type(err).__name__}: {text.splitlines()[0] if text else ''}. "
+        f"The trainer calls model(batch) with the batch as the loader yields it, here {given}: forward takes the "
+        f"whole batch, unpacks it (x, y = batch) and returns the loss (README: 'Model contract')")
 
 
 def _describe_output(out: Any, mode: str = "train") -> str:
@@ -493,8 +514,12 @@ class TrainerBase:
             except HookStateError as err:
                 raise HookStateError(f"resuming from {str(path)!r}: {err}") from err.__cause__
             self.resumed_from = path
-            logger.info("Resumed from %s at iteration %d (epoch %s, after %d of its steps)", path, self.iter,
-                        self.epoch_text(self.epoch), self.inner_iter)
+            if self.inner_iter == 0 and self.epoch > 0:  # at an epoch's end (the epoch counter already on the next one)
+                logger.info("Resumed from %s at iteration %d (the end of epoch %s)", path, self.iter,
+                            self.epoch_text(self.epoch - 1))
+            else:
+                logger.info("Resumed from %s at iteration %d (epoch %s, after %d of its steps)", path, self.iter,
+                            self.epoch_text(self.epoch), self.inner_iter)
             if self.load_from:
                 logger.warning("trainer.load_from=%s is not used: this run resumes from its own checkpoint %s (load_from "
                                "only starts a run that has none; give a new hydra.run.dir to start from it)", self.load_from, path)
@@ -724,11 +749,16 @@ class TrainerBase:
         self.data_time = time.perf_counter() - start  # recorded as ``data_time`` by the IterationTimer hook
         storage = self.storage
 
-        if self._forward_context is contextlib.nullcontext:
-            out = self.train_model(batch)
-        else:
-            with self._forward_context():  # e.g. autocast, from the hook that owns the optimizer step
+        try:  # costs nothing until it raises (Python 3.11+)
+            if self._forward_context is contextlib.nullcontext:
                 out = self.train_model(batch)
+            else:
+                with self._forward_context():  # e.g. autocast, from the hook that owns the optimizer step
+                    out = self.train_model(batch)
+        except (TypeError, AttributeError) as err:
+            if self.iter == self.started_at:  # its first step: a forward that does not take the batch as given?
+                raise _batch_misfit(self.model, batch, err) or err
+            raise
         read = None  # the loss as a float, where reading it costs nothing
         if isinstance(out, torch.Tensor) and out.numel() == 1:  # the common case, without building a dict
             loss, losses = out, None

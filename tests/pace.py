@@ -10,8 +10,12 @@ from hooks import HookBase
 
 class Pace(HookBase):
     def __init__(self, seconds: float = 0.01, signal_after: Optional[int] = None, signal_when_built: bool = False,
-                 ctrl_c_when_built: bool = False, priority=None):
+                 ctrl_c_when_built: bool = False, signal_at_exit: bool = False, priority=None):
         super().__init__(priority)
+        if signal_at_exit:  # SIGTERM and Ctrl-C this process again as Python shuts down (after the run has ended)
+            import atexit
+
+            atexit.register(lambda: [os.kill(os.getpid(), sig) for sig in (signal.SIGTERM, signal.SIGINT)])
         if signal_when_built:  # SIGTERM this process while the trainer is being built, before training starts
             os.kill(os.getpid(), signal.SIGTERM)
         if ctrl_c_when_built:  # SIGINT there: an abort

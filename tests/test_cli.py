@@ -448,6 +448,25 @@ def test_a_model_that_returns_logits_instead_of_a_loss_gets_one_line_naming_the_
     assert "Traceback" in (run_dir / "train.log").read_text()
 
 
+@pytest.mark.parametrize("model", [
+    # torch's own module: its forward takes one tensor, and the batch is [x, y]
+    ["model._target_=torch.nn.Linear", "~model.hidden", "~model.dropout", "~model.num_classes", "~model.in_features",
+     "+model.in_features=64", "+model.out_features=10"],
+    # a user's forward(self, x), as a plain PyTorch model is written
+    ["model._target_=plain.Plain"],
+], ids=["nn.Linear", "forward(x)"])
+def test_a_model_whose_forward_takes_a_tensor_not_the_batch_gets_one_line_naming_the_contract(model, tmp_path):
+    (tmp_path / "plain.py").write_text(
+        "import torch\n\n\nclass Plain(torch.nn.Module):\n    def __init__(self, in_features, num_classes, **unused):\n"
+        "        super().__init__()\n        self.lin = torch.nn.Linear(in_features, num_classes)\n\n"
+        "    def forward(self, x):\n        return self.lin(x.flatten(1))\n")
+    proc = run_cli([*FAST, *model, "trainer.max_epochs=1"], tmp_path, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("Run failed: ModelInputError: ") and "forward failed on the first batch" in last, last
+    assert "here a list of 2 ([32, 1, 8, 8], [32])" in last and "x, y = batch" in last and "train.log" in last, last
+
+
 def test_a_checkpoint_dir_that_refuses_files_stops_the_run_before_it_trains(tmp_path):
     """Not after an epoch of training that then cannot be saved: one line naming the dir, exit 1."""
     run_dir = tmp_path / "run"
@@ -603,13 +622,34 @@ def test_lengthening_an_interrupted_run_warns_that_its_schedule_keeps_the_old_le
     assert "trainer.max_epochs: 2 -> 4" in out and "the LR schedule goes on from its checkpointed state, made for the old length" in out
 
 
+def test_signals_after_an_interrupted_run_has_saved_its_checkpoint_keep_the_exit_status_that_says_resume(tmp_path):
+    """A second SIGTERM (a scheduler's, a user's kill) or Ctrl-C while Python shut down after "Interrupted ...
+    exit code 75" ended the process by that signal: a wrapper that requeues on 75 saw 143 or 130."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    proc = run_cli([*FAST, "hydra.run.dir=run", "trainer.max_epochs=2", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0",
+                    "+hooks.pace.signal_after=5", "+hooks.pace.signal_at_exit=true"], tmp_path, env=env)
+    assert proc.returncode == 75 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "Run the same command again to resume" in proc.stdout + proc.stderr and read_run(tmp_path / "run")["exit_code"] == 75
+
+
+def test_a_rerun_removes_the_half_written_record_files_a_killed_run_left(tmp_path):
+    """A SIGKILL inside the atomic write of run.json (or .hydra/) left its temporary file in the run dir for good."""
+    assert run_cli([*FAST, "hydra.run.dir=run", "trainer.max_epochs=1"], tmp_path).returncode == 0
+    stale = [tmp_path / "run" / ".run.json.tmp4242", tmp_path / "run" / ".hydra" / ".config.yaml.tmp4242"]
+    for path in stale:
+        path.write_text("half")
+    proc = run_cli([*FAST, "hydra.run.dir=run", "trainer.max_epochs=1"], tmp_path)
+    assert proc.returncode == 0 and "already finished" in proc.stdout + proc.stderr
+    assert not any(path.exists() for path in stale) and read_run(tmp_path / "run")["status"] == "completed"
+
+
 def test_load_from_in_a_run_dir_with_checkpoints_is_named_as_unused(tmp_path):
     args = [*FAST, "hydra.run.dir=run"]
     assert run_cli([*args, "trainer.max_epochs=1"], tmp_path).returncode == 0
     proc = run_cli([*args, "trainer.max_epochs=2", "trainer.load_from=run/checkpoints/epoch_0001.pt"], tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    assert "Resumed from" in out and "(epoch 2/2, after 0 of its steps)" in out
+    assert "Resumed from" in out and "(the end of epoch 1/2)" in out
     assert "trainer.load_from=run/checkpoints/epoch_0001.pt is not used: this run resumes from its own checkpoint" in out
 
 
