@@ -99,7 +99,7 @@ class PeriodicCheckpointer(HookBase):
         elif status == "interrupted":
             name = f"iter_{self.trainer.iter:07d}.pt"
             path = self.save(name, then_remove=self._take_interrupt_file(name))
-            if self.trainer.is_main:
+            if self.trainer.is_main and getattr(self.trainer, "stopping_for", None) is None:  # else: mend the config first
                 logger.warning("Saved %s; run the same command again to resume from it", path)
         self._writer.close()  # every checkpoint is on disk when training returns; the writer thread ends
 

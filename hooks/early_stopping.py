@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from hooks.base import HookBase, Priority
-from launcher.errors import ConfigError
+from launcher.errors import ConfigError, did_you_mean
 
 
 class EarlyStopping(HookBase):
@@ -48,7 +48,9 @@ class EarlyStopping(HookBase):
     def after_val(self) -> None:
         metrics = self.trainer.last_val
         if self.monitor not in metrics:
-            raise ConfigError(f"hooks.early_stopping.monitor: {self.monitor!r} is not a validation metric; got {sorted(metrics)}")
+            key = f"hooks.{self.name or 'early_stopping'}.monitor"
+            raise ConfigError(f"{key}: {self.monitor!r} is not a validation metric (validation records: "
+                              f"{', '.join(sorted(metrics))}){did_you_mean(self.monitor, metrics, key)}")
         value = metrics[self.monitor]
         better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
         if better:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import torch
 
 from hooks.base import HookBase, Priority
-from launcher.errors import ConfigError
+from launcher.errors import ConfigError, did_you_mean
 
 # Parameters that hold a scheduler's horizon; filled in from the run's length when left out.
 _HORIZON_PARAMS = ("T_max", "total_steps", "total_iters")
@@ -166,7 +166,9 @@ class LRScheduler(HookBase):
         if self._plateau:
             metrics = self.trainer.last_val
             if self.monitor not in metrics:
-                raise ConfigError(f"hooks.lr_scheduler.monitor: {self.monitor!r} is not a validation metric; got {sorted(metrics)}")
+                key = f"hooks.{self.name or 'lr_scheduler'}.monitor"
+                raise ConfigError(f"{key}: {self.monitor!r} is not a validation metric (validation records: "
+                                  f"{', '.join(sorted(metrics))}){did_you_mean(self.monitor, metrics, key)}")
             self.scheduler.step(metrics[self.monitor])
 
     def state_dict(self) -> Dict[str, Any]:

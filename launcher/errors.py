@@ -6,6 +6,14 @@ class ConfigError(ValueError):
     """A config value that cannot be built or used; the message names the key and what is accepted."""
 
 
+def did_you_mean(value: str, accepted, key: str) -> str:
+    """``"; did you mean <key>=<closest>?"`` for the accepted name closest to a misspelt ``value``, else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(str(value), [str(a) for a in accepted], n=1)
+    return f"; did you mean {key}={close[0]}?" if close else ""
+
+
 class RunError(Exception):
     """An error that ends a run whose message is the whole story (what went wrong, where, what to change):
     the CLI prints it in one line, ``Run failed: ...``, exit status 1, and its traceback (the launcher's own

@@ -351,6 +351,7 @@ class TrainerBase:
         self.status = "created"
         self.stop_reason: Optional[str] = None
         self._interrupt = False
+        self._deferred: Optional[ConfigError] = None  # a hook's config error at a step's or epoch's end: see _stop_for
         self._at_boundary: List[Callable[[], None]] = []
         self._in_step = False  # between before_step and the end of after_step
         self._rng_to_restore: Optional[Dict[str, Any]] = None
@@ -597,7 +598,7 @@ class TrainerBase:
             self.run()
             self.at_boundary()
             self.status = ("interrupted" if self._interrupt else "stopped") if self.stop_reason else "completed"
-            if self.stop_reason:
+            if self.stop_reason and self._deferred is None:
                 logger.warning("Stopped at iteration %d: %s", self.iter, self.stop_reason)
         except KeyboardInterrupt:
             self.status = "aborted"
@@ -611,7 +612,35 @@ class TrainerBase:
             self._in_step = False
             self.storage.iter, self.storage.epoch = self.last_step, self.last_epoch
             self._after_train()
+        if self._deferred is not None:  # stopped for it, as for a signal: the checkpoint to resume from is written
+            err, self._deferred = self._deferred, None
+            self.status = "failed"
+            logger.warning("Stopped at iteration %d for the config error below, with a checkpoint: mend the config and run "
+                           "the command again to train on from there", self.iter)
+            raise err
         return self.final_metrics()
+
+    @property
+    def stopping_for(self) -> Optional[ConfigError]:
+        """The config error this run stops for at its boundary (see :meth:`_stop_for`), raised once the hooks' ``after_train`` ran."""
+        return self._deferred
+
+    def _stop_for(self, err: ConfigError, handlers: Sequence[Callable[[], None]], failed: Callable[[], None]) -> None:
+        """A hook's :class:`ConfigError` at a step's or an epoch's end (``hooks.early_stopping.monitor`` naming a
+        metric that validation does not record, found only at the first validation). The training so far is
+        whole: the event's other hooks still run (the checkpointer's save among them), the run stops at this
+        boundary as for a signal, with a checkpoint to resume from, and :meth:`train` then raises ``err``,
+        rather than lose the epoch's training to a typo. Outside training (``validate()`` called on its own) it is raised."""
+        if self.status != "running":
+            raise err
+        if self._deferred is None:
+            self._deferred = err
+            self.request_stop("a config error", interrupt=True)
+        for handler in handlers[list(handlers).index(failed) + 1:]:
+            try:
+                handler()
+            except ConfigError as more:
+                logger.error("Config error: %s", more)
 
     def _after_train(self) -> None:
         """Every hook's ``after_train``, even when one raises (each closes its files, writes its checkpoint).
@@ -669,8 +698,11 @@ class TrainerBase:
                 self._stream_ended()
                 steps = self.inner_iter
                 break
-            for handler in handlers["after_step"]:
-                handler()
+            try:  # costs nothing until it raises (Python 3.11+)
+                for handler in handlers["after_step"]:
+                    handler()
+            except ConfigError as err:
+                self._stop_for(err, handlers["after_step"], handler)
             self._in_step = False
             self.iter += 1
             self.inner_iter += 1
@@ -684,7 +716,11 @@ class TrainerBase:
         if self.inner_iter < steps:
             return False
         storage.iter = self.iter - 1
-        self._call("after_epoch")
+        try:
+            for handler in self._handlers["after_epoch"]:
+                handler()
+        except ConfigError as err:
+            self._stop_for(err, self._handlers["after_epoch"], handler)
         self.epoch += 1
         self.inner_iter = 0
         return True
@@ -862,7 +898,11 @@ class TrainerBase:
             totals, samples = values[:len(names)], values[len(names):]
         self.last_val = {f"val/{k}": t / max(c, 1) for k, t, c in zip(names, totals, samples)}
         self.storage.put_scalars(smoothing_hint=False, **self.last_val)
-        self._call("after_val")
+        try:
+            for handler in self._handlers["after_val"]:
+                handler()
+        except ConfigError as err:
+            self._stop_for(err, self._handlers["after_val"], handler)
         return self.last_val
 
     # -- checkpoint state ----------------------------------------------------------------------

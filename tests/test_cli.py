@@ -632,6 +632,29 @@ def test_signals_after_an_interrupted_run_has_saved_its_checkpoint_keep_the_exit
     assert "Run the same command again to resume" in proc.stdout + proc.stderr and read_run(tmp_path / "run")["exit_code"] == 75
 
 
+@pytest.mark.parametrize("trainer", [
+    ["trainer.max_epochs=3"],
+    ["trainer=iter", "trainer.max_iters=30", "hooks.evaluator.by_epoch=false", "hooks.evaluator.period=10",
+     "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=25"],
+], ids=["by epoch", "by iteration"])
+def test_a_monitor_typo_found_at_the_first_validation_stops_with_a_checkpoint_to_resume_from(trainer, tmp_path):
+    """The monitored metric is known only once validation has run: the typo ended the run there, and the
+    epoch (or the iterations since the last checkpoint) trained before it was lost."""
+    args = [*FAST, "hydra.run.dir=run", *trainer, "hooks=[default,early_stopping]"]
+    proc = run_cli([*args, "hooks.early_stopping.monitor=val/acc"], tmp_path)
+    last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+    assert last.endswith("Config error: hooks.early_stopping.monitor: 'val/acc' is not a validation metric (validation "
+                         "records: val/accuracy, val/loss); did you mean hooks.early_stopping.monitor=val/accuracy?"), last
+    stopped_at = 10 if "trainer=iter" in trainer else 8  # 256 training samples in batches of 32: an epoch is 8 steps
+    assert f"Stopped at iteration {stopped_at} for the config error below, with a checkpoint" in proc.stdout + proc.stderr
+    assert read_run(tmp_path / "run")["status"] == "failed"
+    proc = run_cli([*args, "hooks.early_stopping.monitor=val/accuracy"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and f"at iteration {stopped_at} " in out and "Resumed from" in out, out[-3000:]
+    assert read_run(tmp_path / "run")["status"] in ("completed", "stopped")
+
+
 def test_a_rerun_removes_the_half_written_record_files_a_killed_run_left(tmp_path):
     """A SIGKILL inside the atomic write of run.json (or .hydra/) left its temporary file in the run dir for good."""
     assert run_cli([*FAST, "hydra.run.dir=run", "trainer.max_epochs=1"], tmp_path).returncode == 0
