@@ -125,6 +125,9 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         # NumPy's seeds are 32-bit, and torch's generators take the seed plus the epoch or rank in 64 bits
         raise ConfigError(f"seed={seed!r}: use a whole number from 0 to 2**32-1 ({2**32 - 1})")
+    if not isinstance(cfg.get("objective"), str) or not cfg.objective.strip():
+        raise ConfigError(f"objective={cfg.get('objective')!r}: name the metric the run returns to Hydra (and the sweep "
+                          f"summary ranks by), e.g. objective=val/accuracy, or objective=train/loss objective_mode=min")
     seed_everything(seed)
     if cfg.model.get("_target_"):
         logger.info("Instantiating model <%s>", cfg.model.get("_target_"))

@@ -20,7 +20,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_object as _hydra_get_object
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from launcher.errors import ConfigError
 
@@ -269,11 +269,26 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
     cause = _cause(err)
     message = str(err)
     match = re.search(r"full_key: (\S+)", message)
-    full_key = match.group(1) if match else key
+    # OmegaConf names the node it failed in; a list or dict the target was handed (AdamW's betas) names
+    # itself alone ("[1]"), not where it sits in the config
+    full_key = match.group(1) if match and match.group(1).startswith(key) else key
     sub = _node_at(node, key, full_key) if isinstance(node, DictConfig) else node
     target = _target_of(sub)
     if isinstance(err, InstantiationException) and message.startswith("Error locating target"):
         return ConfigError(f"{full_key}._target_: cannot import {target!r}: {why_not_importable(str(target))}")
+    if isinstance(err, InstantiationException) and message.startswith("Expected a callable target"):
+        kind = re.search(r"of type '([^']+)'", message)
+        found = f"a {kind.group(1)}" if kind else "not callable"
+        close = ""
+        if kind and kind.group(1) == "module":  # the module of the class meant: name its classes
+            import importlib
+            import inspect
+
+            module = importlib.import_module(str(target))
+            classes = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module.__name__
+                             and not n.startswith("_"))
+            close = f"; {target} has: {', '.join(classes[:8])}" if classes else ""
+        return ConfigError(f"{full_key}._target_: {target} is {found}, not a class or function to build{close}")
     inside = _frames_inside(cause)
     # A TypeError about arguments is the config's when binding them to the target failed, or when the argument
     # it names is a config key that the target passed on (**kwargs to a base class); not one raised by a call
@@ -305,7 +320,8 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
     where = f"{full_key} ({target})" if target else full_key
     raised_at = _raised_in_user_code(inside)
     at = f"; raised at {raised_at} (its traceback: in the run's train.log, or with HYDRA_FULL_ERROR=1)" if raised_at else ""
-    return ConfigError(f"{where}: {type(cause).__name__}: {cause}{_given(sub)}{at}")
+    text = _first_line(cause).removesuffix(" ...") if isinstance(cause, OmegaConfBaseException) else str(cause)
+    return ConfigError(f"{where}: {type(cause).__name__}: {text}{_given(sub)}{at}")
 
 
 def _first_line(err: BaseException) -> str:
@@ -390,6 +406,8 @@ def unknown_key_message(err: BaseException) -> Optional[str]:
     hint = f"; did you mean {where + '.' if where else ''}{close[0]}?" if close else "."
     if in_file:
         add = ""
+    elif fixed and not where:  # the top level: no _target_ takes its keys
+        add = f" (a key of your own is added with +{full}=...)"
     elif fixed:  # the schema's keys are the built-in class's; a class of one's own may take more
         add = f" (an argument of a _target_ of your own that the schema lacks is added with +{full}=...)"
     else:

@@ -113,6 +113,15 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
     if not isinstance(getattr(torch, str(dtype), None), torch.dtype):
         raise ValueError(f"data dtype {dtype!r} is not a torch dtype; use e.g. float32, float16 or bfloat16")
     x, y = torch.as_tensor(content[inputs]).to(getattr(torch, dtype)), torch.as_tensor(content[targets])
+    for name, array in ((inputs, x), (targets, y)):
+        if array.ndim == 0:
+            raise ValueError(f"data file {str(file)!r}: {name!r} is a single value, not an array with one entry per sample")
+    if x.ndim < 2:
+        raise ValueError(f"data file {str(file)!r}: {inputs!r} has shape {tuple(x.shape)}, one number per sample; inputs "
+                         f"need a feature axis, shape (samples, features...): store x[:, None] for a single feature")
+    if y.ndim != 1:
+        raise ValueError(f"data file {str(file)!r}: {targets!r} has shape {tuple(y.shape)}; targets are one class number "
+                         f"per sample, shape ({len(y)},)" + (" (one-hot rows? store y.argmax(1))" if y.ndim == 2 else ""))
     if y.is_floating_point() and not torch.equal(y, y.round()):  # .long() would cut 0.7 to class 0, unseen
         bad = y[y != y.round()].flatten()[0].item()
         raise ValueError(f"data file {str(file)!r}: {targets!r} holds non-integer values ({bad:g}): a classifier's "
@@ -360,6 +369,14 @@ class DataLoaders:
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self.seed = seed
         # Worker options, which torch refuses without workers: they take effect when there are some.
+        unused = [f"data.{k}={v if not isinstance(v, bool) else str(v).lower()}" for k, v in
+                  (("persistent_workers", persistent_workers), ("prefetch_factor", prefetch_factor)) if v not in (None, False)]
+        if unused and not num_workers:
+            import logging
+
+            logging.getLogger(__name__).warning("%s %s no effect with data.num_workers=0 (batches are loaded in the "
+                                                "training process); set data.num_workers=N for loader processes",
+                                                " and ".join(unused), "has" if len(unused) == 1 else "have")
         self._workers = {"persistent_workers": persistent_workers, "prefetch_factor": prefetch_factor} if num_workers else {}
         self._warned: set = set()  # streams already warned about (loaders are built again, e.g. by PreciseBN)
 
@@ -382,6 +399,8 @@ class DataLoaders:
             self.train, self.batch_size, sampler, self.drop_last, self.seed,
             num_workers=self.num_workers, pin_memory=self.pin_memory, collate_fn=collate_fn, **self._workers,
         )
+        if len(loader) == 0 and len(self.train) == 0:
+            raise ValueError("data.train: the training set is empty (0 samples); check the data it is built from")
         if len(loader) == 0:
             raise ValueError(
                 f"data.batch_size={self.batch_size} with drop_last leaves no batch from the {len(sampler)} "

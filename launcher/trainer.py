@@ -40,6 +40,7 @@ import inspect
 import logging
 import math
 import numbers
+import os
 import random
 import sys
 import time
@@ -333,6 +334,12 @@ class TrainerBase:
         self.checkpoint_dir = self.work_dir / "checkpoints"
         self.resume = self._check_resume(resume)
         self.load_from = load_from
+        if load_from in ("True", "False") and not Path(load_from).exists():  # true/false, made a string by the schema
+            load_from = load_from == "True"
+        if isinstance(load_from, bool) or (load_from is not None and not isinstance(load_from, (str, os.PathLike))):
+            given = str(load_from).lower() if isinstance(load_from, bool) else repr(load_from)
+            raise ConfigError(f"trainer.load_from: {given} is not a file path; give a checkpoint or state_dict file, "
+                              f"or null to start from fresh weights")
         if load_from is not None and Path(load_from).is_dir():
             raise ConfigError(f"trainer.load_from: {load_from!r} is a directory; give a checkpoint or state_dict file "
                               f"(in a run's checkpoints/, final.pt, or the file its 'last' names)")
@@ -506,6 +513,10 @@ class TrainerBase:
                 raise ConfigError(f"trainer.resume: {err}") from err
         if found is not None:
             path, state = found
+            if not isinstance(state.get("model"), Mapping) or "iter" not in state:
+                raise ConfigError(f"trainer.resume: {str(path)!r} is not a training checkpoint (it holds "
+                                  f"{', '.join(map(str, list(state)[:6])) or 'nothing'}; a checkpoint holds model, optimizer, "
+                                  f"iter, ...); to start from weights in a file, use trainer.load_from")
             mismatch = self._weights_mismatch(state.get("model", {}), "there") or self._optimizer_mismatch(state)
             if mismatch:
                 raise ConfigError(f"trainer.resume: checkpoint {str(path)!r} does not fit this run: {mismatch}; resume "

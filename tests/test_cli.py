@@ -189,6 +189,15 @@ BAD_INPUTS = [
     # 500 workers importing torch took a 2-core, 24 GB machine down (out of memory, load 330)
     (["trainer.devices=500", "trainer.device=cpu", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"],
      ["trainer.devices=500: training on the CPU takes one process per core", "use trainer.devices="]),
+    # each ran (exit 0, "= nan"), or named the wrong thing
+    (["objective="], ["objective='': name the metric the run returns", "objective=val/accuracy"]),
+    (["trainer.load_from=true"], ["trainer.load_from: true is not a file path"]),
+    (["sed=1"], ["sed: no such key in the config; did you mean seed?", "(a key of your own is added with +sed=...)"]),
+    # three lines each, the first naming "[1]" or a "full_key" line below it
+    (["optimizer=adamw", "optimizer.betas=[0.9]"], ["Config error: optimizer (torch.optim.AdamW): ConfigIndexError: list "
+                                                    "index out of range (given lr=0.003, betas=[0.9], weight_decay=0.01)\n"]),
+    (["model._target_=launcher.models"], ["Config error: model._target_: launcher.models is a module, not a class or function "
+                                          "to build; launcher.models has: CNN, Classifier, MLP\n"]),
 ]
 
 
@@ -213,6 +222,15 @@ MISFITS = [
     (["data=arrays", "data.train.path=labels.npz", "data.val.path=labels.npz", "model.in_features=4"],
      ["'y' holds non-integer values (0.5)", "store them as integers"]),
     (["data=arrays", "data.train.path=.", "data.val.path=."], ["is a directory (expected a .npz or .pt file)"]),
+    # a traceback from the first step, each
+    (["data=arrays", "data.train.path=onehot.npz", "data.val=null", "model.in_features=4"],
+     ["'y' has shape (8, 2); targets are one class number per sample, shape (8,) (one-hot rows? store y.argmax(1))"]),
+    (["data=arrays", "data.train.path=flat.npz", "data.val=null", "model.in_features=4"],
+     ["'x' has shape (8,), one number per sample", "store x[:, None] for a single feature"]),
+    (["data=arrays", "data.train.path=empty.npz", "data.val=null", "model.in_features=4"],
+     ["data.train: the training set is empty (0 samples)"]),
+    (["trainer.resume=arrays.pt"], ["trainer.resume: 'arrays.pt' is not a training checkpoint (it holds x, y;",
+                                     "use trainer.load_from"]),
 ]
 
 
@@ -223,6 +241,10 @@ def test_data_that_does_not_fit_the_model_is_one_line_naming_the_key_to_change(o
     import numpy as np
 
     np.savez(tmp_path / "labels.npz", x=np.zeros((8, 4), dtype=np.float32), y=np.array([0, 1, 0.5, 1, 0, 1, 0, 1]))
+    np.savez(tmp_path / "onehot.npz", x=np.zeros((8, 4), dtype=np.float32), y=np.zeros((8, 2), dtype=np.int64))
+    np.savez(tmp_path / "flat.npz", x=np.zeros(8, dtype=np.float32), y=np.zeros(8, dtype=np.int64))
+    np.savez(tmp_path / "empty.npz", x=np.zeros((0, 4), dtype=np.float32), y=np.zeros(0, dtype=np.int64))
+    torch.save({"x": torch.zeros(8, 4), "y": torch.zeros(8)}, tmp_path / "arrays.pt")
     data = [] if "data=arrays" in overrides else ["data=synthetic", "data.train.size=256"]
     proc = run_cli([*data, "trainer.max_epochs=1", *overrides], tmp_path, timeout=120)
     out = proc.stdout + proc.stderr

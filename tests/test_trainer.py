@@ -582,3 +582,15 @@ def test_a_streams_workers_draw_their_own_seeds_on_each_rank_and_epoch():
         return loader.generator.initial_seed()
 
     assert len({seed(0, 0), seed(1, 0), seed(0, 1), seed(1, 1)}) == 4
+
+
+def test_worker_options_without_workers_are_named_as_having_no_effect(caplog):
+    """data.persistent_workers=true with num_workers=0 was accepted without a word, as if it kept workers."""
+    from launcher.data import DataLoaders, synthetic
+
+    with caplog.at_level("WARNING", logger="launcher.data"):
+        DataLoaders(synthetic(split="train", size=16, shape=[4]), persistent_workers=True, prefetch_factor=4)
+        DataLoaders(synthetic(split="train", size=16, shape=[4]), num_workers=1, persistent_workers=True)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["data.persistent_workers=true and data.prefetch_factor=4 have no effect with data.num_workers=0 (batches "
+                    "are loaded in the training process); set data.num_workers=N for loader processes"], said
