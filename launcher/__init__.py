@@ -424,7 +424,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
     try:
         trainer = build_trainer(cfg, run_dir)
         trainer.meta = {"overrides": list(overrides or []), "seed": cfg.seed, "objective": cfg.objective}
-        warn_if_objective_never_recorded(trainer, str(cfg.objective))
+        said = warn_if_objective_never_recorded(trainer, str(cfg.objective))
         warn_if_last_epochs_unvalidated(trainer)
         if trainer.is_main and str(cfg.objective).startswith("val/"):
             from hooks.base import HookBase
@@ -457,7 +457,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         raise
     objective = metrics.get(cfg.objective)
     if objective is None:
-        if trainer.status != "interrupted":  # an interrupted run has not validated yet: its rerun reports
+        if trainer.status != "interrupted" and not said:  # an interrupted run has not validated yet: its rerun reports
             warn_if_objective_unknown(str(cfg.objective), metrics, "the run's metrics", "The run returns NaN")
         objective = float("nan")
     exit_code = EXIT_INTERRUPTED if trainer.status == "interrupted" else 0
@@ -537,21 +537,22 @@ def warn_if_objective_unknown(objective: str, recorded: Mapping[str, Any], among
                    f"; did you mean objective={close[0]}?" if close else ".", outcome)
 
 
-def warn_if_objective_never_recorded(trainer: Any, objective: str) -> None:
-    """A ``val/`` objective in a run that never validates would end as NaN: say so before training."""
+def warn_if_objective_never_recorded(trainer: Any, objective: str) -> bool:
+    """A ``val/`` objective in a run that never validates would end as NaN: say so before training (True if said)."""
     from hooks.evaluator import Evaluator
 
     if not objective.startswith("val/") or not trainer.is_main:
-        return
+        return False
     if trainer.val_loader is None:
         why = "it has no val set (data.val is null)"
     elif not any(isinstance(h, Evaluator) for h in trainer.hooks) and \
             not any(phase == "val" for phase, _ in getattr(trainer, "workflow", ())):
         why = "it has no evaluator hook (hooks.evaluator) and no val phase in trainer.workflow"
     else:
-        return
+        return False
     logger.warning("objective %r will not be recorded: this run never validates, as %s; the run will return NaN. "
                    "Add validation, or name a training metric, e.g. objective=train/loss objective_mode=min", objective, why)
+    return True
 
 
 def last_validated_epoch(workflow: Sequence[Tuple[str, int]], max_epochs: int) -> Optional[int]:

@@ -114,6 +114,7 @@ def test_python_api_warnings_reach_stderr_when_logging_is_left_unconfigured(tmp_
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "objective 'val/accuracy' will not be recorded" in proc.stderr  # a warning
+    assert proc.stderr.count("objective 'val/accuracy'") == 1, proc.stderr  # once: not again, in other words, at the end
     assert "Training EpochTrainer" not in proc.stderr  # INFO stays in train.log, as logging's defaults have it
     assert "objective 'val/accuracy' will not be recorded" in (tmp_path / "run" / "train.log").read_text()
 
