@@ -125,9 +125,7 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         # NumPy's seeds are 32-bit, and torch's generators take the seed plus the epoch or rank in 64 bits
         raise ConfigError(f"seed={seed!r}: use a whole number from 0 to 2**32-1 ({2**32 - 1})")
-    if not isinstance(cfg.get("objective"), str) or not cfg.objective.strip():
-        raise ConfigError(f"objective={cfg.get('objective')!r}: name the metric the run returns to Hydra (and the sweep "
-                          f"summary ranks by), e.g. objective=val/accuracy, or objective=train/loss objective_mode=min")
+    check_objective(cfg)
     seed_everything(seed)
     if cfg.model.get("_target_"):
         logger.info("Instantiating model <%s>", cfg.model.get("_target_"))
@@ -166,6 +164,13 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
         hooks[name] = hook
     logger.info("Hooks: %s", ", ".join(hooks) or "none")
     return build("trainer", cfg.trainer, model=model, optimizer=optimizer, data=data, hooks=hooks, work_dir=Path(run_dir))
+
+
+def check_objective(cfg: DictConfig) -> None:
+    """A ConfigError for an empty ``objective`` (``objective=``), which would make every run return NaN."""
+    if not isinstance(cfg.get("objective"), str) or not cfg.objective.strip():
+        raise ConfigError(f"objective={cfg.get('objective')!r}: name the metric the run returns to Hydra (and the sweep "
+                          f"summary ranks by), e.g. objective=val/accuracy, or objective=train/loss objective_mode=min")
 
 
 def check_optimizer_numbers(optimizer: Any) -> None:
@@ -270,6 +275,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
                                  ignore_outputs_in_git, lengthens, save_config_files, training_here_now)
 
     check_unresolvable(cfg)
+    check_objective(cfg)  # also where a finished run returns its result without building anything
     check_hooks_package()  # before importing the trainer, which imports the hooks package
     from launcher.trainer import check_devices
 
@@ -424,7 +430,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
     try:
         trainer = build_trainer(cfg, run_dir)
         trainer.meta = {"overrides": list(overrides or []), "seed": cfg.seed, "objective": cfg.objective}
-        said = warn_if_objective_never_recorded(trainer, str(cfg.objective))
+        said = [warn_if_objective_never_recorded(trainer, str(cfg.objective))]  # the objective's warning: given once
         warn_if_last_epochs_unvalidated(trainer)
         if trainer.is_main and str(cfg.objective).startswith("val/"):
             from hooks.base import HookBase
@@ -435,8 +441,9 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
                 def after_val(self) -> None:
                     if not self.checked:
                         self.checked = True
-                        warn_if_objective_unknown(str(cfg.objective), self.trainer.last_val, "the validation metrics",
-                                                  "The run will return NaN unless something records it later")
+                        said.append(warn_if_objective_unknown(str(cfg.objective), self.trainer.last_val,
+                                                              "the validation metrics",
+                                                              "The run will return NaN unless something records it later"))
 
             trainer.register_hooks({"objective_check": ObjectiveCheck()})
         logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters, trainer.device, run_dir)
@@ -457,7 +464,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         raise
     objective = metrics.get(cfg.objective)
     if objective is None:
-        if trainer.status != "interrupted" and not said:  # an interrupted run has not validated yet: its rerun reports
+        if trainer.status != "interrupted" and not any(said):  # an interrupted run has not validated yet: its rerun reports
             warn_if_objective_unknown(str(cfg.objective), metrics, "the run's metrics", "The run returns NaN")
         objective = float("nan")
     exit_code = EXIT_INTERRUPTED if trainer.status == "interrupted" else 0
@@ -526,15 +533,16 @@ def log_to_files_only(err: BaseException) -> None:
             handler.handle(record)
 
 
-def warn_if_objective_unknown(objective: str, recorded: Mapping[str, Any], among: str, outcome: str) -> None:
-    """Warn, with the closest recorded name, when ``objective`` is not among the ``recorded`` metrics."""
+def warn_if_objective_unknown(objective: str, recorded: Mapping[str, Any], among: str, outcome: str) -> bool:
+    """Warn, with the closest recorded name, when ``objective`` is not among the ``recorded`` metrics (True if warned)."""
     import difflib
 
     if objective in recorded:
-        return
+        return False
     close = difflib.get_close_matches(objective, list(recorded), n=1)
     logger.warning("objective %r is not among %s (%s)%s %s.", objective, among, ", ".join(sorted(recorded)) or "none",
                    f"; did you mean objective={close[0]}?" if close else ".", outcome)
+    return True
 
 
 def warn_if_objective_never_recorded(trainer: Any, objective: str) -> bool:

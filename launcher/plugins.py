@@ -276,9 +276,12 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
                  len(done), len(job_overrides), verb, number_ranges(sorted(done)))
         if unapplied:
             first = min(unapplied)
-            log.warning("Not applied to %d finished job(s), as their runs are over: %s (job %d). Raise trainer.max_epochs "
+            said = {describe_changes(changes) for changes in unapplied.values()}
+            which = f"job {first}" if len(unapplied) == 1 else f"jobs {number_ranges(sorted(unapplied))}" if len(said) == 1 \
+                else f"job {first}'s; the others' differ"
+            log.warning("Not applied to %d finished job(s), as their runs are over: %s (%s). Raise trainer.max_epochs "
                         "(or max_iters) to train them on, or choose a new hydra.sweep.dir", len(unapplied),
-                        describe_changes(unapplied[first]), first)
+                        describe_changes(unapplied[first]), which)
     return done
 
 
@@ -388,6 +391,7 @@ def explain_launcher_error(err: BaseException, launcher: str, params: Optional[D
         accepted = [n.strip() for n in unknown.group(2).split(",") if n.strip()]
         accepted += re.findall(r"'(\w+)':", shared.group(1)) if shared else []
         accepted += ["max_parallel", "fork_server"] if launcher == "local" else []
+        accepted += ["submitit_folder"]  # the plugin's own, not passed to the executor
         accepted = sorted(set(accepted))
         close = difflib.get_close_matches(unknown.group(1), accepted, n=1)
         return ConfigError(f"hydra.launcher.{unknown.group(1)}: not an option of hydra/launcher={launcher}"

@@ -319,6 +319,7 @@ def test_a_misspelt_objective_is_named_with_the_close_match_at_the_first_validat
            "objective=val/accuracy? The run will return NaN unless something records it later." in log[first]
     assert [i for i, line in enumerate(log) if line.split("]")[-1].strip().startswith("epoch ")][-1] > first  # before training ends
     assert sum("is not among the validation metrics" in line for line in log) == 1  # said once, not every epoch
+    assert sum("objective 'val/acuracy'" in line for line in log) == 1  # nor again, in other words, at the end
     assert math.isnan(read_run(run_dir)["objective"]["value"])
 
 

@@ -88,7 +88,7 @@ def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_t
     out = more.stdout + more.stderr
     assert more.returncode == 0, out[-3000:]
     assert "2 of 3 sweep jobs already finished, not run again (their results are in the summary): 0-1" in out
-    assert "Not applied to 2 finished job(s), as their runs are over: hooks.jsonl.period: 20 -> 7 (job 0)" in out
+    assert "Not applied to 2 finished job(s), as their runs are over: hooks.jsonl.period: 20 -> 7 (jobs 0-1)" in out
     for j in (0, 1):  # no process of theirs ran: nothing logged, nothing recorded
         assert (sweep / str(j) / "train.log").read_text() == logs[j] and read_run(sweep / str(j)) == records[j]
     assert read_run(sweep / "2")["status"] == "completed"
@@ -661,6 +661,7 @@ def test_a_launcher_option_that_does_not_exist_is_one_line_naming_the_close_one(
     assert proc.returncode == 2 and "Traceback" not in out and "HYDRA_FULL_ERROR" not in out, out[-3000:]
     assert proc.stderr.startswith("Config error: hydra.launcher.maxparallel: not an option of hydra/launcher=local; did "
                                   "you mean hydra.launcher.max_parallel? Accepted: cpus_per_task, fork_server, gpus_per_node, ")
+    assert "stderr_to_stdout, submitit_folder, tasks_per_node, timeout_min" in proc.stderr  # every key of local.yaml
     assert "pending" not in out  # no report of the jobs that never ran
     proc = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.timeout_min=0.5", *FAST, "seed=0,1"], tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
