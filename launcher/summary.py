@@ -92,6 +92,9 @@ def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
             own = record.get("status") == "failed" and record.get("overrides") == failure["overrides"]
             row.update(status="failed", error=failure["error"], overrides=" ".join(failure["overrides"]),
                        metrics=row["metrics"] if own else {}, seconds=row["seconds"] if own else None)
+            logs = failure.get("submitit") or {}
+            if logs.get("stderr"):  # the failed attempt's, not those of the earlier one run.json may still name
+                row.update(stderr=logs["stderr"], stdout=logs.get("stdout"))
         except (OSError, ValueError, KeyError, TypeError):
             pass
         row["slurm_job"] = _slurm_job(record, submitted, row["status"])
@@ -279,7 +282,11 @@ def record_failure(job_dir: Path, error: str, overrides: Any) -> None:
     """``failure.json`` in ``job_dir``: its last attempt failed with ``error`` (see :func:`jobs`)."""
     try:
         Path(job_dir).mkdir(parents=True, exist_ok=True)
-        atomic_write(Path(job_dir) / FAILURE, json.dumps({"error": error, "overrides": list(overrides)}, indent=2).encode())
+        from launcher.rundir import RunRecord
+
+        # this attempt's submitit logs: run.json may keep an earlier attempt's (a rerun that trained nothing keeps it)
+        failure = {"error": error, "overrides": list(overrides), "submitit": RunRecord.submitit_job()}
+        atomic_write(Path(job_dir) / FAILURE, json.dumps(failure, indent=2).encode())
     except OSError:
         pass
 

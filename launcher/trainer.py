@@ -42,6 +42,7 @@ import math
 import numbers
 import os
 import random
+import re
 import sys
 import time
 import weakref
@@ -248,9 +249,12 @@ def _batch_misfit(model: nn.Module, batch: Any, err: BaseException) -> Optional[
     if not isinstance(batch, (list, tuple, Mapping)):
         return None
     text = str(err)
-    parts = f"'{type(batch).__name__}'"
-    if not (parts in text or f"not {type(batch).__name__}" in text or "must be Tensor" in text):
-        return None  # a TypeError of the model's own, which says more as it is
+    kind = re.escape(type(batch).__name__)
+    # torch's argument parser given the batch first ("(position 1) must be Tensor, not list"), or the batch used
+    # as a tensor ("'list' object has no attribute 'view'"); other TypeErrors are the model's own, which say more
+    given_first = rf"\(position 1\) must be \w+, not {kind}\b|invalid combination of arguments - got \({kind}\b"
+    if not re.search(rf"{given_first}|^'{kind}' object has no attribute", text):
+        return None
     if isinstance(batch, Mapping):
         given = f"a dict with keys {sorted(map(str, batch))}"
     else:
@@ -258,7 +262,7 @@ def _batch_misfit(model: nn.Module, batch: Any, err: BaseException) -> Optional[
                            for x in batch)
         given = f"a {type(batch).__name__} of {len(batch)} ({shapes})"
     return ModelInputError(
-        f"{type(model).__name__}.forward failed on the first batch: {type(err).__name__}: {text.splitlines()[0] if text else ''}. "
+        f"{type(model).__name__}.forward failed on the first batch: {type(err).__name__}: {text.splitlines()[0].rstrip(':')}. "
         f"The trainer calls model(batch) with the batch as the loader yields it, here {given}: forward takes the "
         f"whole batch, unpacks it (x, y = batch) and returns the loss (README: 'Model contract')")
 

@@ -490,6 +490,17 @@ def test_a_model_whose_forward_takes_a_tensor_not_the_batch_gets_one_line_naming
     assert "here a list of 2 ([32, 1, 8, 8], [32])" in last and "x, y = batch" in last and "train.log" in last, last
 
 
+def test_a_models_own_type_error_at_the_first_step_is_not_blamed_on_the_batch(tmp_path):
+    """Only torch refusing the batch itself ("must be Tensor, not list") means a forward that does not take it."""
+    (tmp_path / "own.py").write_text(
+        "import torch\n\n\nclass Own(torch.nn.Module):\n    def __init__(self, **unused):\n        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(64, 10)\n\n    def forward(self, batch):\n        x, y = batch\n"
+        "        return torch.add(self.lin(x.flatten(1)).sum(), [y])\n")
+    proc = run_cli([*FAST, "model._target_=own.Own", "trainer.max_epochs=1"], tmp_path, timeout=120)
+    assert proc.returncode == 1 and "ModelInputError" not in proc.stderr, proc.stderr[-3000:]
+    assert 'own.py", line 11, in forward' in proc.stderr and "must be Tensor, not list" in proc.stderr, proc.stderr[-3000:]
+
+
 def test_a_checkpoint_dir_that_refuses_files_stops_the_run_before_it_trains(tmp_path):
     """Not after an epoch of training that then cannot be saved: one line naming the dir, exit 1."""
     run_dir = tmp_path / "run"

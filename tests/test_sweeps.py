@@ -946,3 +946,21 @@ def test_a_swept_value_that_interpolates_is_the_jobs_to_resolve(tmp_path):
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Callback" not in proc.stderr and "1 of 4 sweep job(s) failed" in proc.stderr, proc.stderr[-3000:]
     assert "Interpolation key 'model.in_channels' not found" in proc.stderr
+
+
+def test_a_longer_sweep_rerun_refused_as_it_starts_keeps_the_results_and_names_the_failed_attempts_logs(tmp_path):
+    """Each job of a rerun (trainer.max_epochs raised, a schedule lacking its step_size) failed before its first
+    step: run.json was rewritten as failed, results gone; kept now, the report named the earlier attempt's log."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "hydra/launcher=local", "seed=0,1", f"hydra.sweep.dir={sweep}", *FAST]
+    assert run_cli([*args, "trainer.max_epochs=1"], tmp_path).returncode == 0
+    records = {j: (sweep / str(j) / "run.json").read_bytes() for j in (0, 1)}
+    refused = run_cli([*args, "trainer.max_epochs=2", "hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.StepLR"],
+                      tmp_path)
+    assert refused.returncode == 1 and "2 of 2 sweep job(s) failed" in refused.stderr, refused.stderr[-3000:]
+    assert {j: (sweep / str(j) / "run.json").read_bytes() for j in (0, 1)} == records
+    for j in (0, 1):
+        failed = json.loads((sweep / str(j) / "failure.json").read_text())["submitit"]
+        assert f"(submitit: {failed['stderr']})" in refused.stderr and failed["stderr"] != read_run(sweep / str(j))["submitit"]["stderr"]
+    again = run_cli([*args, "trainer.max_epochs=1"], tmp_path)
+    assert again.returncode == 0 and "2 of 2 sweep jobs already finished" in again.stdout + again.stderr
