@@ -457,37 +457,39 @@ def test_a_nan_loss_ends_a_run_in_one_line_and_a_sweep_with_its_report_not_a_tra
     assert report.count("RuntimeError: boom at step 3") >= 2 and 'boom.py", line 7, in after_step' in report
 
 
-def test_a_model_that_returns_logits_instead_of_a_loss_gets_one_line_naming_the_contract(tmp_path):
-    (tmp_path / "logits.py").write_text(
-        "import torch\n\n\nclass Logits(torch.nn.Module):\n    def __init__(self, in_features, num_classes, **unused):\n"
-        "        super().__init__()\n        self.lin = torch.nn.LazyLinear(num_classes)\n\n"
-        "    def forward(self, batch):\n        return self.lin(batch[0])\n")
-    proc = run_cli([*FAST, "model._target_=logits.Logits", "trainer.max_epochs=1"], tmp_path, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("Run failed: ModelOutputError: Logits.forward returned a tensor of shape (32, 1, 8, 10) in train "
-                           "mode; the trainer accepts a scalar loss tensor") and "train.log" in last, last
-    (run_dir,) = run_dirs(tmp_path / "outputs")
-    assert "Traceback" in (run_dir / "train.log").read_text()
+# Models of one's own that break the model contract, each in a file of the test's dir.
+CONTRACT_MODELS = {
+    "logits.py": "import torch\n\n\nclass Logits(torch.nn.Module):\n    def __init__(self, in_features, num_classes, **unused):\n"
+                 "        super().__init__()\n        self.lin = torch.nn.LazyLinear(num_classes)\n\n"
+                 "    def forward(self, batch):\n        return self.lin(batch[0])\n",
+    "plain.py": "import torch\n\n\nclass Plain(torch.nn.Module):\n    def __init__(self, in_features, num_classes, **unused):\n"
+                "        super().__init__()\n        self.lin = torch.nn.Linear(in_features, num_classes)\n\n"
+                "    def forward(self, x):\n        return self.lin(x.flatten(1))\n",
+}
+BATCH = "here a list of 2 ([32, 1, 8, 8], [32]): forward takes the whole batch, unpacks it (x, y = batch) and returns the loss"
 
 
-@pytest.mark.parametrize("model", [
+@pytest.mark.parametrize("model, words", [
+    # returns logits, not a loss
+    (["model._target_=logits.Logits"], ["Run failed: ModelOutputError: Logits.forward returned a tensor of shape (32, 1, 8, 10) "
+                                        "in train mode; the trainer accepts a scalar loss tensor"]),
     # torch's own module: its forward takes one tensor, and the batch is [x, y]
-    ["model._target_=torch.nn.Linear", "~model.hidden", "~model.dropout", "~model.num_classes", "~model.in_features",
-     "+model.in_features=64", "+model.out_features=10"],
+    (["model._target_=torch.nn.Linear", "~model.hidden", "~model.dropout", "~model.num_classes", "~model.in_features",
+      "+model.in_features=64", "+model.out_features=10"],
+     ["Run failed: ModelInputError: Linear.forward failed on the first batch: TypeError: linear(): argument 'input' "
+      "(position 1) must be Tensor, not list.", BATCH]),
     # a user's forward(self, x), as a plain PyTorch model is written
-    ["model._target_=plain.Plain"],
-], ids=["nn.Linear", "forward(x)"])
-def test_a_model_whose_forward_takes_a_tensor_not_the_batch_gets_one_line_naming_the_contract(model, tmp_path):
-    (tmp_path / "plain.py").write_text(
-        "import torch\n\n\nclass Plain(torch.nn.Module):\n    def __init__(self, in_features, num_classes, **unused):\n"
-        "        super().__init__()\n        self.lin = torch.nn.Linear(in_features, num_classes)\n\n"
-        "    def forward(self, x):\n        return self.lin(x.flatten(1))\n")
+    (["model._target_=plain.Plain"], ["Run failed: ModelInputError: Plain.forward failed on the first batch: ", BATCH]),
+], ids=["returns logits", "nn.Linear", "forward(x)"])
+def test_a_model_that_breaks_the_contract_gets_one_line_naming_it(model, words, tmp_path):
+    for name, source in CONTRACT_MODELS.items():
+        (tmp_path / name).write_text(source)
     proc = run_cli([*FAST, *model, "trainer.max_epochs=1"], tmp_path, timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("Run failed: ModelInputError: ") and "forward failed on the first batch" in last, last
-    assert "here a list of 2 ([32, 1, 8, 8], [32])" in last and "x, y = batch" in last and "train.log" in last, last
+    assert last.startswith(words[0]) and all(w in last for w in words) and "train.log" in last, last
+    (run_dir,) = run_dirs(tmp_path / "outputs")
+    assert "Traceback" in (run_dir / "train.log").read_text()
 
 
 def test_a_models_own_type_error_at_the_first_step_is_not_blamed_on_the_batch(tmp_path):
