@@ -535,13 +535,12 @@ def log_to_files_only(err: BaseException) -> None:
 
 def warn_if_objective_unknown(objective: str, recorded: Mapping[str, Any], among: str, outcome: str) -> bool:
     """Warn, with the closest recorded name, when ``objective`` is not among the ``recorded`` metrics (True if warned)."""
-    import difflib
+    from launcher.errors import did_you_mean
 
     if objective in recorded:
         return False
-    close = difflib.get_close_matches(objective, list(recorded), n=1)
     logger.warning("objective %r is not among %s (%s)%s %s.", objective, among, ", ".join(sorted(recorded)) or "none",
-                   f"; did you mean objective={close[0]}?" if close else ".", outcome)
+                   did_you_mean(objective, recorded, "objective") or ".", outcome)
     return True
 
 

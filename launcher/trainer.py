@@ -640,6 +640,16 @@ class TrainerBase:
         """The config error this run stops for at its boundary (see :meth:`_stop_for`), raised once the hooks' ``after_train`` ran."""
         return self._deferred
 
+    def _call_at_end(self, event: str) -> None:
+        """:meth:`_call` for an event at the end of an epoch or a validation: a hook's config error stops the
+        run there with a checkpoint (:meth:`_stop_for`; ``after_step`` does the same inline)."""
+        handlers = self._handlers[event]
+        try:
+            for handler in handlers:
+                handler()
+        except ConfigError as err:
+            self._stop_for(err, handlers, handler)
+
     def _stop_for(self, err: ConfigError, handlers: Sequence[Callable[[], None]], failed: Callable[[], None]) -> None:
         """A hook's :class:`ConfigError` at a step's or an epoch's end (``hooks.early_stopping.monitor`` naming a
         metric that validation does not record, found only at the first validation). The training so far is
@@ -731,11 +741,7 @@ class TrainerBase:
         if self.inner_iter < steps:
             return False
         storage.iter = self.iter - 1
-        try:
-            for handler in self._handlers["after_epoch"]:
-                handler()
-        except ConfigError as err:
-            self._stop_for(err, self._handlers["after_epoch"], handler)
+        self._call_at_end("after_epoch")
         self.epoch += 1
         self.inner_iter = 0
         return True
@@ -913,11 +919,7 @@ class TrainerBase:
             totals, samples = values[:len(names)], values[len(names):]
         self.last_val = {f"val/{k}": t / max(c, 1) for k, t, c in zip(names, totals, samples)}
         self.storage.put_scalars(smoothing_hint=False, **self.last_val)
-        try:
-            for handler in self._handlers["after_val"]:
-                handler()
-        except ConfigError as err:
-            self._stop_for(err, self._handlers["after_val"], handler)
+        self._call_at_end("after_val")
         return self.last_val
 
     # -- checkpoint state ----------------------------------------------------------------------
