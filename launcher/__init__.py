@@ -303,8 +303,10 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
                               f"its checkpoints and logs. Wait for it to end, stop it ({stop}: it saves a "
                               f"checkpoint to resume from), or give this run another hydra.run.dir")
         if env is None or env.is_main:  # no other run writes here now: a killed one's half-written record goes
-            for stale in [*run_dir.glob(".run.json.tmp*"), *run_dir.glob(".hydra/.*.tmp*")]:
-                stale.unlink(missing_ok=True)
+            from launcher.checkpoint import remove_stale_temporaries
+
+            remove_stale_temporaries(run_dir, ".run.json.tmp*")  # not the sweep's files beside it (submitted.json)
+            remove_stale_temporaries(run_dir / ".hydra")
         changes = check_rerun(run_dir, cfg)
         resume = cfg.trainer.get("resume", "auto")
         if isinstance(resume, str) and resume != "auto" and not resume_off(resume):

@@ -67,9 +67,10 @@ def write_checkpoint(data: Union[bytes, memoryview], path: PathLike) -> Path:
     return path
 
 
-def remove_stale_temporaries(directory: PathLike) -> None:
-    """Remove temporary files that a process killed inside a checkpoint write left in ``directory``."""
-    for stale in Path(directory).glob(".*.tmp*"):
+def remove_stale_temporaries(directory: PathLike, pattern: str = ".*.tmp*") -> None:
+    """Remove temporary files that a process killed inside an atomic write (a checkpoint's, by default) left in
+    ``directory``."""
+    for stale in Path(directory).glob(pattern):
         stale.unlink(missing_ok=True)
 
 
