@@ -337,7 +337,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     # a rerun that trains nothing (a bad value found while building) keeps the run dir's record and config files
     before = ConfigFilesBefore(run_dir) if on_start is not None and (env is None or env.is_main) else None
     try:
-        return _run_or_spawn(cfg, run_dir, overrides, on_start, devices, env)
+        return _run_or_spawn(cfg, run_dir, overrides, on_start, devices, env, before)
     except BaseException:
         if before is not None:
             before.restore_if_record_kept()
@@ -345,13 +345,13 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
 
 
 def _run_or_spawn(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], on_start: Optional[Callable[[], None]],
-                  devices: int, env: Any) -> RunResult:
+                  devices: int, env: Any, before: Any = None) -> RunResult:
     from launcher import distributed
 
     if env is None and devices > 1:
         if on_start is not None:
             on_start()
-        return _run_spawned(cfg, run_dir, overrides, devices)
+        return _run_spawned(cfg, run_dir, overrides, devices, before)
     if env is not None and devices > 1 and devices != env.world_size:
         logger.warning("trainer.devices=%d is ignored: this process is rank %d of %d started by %s",
                        devices, env.rank, env.world_size, env.source)
@@ -603,8 +603,10 @@ def warn_if_last_epochs_unvalidated(trainer: Any) -> None:
                    [list(w) for w in workflow], trainer.max_epochs, last, trainer.max_epochs - last, last, fits)
 
 
-def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], devices: int) -> RunResult:
-    """``trainer.devices=N``: train in N worker processes on this machine (DDP), rank 0 recording the run."""
+def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], devices: int, before: Any = None) -> RunResult:
+    """``trainer.devices=N``: train in N worker processes on this machine (DDP), rank 0 recording the run.
+    ``before`` (:class:`~launcher.rundir.ConfigFilesBefore`): the record found, which a failure that trained
+    nothing leaves as rank 0 kept it."""
     import json
     import signal
 
@@ -618,7 +620,8 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     config = OmegaConf.to_container(cfg, resolve=True)
 
     def mark_aborted() -> None:
-        mark_failed(run_dir, "KeyboardInterrupt: stopped by Ctrl-C", status="aborted", exit_code=130)
+        if before is None or not before.record_kept():
+            mark_failed(run_dir, "KeyboardInterrupt: stopped by Ctrl-C", status="aborted", exit_code=130)
 
     try:
         received, previous = distributed.spawn(_spawned_worker, (config, str(run_dir), list(overrides or [])), devices)
@@ -626,7 +629,7 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
         mark_aborted()
         raise
     except Exception as err:  # torch.multiprocessing's ProcessRaisedException / ProcessExitedException
-        received, previous = _after_worker_failure(err, run_dir), None
+        received, previous = _after_worker_failure(err, run_dir, before is not None and before.record_kept()), None
     try:
         data = json.loads((run_dir / "run.json").read_text())
     except (OSError, ValueError) as err:
@@ -642,9 +645,10 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     return RunResult(objective=float(value), metrics=metrics, status=status, run_dir=run_dir)
 
 
-def _after_worker_failure(err: Exception, run_dir: Path) -> int:
+def _after_worker_failure(err: Exception, run_dir: Path, kept: bool = False) -> int:
     """Raise what a worker's failure means for the run: a ConfigError (one line, exit 2, as in one
-    process) or :class:`WorkerFailed` naming the rank, its error and its log. But when a signal passed
+    process) or :class:`WorkerFailed` naming the rank, its error and its log, recorded in ``run.json``
+    unless rank 0 ``kept`` the earlier record (an attempt that trained nothing). But when a signal passed
     on to the workers ended one after rank 0 had recorded the run's end, the run stands: say so and
     return that signal."""
     import re
@@ -659,11 +663,13 @@ def _after_worker_failure(err: Exception, run_dir: Path) -> int:
         return int(forwarded[0])
     config_error = re.match(r"rank \d+ failed: (?:launcher\.errors\.)?ConfigError: (.*)", message)
     if config_error:  # the config, as a single process would report it
-        mark_failed(run_dir, f"ConfigError: {config_error.group(1)}", exit_code=2)
+        if not kept:
+            mark_failed(run_dir, f"ConfigError: {config_error.group(1)}", exit_code=2)
         raise ConfigError(config_error.group(1)) from None
     rank = getattr(err, "error_index", None)
     log = run_dir / ("train.log" if not rank else f"train_rank{rank}.log")
-    mark_failed(run_dir, message)
+    if not kept:
+        mark_failed(run_dir, message)
     raise distributed.WorkerFailed(f"{message} (log: {log})") from None
 
 

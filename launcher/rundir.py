@@ -139,12 +139,21 @@ class ConfigFilesBefore:
             except OSError:
                 self.files[name] = None
 
+    def record_kept(self) -> bool:
+        """``run.json`` is the one found, and a record that an attempt training nothing keeps (a finished
+        or interrupted run's): under ``trainer.devices=N`` the workers kept it, and the parent must not mark
+        it failed."""
+        return self._unchanged() and json.loads(self.record_text or b"{}").get("status") in KEPT_RECORDS
+
+    def _unchanged(self) -> bool:
+        try:
+            return self.record_text is not None and self.record.read_bytes() == self.record_text
+        except OSError:
+            return False
+
     def restore_if_record_kept(self) -> None:
         """Put the files back where ``run.json`` is the one found (an attempt that trained nothing kept it)."""
-        try:
-            if self.record_text is None or self.record.read_bytes() != self.record_text:
-                return
-        except OSError:
+        if not self._unchanged():
             return
         for name, text in self.files.items():
             if text is None:

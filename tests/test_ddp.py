@@ -184,6 +184,13 @@ def test_sigterm_under_ddp_checkpoints_on_rank0_and_resumes_bitwise(tmp_path, un
     record = read_run(tmp_path / "run")
     assert record["status"] == "interrupted" and 20 < record["iter"] < 60
     assert record["iter"] % 10 == 0 or record["iter"] % 11 == 0  # the ranks agree on a stop every 10 steps and at epoch starts
+    # a rerun refused in the workers as they build (it trains nothing) leaves the interrupted run's record and
+    # config as they were: the parent marked it failed, and .hydra/ held the refused config
+    kept = {p: p.read_bytes() for p in [tmp_path / "run" / "run.json", *(tmp_path / "run" / ".hydra").iterdir()]}
+    bad = launch(cli(*RESUMABLE, "hydra.run.dir=run", "hooks.console.period=0"), tmp_path)
+    out = bad.stdout + bad.stderr
+    assert bad.returncode == 2 and "hooks.console" in out and "Traceback" not in out, out[-3000:]
+    assert {p: p.read_bytes() for p in kept} == kept
     again = launch(cli(*RESUMABLE, "hydra.run.dir=run"), tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert read_run(tmp_path / "run")["resumed_from"].endswith(f"iter_{record['iter']:07d}.pt")
