@@ -30,13 +30,18 @@ class EarlyStopping(HookBase):
         self.best = math.inf if mode == "min" else -math.inf
         self.best_iter = -1
         self.bad = 0
+        # the iteration of a validation not judged for want of the monitor (the run stopped there for that config
+        # error, see TrainerBase._stop_for): the mended rerun judges it as it starts, from the checkpoint's last_val
+        self.unjudged: Optional[int] = None
 
     def before_train(self) -> None:
         # Resumed after the decision to stop (killed before final.pt was safe, or a signal at that very step):
         # the run stops again at once, as the uninterrupted one did, rather than training on. A finished run
         # lengthened (resumed from final.pt) was asked for more: it trains on, to its next validation.
         resumed = self.trainer.resumed_from
-        if self.bad >= self.patience and (resumed is None or Path(resumed).name != "final.pt"):
+        if self.unjudged is not None:
+            self._judge(self.unjudged)  # the last straw stops the run at once, as it stopped the run that had the key
+        elif self.bad >= self.patience and (resumed is None or Path(resumed).name != "final.pt"):
             self._stop()
 
     def _stop(self) -> None:
@@ -46,22 +51,28 @@ class EarlyStopping(HookBase):
         )
 
     def after_val(self) -> None:
+        self._judge(self.trainer.iter)
+
+    def _judge(self, iteration: int) -> None:
         metrics = self.trainer.last_val
         if self.monitor not in metrics:
+            self.unjudged = iteration
             key = f"hooks.{self.name or 'early_stopping'}.monitor"
             raise ConfigError(f"{key}: {self.monitor!r} is not a validation metric (validation records: "
                               f"{', '.join(sorted(metrics))}){did_you_mean(self.monitor, metrics, key)}")
+        self.unjudged = None
         value = metrics[self.monitor]
         better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
         if better:
-            self.best, self.best_iter, self.bad = value, self.trainer.iter, 0
+            self.best, self.best_iter, self.bad = value, iteration, 0
             return
         self.bad += 1
         if self.bad >= self.patience:
             self._stop()
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"best": self.best, "best_iter": self.best_iter, "bad": self.bad}
+        return {"best": self.best, "best_iter": self.best_iter, "bad": self.bad, "unjudged": self.unjudged}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.best, self.best_iter, self.bad = state["best"], state["best_iter"], state["bad"]
+        self.unjudged = state.get("unjudged")

@@ -56,6 +56,7 @@ class LRScheduler(HookBase):
         self.monitor = monitor
         self.scheduler: Any = None
         self._plateau = False
+        self._unjudged = False  # ReduceLROnPlateau not stepped on the last validation for want of the monitor
         self._every = 1  # iterations per optimizer step (gradient accumulation), set when the scheduler is built
 
     def _build(self) -> Any:
@@ -126,6 +127,9 @@ class LRScheduler(HookBase):
 
     def before_train(self) -> None:
         self._build()
+        if self._unjudged:  # the run stopped for a wrong monitor at its last validation: the mended rerun steps on it now
+            self._unjudged = False
+            self.after_val()
 
     def after_step(self) -> None:
         groups = self.trainer.optimizer.param_groups
@@ -166,13 +170,15 @@ class LRScheduler(HookBase):
         if self._plateau:
             metrics = self.trainer.last_val
             if self.monitor not in metrics:
+                self._unjudged = True  # the run stops here for this error (TrainerBase._stop_for)
                 key = f"hooks.{self.name or 'lr_scheduler'}.monitor"
                 raise ConfigError(f"{key}: {self.monitor!r} is not a validation metric (validation records: "
                                   f"{', '.join(sorted(metrics))}){did_you_mean(self.monitor, metrics, key)}")
+            self._unjudged = False
             self.scheduler.step(metrics[self.monitor])
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"scheduler": self._build().state_dict()}
+        return {"scheduler": self._build().state_dict(), "unjudged": self._unjudged}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         # Building a scheduler may rewrite the lr (LinearLR, SequentialLR...) that the optimizer
@@ -183,3 +189,4 @@ class LRScheduler(HookBase):
         for group, values in zip(groups, restored):
             group.update(values)
         self.scheduler.load_state_dict(state["scheduler"])
+        self._unjudged = bool(state.get("unjudged"))

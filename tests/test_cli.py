@@ -668,27 +668,42 @@ def test_signals_after_an_interrupted_run_has_saved_its_checkpoint_keep_the_exit
     assert "Run the same command again to resume" in proc.stdout + proc.stderr and read_run(tmp_path / "run")["exit_code"] == 75
 
 
-@pytest.mark.parametrize("trainer", [
-    ["trainer.max_epochs=3"],
-    ["trainer=iter", "trainer.max_iters=30", "hooks.evaluator.by_epoch=false", "hooks.evaluator.period=10",
-     "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=25"],
-], ids=["by epoch", "by iteration"])
-def test_a_monitor_typo_found_at_the_first_validation_stops_with_a_checkpoint_to_resume_from(trainer, tmp_path):
+PLATEAU = ["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.ReduceLROnPlateau",
+           "+hooks.lr_scheduler.scheduler.patience=0", "+hooks.lr_scheduler.scheduler.threshold_mode=abs",
+           "+hooks.lr_scheduler.scheduler.threshold=10"]  # the first validation is the best: each later one halves the lr
+
+
+@pytest.mark.parametrize("trainer, hook, key", [
+    (["trainer.max_epochs=3"], "early_stopping", "val/accuracy"),
+    (["trainer=iter", "trainer.max_iters=30", "hooks.evaluator.by_epoch=false", "hooks.evaluator.period=10",
+      "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=25"], "early_stopping", "val/accuracy"),
+    (["trainer.max_epochs=3", *PLATEAU], "lr_scheduler", "val/loss"),
+], ids=["by epoch", "by iteration", "ReduceLROnPlateau"])
+def test_a_monitor_typo_found_at_the_first_validation_stops_with_a_checkpoint_to_resume_from(trainer, hook, key, tmp_path):
     """The monitored metric is known only once validation has run: the typo ended the run there, and the
-    epoch (or the iterations since the last checkpoint) trained before it was lost."""
-    args = [*FAST, "hydra.run.dir=run", *trainer, "hooks=[default,early_stopping]"]
-    proc = run_cli([*args, "hooks.early_stopping.monitor=val/acc"], tmp_path)
+    epoch (or the iterations since the last checkpoint) trained before it was lost. The mended rerun then
+    judges the validation the hook could not, and ends as a run that had the key from the start."""
+    # early stopping: no validation improves on the first by 1, so each counts as bad (patience 5: none stops)
+    args = [*FAST, *trainer, "hooks=[default,early_stopping]", "hooks.early_stopping.mode=max",
+            "hooks.early_stopping.min_delta=1", "hooks.early_stopping.monitor=val/accuracy"]
+    typo = key[:-2]
+    proc = run_cli([*args, "hydra.run.dir=run", f"hooks.{hook}.monitor={typo}"], tmp_path)
     last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.stdout.strip().splitlines()[-1]
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
-    assert last.endswith("Config error: hooks.early_stopping.monitor: 'val/acc' is not a validation metric (validation "
-                         "records: val/accuracy, val/loss); did you mean hooks.early_stopping.monitor=val/accuracy?"), last
+    assert last.endswith(f"Config error: hooks.{hook}.monitor: '{typo}' is not a validation metric (validation "
+                         f"records: val/accuracy, val/loss); did you mean hooks.{hook}.monitor={key}?"), last
     stopped_at = 10 if "trainer=iter" in trainer else 8  # 256 training samples in batches of 32: an epoch is 8 steps
     assert f"Stopped at iteration {stopped_at} for the config error below, with a checkpoint" in proc.stdout + proc.stderr
     assert read_run(tmp_path / "run")["status"] == "failed"
-    proc = run_cli([*args, "hooks.early_stopping.monitor=val/accuracy"], tmp_path)
+    proc = run_cli([*args, "hydra.run.dir=run", f"hooks.{hook}.monitor={key}"], tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and f"at iteration {stopped_at} " in out and "Resumed from" in out, out[-3000:]
-    assert read_run(tmp_path / "run")["status"] in ("completed", "stopped")
+    assert read_run(tmp_path / "run")["status"] == "completed"
+    assert run_cli([*args, "hydra.run.dir=ref", f"hooks.{hook}.monitor={key}"], tmp_path).returncode == 0
+    got, want = (torch.load(tmp_path / d / "checkpoints" / "final.pt", weights_only=False) for d in ("run", "ref"))
+    assert got["hooks"][hook] == want["hooks"][hook] and got["optimizer"]["param_groups"] == want["optimizer"]["param_groups"]
+    for name, tensor in want["model"].items():
+        assert torch.equal(got["model"][name], tensor), name
 
 
 def test_a_rerun_removes_the_half_written_record_files_a_killed_run_left(tmp_path):
