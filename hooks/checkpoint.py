@@ -100,7 +100,7 @@ class PeriodicCheckpointer(HookBase):
             name = f"iter_{self.trainer.iter:07d}.pt"
             path = self.save(name, then_remove=self._take_interrupt_file(name))
             if self.trainer.is_main and getattr(self.trainer, "stopping_for", None) is None:  # else: mend the config first
-                logger.warning("Saved %s; run the same command again to resume from it", path)
+                logger.warning("Saved %s to resume from", path)  # the launcher's next line says how
         self._writer.close()  # every checkpoint is on disk when training returns; the writer thread ends
 
     def state_dict(self) -> Dict[str, Any]:

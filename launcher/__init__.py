@@ -422,7 +422,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
 
 def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool,
                 before_chain: Callable[[], None]) -> RunResult:
-    from launcher.rundir import RunRecord, plain_config
+    from launcher.rundir import RunRecord, plain_config, same_command
     from launcher.signals import EXIT_INTERRUPTED, GracefulStop
 
     record = RunRecord(run_dir, cfg.seed, overrides, write=main, config=plain_config(cfg) if main else None)
@@ -477,7 +477,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         if main:  # rank 0 wrote the checkpoint; the other ranks cannot tell whether it is on disk yet
             last = trainer.checkpoint_dir / "last"
             saved = last.is_file() and last.read_text().strip() == f"iter_{trainer.iter:07d}.pt"
-            advice = "Run the same command again to resume." if saved else "No checkpoint was written (no checkpointer hook): a rerun starts over."
+            advice = f"Run {same_command(run_dir)} to resume." if saved else "No checkpoint was written (no checkpointer hook): a rerun starts over."
             logger.warning("Interrupted at iteration %d (%s); exit code %d. %s", trainer.iter,
                            (stopper.name if stopper is not None and stopper.name else None) or trainer.stop_reason,
                            EXIT_INTERRUPTED, advice)

@@ -205,12 +205,14 @@ class BackgroundWriter:
 
 def _write_failed(what: str, directory: Path, err: BaseException) -> CheckpointWriteError:
     """The error of a failed checkpoint write (or retention), naming the file, the reason and the way on."""
+    from launcher.rundir import same_command
+
+    rerun = f"run {same_command(directory.parent)} to resume from the newest"  # the run dir holds checkpoints/
     if isinstance(err, OSError):
         why = f"{type(err).__name__}: {err.strerror or err}"
-        advice = f"free space, or make {directory} a directory you can write to, then rerun the same command to resume " \
-                 f"from the newest"
+        advice = f"free space, or make {directory} a directory you can write to, then {rerun}"
     else:
-        why, advice = f"{type(err).__name__}: {err}", "rerun the same command to resume from the newest"
+        why, advice = f"{type(err).__name__}: {err}", rerun
     return CheckpointWriteError(f"{what} failed ({why}); the checkpoints written before it are kept: {advice}")
 
 

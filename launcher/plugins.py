@@ -467,7 +467,7 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
 
     from launcher.errors import mark_reported
     from launcher.local import JobDied, JobInterrupted
-    from launcher.rundir import mark_failed
+    from launcher.rundir import mark_failed, same_sweep
     from launcher.summary import ReportedFailure, record_failure
 
     from launcher.signals import EXIT_INTERRUPTED
@@ -482,8 +482,8 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
         # stopped itself on a signal (scancel, kill -TERM), its checkpoint on disk
         # its words are also the sweep's last line (Hydra's sweeper raises the first job that did not succeed)
         stopped = JobInterrupted(f"Sweep job {idx} ({' '.join(overrides)}) was interrupted: stopped at iteration "
-                                 f"{record.get('iter')} ({record.get('stop_reason')}), with a checkpoint: rerun the "
-                                 f"sweep to resume it")
+                                 f"{record.get('iter')} ({record.get('stop_reason')}), with a checkpoint: rerun "
+                                 f"{same_sweep(config)} to resume it")
         stopped.sweep_dir = Path(str(config.hydra.sweep.dir))
         logging.getLogger("launcher").warning("%s; log: %s", stopped, job_dir / f"{config.hydra.job.name}.log")
         _write_summary(config)
@@ -510,10 +510,11 @@ def record_cancelled(config: Any, job_dir: Path, overrides: Sequence[str], idx: 
     from hydra.core.utils import JobStatus
 
     from launcher.local import JobInterrupted
+    from launcher.rundir import same_sweep
     from launcher.summary import ReportedFailure
 
     stopped = JobInterrupted(f"Sweep job {idx} ({' '.join(overrides)}): SLURM job {slurm_job} was cancelled before its "
-                             f"run started: rerun the sweep to run it")
+                             f"run started: rerun {same_sweep(config)} to run it")
     stopped.sweep_dir = Path(str(config.hydra.sweep.dir))
     logging.getLogger("launcher").warning("%s", stopped)
     _write_summary(config)

@@ -56,6 +56,42 @@ def _now() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
+def same_command(run_dir: Path) -> str:
+    """How to run ``run_dir``'s run again in that dir, for the advice to resume: "the same command", or with
+    the dir named when it came from a ``${now:...}`` pattern (the default ``outputs/<date>/<time>``), where
+    the same command makes a new dir and starts over (``hydra.sweep.dir`` for a sweep's job)."""
+    from omegaconf import OmegaConf
+
+    try:
+        hydra = OmegaConf.load(Path(run_dir) / ".hydra" / "hydra.yaml").hydra
+        sweep = str(hydra.get("mode")).endswith("MULTIRUN")
+        node = OmegaConf.to_container(hydra.sweep if sweep else hydra.run, resolve=False)
+        where = Path(run_dir).absolute()
+        if sweep:  # the sweep dir: the job dir less its subdir's levels
+            where = where.parents[str(node.get("subdir", "")).strip("/").count("/")]
+    except Exception:  # noqa: BLE001 -- no Hydra record (the Python API, a test's run dir): the command is the user's
+        return "the same command"
+    return "the same command" + _naming_dated_dir(node, "hydra.sweep.dir" if sweep else "hydra.run.dir", where)
+
+
+def same_sweep(config: Any) -> str:
+    """:func:`same_command` for a sweep, from its launcher's ``config``: "the sweep", or "the sweep with
+    hydra.sweep.dir=<dir>" where the dir is dated."""
+    from omegaconf import OmegaConf
+
+    try:
+        node = OmegaConf.to_container(config.hydra.sweep, resolve=False)
+        return "the sweep" + _naming_dated_dir(node, "hydra.sweep.dir", Path(str(config.hydra.sweep.dir)).absolute())
+    except Exception:  # noqa: BLE001
+        return "the sweep"
+
+
+def _naming_dated_dir(node: Mapping[str, Any], key: str, where: Path) -> str:
+    import shlex
+
+    return f" with {key}={shlex.quote(str(where))}" if "${now:" in str(node.get("dir")) else ""
+
+
 def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:
     """The recorded ``run.json`` of a run that already finished in ``run_dir``, else None."""
     path = Path(run_dir) / "run.json"

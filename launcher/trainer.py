@@ -630,8 +630,10 @@ class TrainerBase:
         if self._deferred is not None:  # stopped for it, as for a signal: the checkpoint to resume from is written
             err, self._deferred = self._deferred, None
             self.status = "failed"
+            from launcher.rundir import same_command
+
             logger.warning("Stopped at iteration %d for the config error below, with a checkpoint: mend the config and run "
-                           "the command again to train on from there", self.iter)
+                           "%s to train on from there", self.iter, same_command(self.work_dir))
             raise err
         return self.final_metrics()
 

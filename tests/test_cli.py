@@ -665,7 +665,25 @@ def test_signals_after_an_interrupted_run_has_saved_its_checkpoint_keep_the_exit
     proc = run_cli([*FAST, "hydra.run.dir=run", "trainer.max_epochs=2", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0",
                     "+hooks.pace.signal_after=5", "+hooks.pace.signal_at_exit=true"], tmp_path, env=env)
     assert proc.returncode == 75 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert "Run the same command again to resume" in proc.stdout + proc.stderr and read_run(tmp_path / "run")["exit_code"] == 75
+    assert "Run the same command to resume" in proc.stdout + proc.stderr and read_run(tmp_path / "run")["exit_code"] == 75
+
+
+@pytest.mark.parametrize("sweep", [False, True], ids=["run", "basic sweep"])
+def test_the_advice_to_resume_a_run_in_a_dated_dir_names_the_dir(sweep, tmp_path):
+    """In the default outputs/<date>/<time> dir, "run the same command again" started over in a new dir."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    args = [*FAST, "trainer.max_epochs=2", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0", "+hooks.pace.signal_after=5"]
+    args = ["-m", "hydra/launcher=basic", *args] if sweep else args
+    proc = run_cli(args, tmp_path, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 75, out[-3000:]
+    (found,) = run_dirs(tmp_path / "outputs")
+    where = found.parent if sweep else found
+    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+    assert f"Run the same command with {key}={where} to resume." in out, out[-3000:]
+    proc = run_cli([*args, f"{key}={where}"], tmp_path, env=env)
+    assert proc.returncode == 0 and "Resumed from" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+    assert run_dirs(tmp_path / "outputs") == [found] and read_run(found)["status"] == "completed"
 
 
 PLATEAU = ["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.ReduceLROnPlateau",
