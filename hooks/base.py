@@ -54,6 +54,7 @@ EVENTS = (
     "after_step",
     "before_val",
     "after_val",
+    "val_failed",
 )
 
 
@@ -99,6 +100,11 @@ class HookBase:
 
     def after_val(self) -> None:
         """Called after each validation pass; its metrics are in the storage as ``val/*``."""
+
+    def val_failed(self) -> None:
+        """Called instead of ``after_val`` when the validation pass raised (val data that does not fit the
+        model, a forward that fails in eval mode): undo what ``before_val`` did to the model (weights swapped
+        in), as the run may still save a checkpoint to resume from before the error goes on."""
 
     def state_dict(self) -> Dict[str, Any]:
         """What this hook needs to continue exactly after a resume."""

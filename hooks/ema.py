@@ -71,6 +71,10 @@ class EMA(HookBase):
             self._swap_in()
         self._last_val = (self.trainer.last_step, on_ema)
 
+    def val_failed(self) -> None:
+        if not self._final:  # the model's own weights back, for the checkpoint the run may still save
+            self._put_back_raw()
+
     @torch.no_grad()
     def after_val(self) -> None:
         if self._last_val is None or not self._last_val[1]:

@@ -5,7 +5,7 @@ loss, in eval mode ``{"loss", "accuracy"}``.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +40,9 @@ class Classifier(nn.Module):
     num_classes: int = 0
 
     def misfit(self, inputs: Any, labels: Any, err: BaseException) -> BaseException:
-        """A ConfigError naming the ``model.*`` key that does not fit this batch, or ``err`` itself."""
+        """A ConfigError naming the ``model.*`` key that does not fit this batch, or ``err`` itself. In eval mode
+        (validation) it names ``data.val``: the fix is to make the val data like the train data, which fits
+        the model (or is checked against it first), not to resize the model to the val data."""
         from launcher.errors import ConfigError
 
         shape = list(inputs.shape) if isinstance(inputs, torch.Tensor) else None
@@ -48,18 +50,22 @@ class Classifier(nn.Module):
         if why is None and isinstance(labels, torch.Tensor) and self.num_classes:
             if labels.is_floating_point():
                 why = (f"the labels are {str(labels.dtype).replace('torch.', '')}: cross-entropy takes class numbers "
-                       f"0..{self.num_classes - 1} as integers")
+                       f"0..{self.num_classes - 1} as integers", "")
             elif labels.numel() and not 0 <= int(labels.min()) <= int(labels.max()) < self.num_classes:
                 low, high = int(labels.min()), int(labels.max())
                 why = (f"model.num_classes={self.num_classes}, but this batch has labels from {low} to {high} (class "
-                       f"numbers go 0..num_classes-1)"
-                       + (f"; set model.num_classes={high + 1} or more" if low >= 0 else "; labels cannot be negative"))
+                       f"numbers go 0..num_classes-1)",
+                       f"set model.num_classes={high + 1} or more" if low >= 0 else "labels cannot be negative")
         if why is None:
             return err
-        return ConfigError(f"{why} (this batch's inputs have shape {shape}; {type(err).__name__}: "
-                           f"{str(err).splitlines()[0] if str(err) else ''})")
+        what, fix = why
+        if not self.training:
+            what, fix = f"data.val does not fit the model: {what}", "make data.val's samples like data.train's"
+        return ConfigError(f"{what}{'; ' + fix if fix else ''} (this batch's inputs have shape {shape}; "
+                           f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
 
-    def input_misfit(self, inputs: torch.Tensor) -> Any:
+    def input_misfit(self, inputs: torch.Tensor) -> Optional[Tuple[str, str]]:
+        """What in ``inputs`` does not fit the network, and the config change that fits it; None if they fit."""
         return None
 
 
@@ -95,11 +101,11 @@ class MLP(Classifier):
         layers.append(nn.Linear(width, num_classes))
         self.net = nn.Sequential(*layers)
 
-    def input_misfit(self, inputs: torch.Tensor) -> Any:
+    def input_misfit(self, inputs: torch.Tensor) -> Optional[Tuple[str, str]]:
         features = inputs[0].numel() if inputs.dim() > 1 else None
         if features is not None and features != self.in_features:
             return (f"model.in_features={self.in_features}, but each sample of the data has {features} features "
-                    f"(shape {list(inputs.shape[1:])}); set model.in_features={features}")
+                    f"(shape {list(inputs.shape[1:])})", f"set model.in_features={features}")
         return None
 
 
@@ -117,11 +123,11 @@ class CNN(Classifier):
         layers += [nn.MaxPool2d(2), nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(width * 4, num_classes)]
         self.net = nn.Sequential(*layers)
 
-    def input_misfit(self, inputs: torch.Tensor) -> Any:
+    def input_misfit(self, inputs: torch.Tensor) -> Optional[Tuple[str, str]]:
         if inputs.dim() != 4:
             return (f"model=cnn takes images, batches shaped (batch, channels, height, width); this data's batches "
-                    f"have {inputs.dim()} dimensions: use model=mlp, or data shaped [channels, height, width]")
+                    f"have {inputs.dim()} dimensions", "use model=mlp, or data shaped [channels, height, width]")
         if inputs.shape[1] != self.in_channels:
             return (f"model.in_channels={self.in_channels}, but the data's images have {inputs.shape[1]} channels "
-                    f"(shape {list(inputs.shape[1:])}); set model.in_channels={inputs.shape[1]}")
+                    f"(shape {list(inputs.shape[1:])})", f"set model.in_channels={inputs.shape[1]}")
         return None

@@ -391,7 +391,8 @@ def _training_in_slurm_job(data: Mapping[str, Any]) -> Optional[str]:
 # load or silently train another experiment. Every other key (how long, where, how often to log,
 # which hooks) may change between attempts; the change is logged.
 DEFINING = ("model", "optimizer", "data", "seed", "trainer._target_", "trainer.workflow")
-FREE_IN_DEFINING = ("data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor")
+# not the run's experiment: how its batches are loaded, and the val data (validation leaves training as it was)
+FREE_IN_DEFINING = ("data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor", "data.val")
 LENGTH = ("trainer.max_epochs", "trainer.max_iters")
 _ABSENT = "<absent>"
 

@@ -13,7 +13,7 @@ Pseudocode of every trainer (the code below follows it)::
             after_step
             [step boundary]
         after_epoch
-        [validate: before_val, eval loop, after_val]   # from a hook or a workflow 'val' phase
+        [validate: before_val, eval loop, after_val (val_failed if it raised)]   # from a hook or a workflow 'val' phase
     [step boundary]
     after_train                              # always, also when a step raised
 
@@ -59,6 +59,10 @@ from launcher import distributed
 from launcher.data import is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
 from launcher.errors import ConfigError, ModelInputError, ModelOutputError, NonFiniteLoss
+
+# Errors a hook (or a validation) finds at a step's, epoch's or validation's end in the config or the model's
+# eval output: the training so far is whole, so the run stops there with a checkpoint (TrainerBase._stop_for).
+STOPS_AT_BOUNDARY = (ConfigError, ModelOutputError)
 from launcher.storage import EventStorage, to_le_bytes, unpack_le
 
 logger = logging.getLogger(__name__)
@@ -362,7 +366,7 @@ class TrainerBase:
         self.status = "created"
         self.stop_reason: Optional[str] = None
         self._interrupt = False
-        self._deferred: Optional[ConfigError] = None  # a hook's config error at a step's or epoch's end: see _stop_for
+        self._deferred: Optional[Exception] = None  # a hook's config error at a step's or epoch's end: see _stop_for
         self._at_boundary: List[Callable[[], None]] = []
         self._in_step = False  # between before_step and the end of after_step
         self._rng_to_restore: Optional[Dict[str, Any]] = None
@@ -632,14 +636,16 @@ class TrainerBase:
             self.status = "failed"
             from launcher.rundir import same_command
 
-            logger.warning("Stopped at iteration %d for the config error below, with a checkpoint: mend the config and run "
-                           "%s to train on from there", self.iter, same_command(self.work_dir))
+            config = isinstance(err, ConfigError)
+            logger.warning("Stopped at iteration %d for the %s below, with a checkpoint: mend %s and run %s to train on "
+                           "from there", self.iter, "config error" if config else "error", "the config" if config else "the model",
+                           same_command(self.work_dir))
             raise err
         return self.final_metrics()
 
     @property
-    def stopping_for(self) -> Optional[ConfigError]:
-        """The config error this run stops for at its boundary (see :meth:`_stop_for`), raised once the hooks' ``after_train`` ran."""
+    def stopping_for(self) -> Optional[Exception]:
+        """The config (or model output) error this run stops for at its boundary (see :meth:`_stop_for`), raised once the hooks' ``after_train`` ran."""
         return self._deferred
 
     def _call_at_end(self, event: str) -> None:
@@ -649,12 +655,13 @@ class TrainerBase:
         try:
             for handler in handlers:
                 handler()
-        except ConfigError as err:
+        except STOPS_AT_BOUNDARY as err:
             self._stop_for(err, handlers, handler)
 
-    def _stop_for(self, err: ConfigError, handlers: Sequence[Callable[[], None]], failed: Callable[[], None]) -> None:
+    def _stop_for(self, err: Exception, handlers: Sequence[Callable[[], None]], failed: Optional[Callable[[], None]]) -> None:
         """A hook's :class:`ConfigError` at a step's or an epoch's end (``hooks.early_stopping.monitor`` naming a
-        metric that validation does not record, found only at the first validation). The training so far is
+        metric that validation does not record, found only at the first validation; val data that does not fit
+        the model), or a :class:`ModelOutputError` of the model in eval mode (``STOPS_AT_BOUNDARY``). The training so far is
         whole: the event's other hooks still run (the checkpointer's save among them), the run stops at this
         boundary as for a signal, with a checkpoint to resume from, and :meth:`train` then raises ``err``,
         rather than lose the epoch's training to a typo. Outside training (``validate()`` called on its own) it is raised."""
@@ -662,12 +669,12 @@ class TrainerBase:
             raise err
         if self._deferred is None:
             self._deferred = err
-            self.request_stop("a config error", interrupt=True)
-        for handler in handlers[list(handlers).index(failed) + 1:]:
+            self.request_stop("a config error" if isinstance(err, ConfigError) else f"a {type(err).__name__}", interrupt=True)
+        for handler in handlers[list(handlers).index(failed) + 1:] if failed is not None else ():
             try:
                 handler()
-            except ConfigError as more:
-                logger.error("Config error: %s", more)
+            except STOPS_AT_BOUNDARY as more:
+                logger.error("%s", f"Config error: {more}" if isinstance(more, ConfigError) else f"{type(more).__name__}: {more}")
 
     def _after_train(self) -> None:
         """Every hook's ``after_train``, even when one raises (each closes its files, writes its checkpoint).
@@ -728,7 +735,7 @@ class TrainerBase:
             try:  # costs nothing until it raises (Python 3.11+)
                 for handler in handlers["after_step"]:
                     handler()
-            except ConfigError as err:
+            except STOPS_AT_BOUNDARY as err:
                 self._stop_for(err, handlers["after_step"], handler)
             self._in_step = False
             self.iter += 1
@@ -899,9 +906,14 @@ class TrainerBase:
                 for name, value in _as_tensor_dict(out, self.model, "eval").items():
                     sums[name] = sums.get(name, 0) + value.detach().float().reshape(()) * n
                     counts[name] = counts.get(name, 0) + n
-        finally:
+        except BaseException:
             self.model.train(was_training)
             set_rng_state(training_rng)
+            for handler in self._handlers["val_failed"]:  # e.g. the EMA hook puts the model's weights back
+                handler()
+            raise
+        self.model.train(was_training)
+        set_rng_state(training_rng)
         if self.dist is not None:  # the metrics any rank returned, in one order on every rank
             names = list(dict.fromkeys(k for rank_names in distributed.all_gather_object(list(sums)) for k in rank_names))
         else:
@@ -1101,5 +1113,9 @@ class EpochTrainer(TrainerBase):
                 if self.epoch >= self.max_epochs or not self.train_epoch():
                     return
             else:
-                self.validate()
+                try:
+                    self.validate()
+                except STOPS_AT_BOUNDARY as err:  # at the phase's start: the mended rerun validates again
+                    self._stop_for(err, (), None)
+                    return
             self.phase_index += 1

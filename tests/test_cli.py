@@ -724,6 +724,57 @@ def test_a_monitor_typo_found_at_the_first_validation_stops_with_a_checkpoint_to
         assert torch.equal(got["model"][name], tensor), name
 
 
+def _same_final_weights(run: Path, ref: Path) -> None:
+    got, want = (torch.load(d / "checkpoints" / "final.pt", weights_only=False)["model"] for d in (run, ref))
+    for name, tensor in want.items():
+        assert torch.equal(got[name], tensor), name
+
+
+@pytest.mark.parametrize("phase", [["hooks=[default,ema]"], ["trainer.workflow=[[train,1],[val,1]]", "~hooks.evaluator"]],
+                         ids=["evaluator, EMA weights", "workflow val phase"])
+def test_val_data_that_does_not_fit_the_model_stops_with_a_checkpoint_and_the_mended_val_data_trains_on(phase, tmp_path):
+    """The error told to resize the model to the val data (which the train data then no longer fits), the rerun
+    with data.val mended was refused as another experiment, and the checkpoint saved at the stop held the EMA
+    weights swapped in for the failed validation as the model's own."""
+    args = [*FAST, "trainer.max_epochs=2", *phase]
+    proc = run_cli([*args, "hydra.run.dir=run", "data.val.shape=[1,4,4]"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out, out[-3000:]
+    assert "Config error: data.val does not fit the model: model.in_features=64, but each sample of the data has 16 " \
+           "features (shape [1, 4, 4]); make data.val's samples like data.train's" in out and "set model" not in out, out[-3000:]
+    assert "Stopped at iteration 8 for the config error below, with a checkpoint" in out  # an epoch: 256 samples, 32 a batch
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "iter_0000008.pt", weights_only=False)
+    if "ema" in saved["hooks"]:  # the model's own weights, not the EMA's that the validation had swapped in
+        assert not torch.equal(saved["model"]["net.1.weight"], saved["hooks"]["ema"]["ema"]["module.net.1.weight"])
+    proc = run_cli([*args, "hydra.run.dir=run"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Resumed from" in out and "data.val.shape: [1, 4, 4] -> [1, 8, 8]" in out, out[-3000:]
+    assert run_cli([*args, "hydra.run.dir=ref"], tmp_path).returncode == 0
+    _same_final_weights(tmp_path / "run", tmp_path / "ref")
+
+
+def test_a_model_whose_eval_output_the_trainer_cannot_take_stops_with_a_checkpoint_and_the_mended_model_trains_on(tmp_path):
+    """A forward that returns predictions in eval mode is found at the first validation: the epoch trained was lost."""
+    (tmp_path / "evalout.py").write_text(
+        "import os\n\nimport torch\n\n\nclass EvalOut(torch.nn.Module):\n    def __init__(self, **unused):\n"
+        "        super().__init__()\n        self.lin = torch.nn.Linear(64, 10)\n\n    def forward(self, batch):\n"
+        "        x, y = batch\n        logits = self.lin(x.flatten(1))\n"
+        "        loss = torch.nn.functional.cross_entropy(logits, y)\n        if self.training:\n            return loss\n"
+        "        return {'loss': loss} if os.environ.get('MENDED') else logits.argmax(1)\n")
+    args = [*FAST, "trainer.max_epochs=2", "model._target_=evalout.EvalOut", "objective=val/loss", "objective_mode=min"]
+    env = {"PYTHONPATH": str(tmp_path)}
+    proc = run_cli([*args, "hydra.run.dir=run"], tmp_path, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Run failed: ModelOutputError: EvalOut.forward returned a tensor of shape (32,) in eval " \
+           "mode" in out, out[-3000:]
+    assert "Stopped at iteration 8 for the error below, with a checkpoint: mend the model and run the same command" in out
+    mended = {**env, "MENDED": "1"}
+    proc = run_cli([*args, "hydra.run.dir=run"], tmp_path, env=mended)
+    assert proc.returncode == 0 and "Resumed from" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+    assert run_cli([*args, "hydra.run.dir=ref"], tmp_path, env=mended).returncode == 0
+    _same_final_weights(tmp_path / "run", tmp_path / "ref")
+
+
 def test_a_rerun_removes_the_half_written_record_files_a_killed_run_left(tmp_path):
     """A SIGKILL inside the atomic write of run.json (or .hydra/) left its temporary file in the run dir for good."""
     assert run_cli([*FAST, "hydra.run.dir=run", "trainer.max_epochs=1"], tmp_path).returncode == 0
