@@ -76,11 +76,11 @@ def compose(overrides: Sequence[str] = (), config_dir: Optional[str] = None) -> 
         try:
             return hydra_compose(config_name="config", overrides=overrides)
         except (MissingConfigException, ConfigCompositionException, OverrideParseException) as err:
-            raise ConfigError(composition_message(err)) from err
+            raise ConfigError(composition_message(err, overrides)) from err
         except ValueError as err:
             if isinstance(err, ConfigError) or not group_value_message(err):
                 raise
-            raise ConfigError(composition_message(err)) from err
+            raise ConfigError(composition_message(err, overrides)) from err
 
 
 def seed_everything(seed: int) -> None:
@@ -614,6 +614,7 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
 
     from launcher import distributed
     from launcher.rundir import mark_failed
+    from launcher.signals import chain_to
 
     logger.info("Starting %d worker processes (trainer.devices=%d); their logs: %s/train.log (rank 0), "
                 "train_rank<N>.log (others)", devices, devices, run_dir)
@@ -641,7 +642,7 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     metrics = data.get("metrics", {})
     value = metrics.get(cfg.objective, float("nan"))
     if status == "interrupted" and callable(previous) and previous is not signal.default_int_handler:
-        previous(received, None)  # e.g. submitit's handler, which requeues the job: rank 0's checkpoint is on disk
+        chain_to(previous, received)  # e.g. submitit's handler, which requeues the job: rank 0's checkpoint is on disk
     return RunResult(objective=float(value), metrics=metrics, status=status, run_dir=run_dir)
 
 

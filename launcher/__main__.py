@@ -150,7 +150,7 @@ def explain_config_errors() -> None:
                 if isinstance(err, ValueError) and not group_value_message(err):
                     raise  # not one of composition's: an error of the run, reported as Hydra reports it
                 try:
-                    message = composition_message(err)
+                    message = composition_message(err, sys.argv[1:])
                 except Exception:  # never hide the error behind a failure to explain it
                     raise err from None
                 print(f"Config error: {message}", file=sys.stderr)

@@ -417,17 +417,19 @@ def unknown_key_message(err: BaseException) -> Optional[str]:
     return f"{full}: no such key in {where or 'the config'}{source}{hint} {accepted}{add}"
 
 
-def missing_option_message(err: BaseException) -> Optional[str]:
+def missing_option_message(err: BaseException, overrides: Sequence[str] = ()) -> Optional[str]:
     """One line for a group option that does not exist (``model=resnet``, ``hooks=[default,earlystopping]``),
-    naming the close match and the options there are (Hydra's names the search path); else None."""
+    naming the close match and the options there are (Hydra's names the search path); else None. The
+    options are those of the config dirs ``overrides`` add (``hydra.searchpath=[...]``) too."""
     from hydra.core.global_hydra import GlobalHydra
 
     match = re.search(r"Could not (?:load|find) '([^']+)'", str(err))
     if not match or "/" not in match.group(1) or not GlobalHydra.instance().is_initialized():
         return None
     group, _, name = match.group(1).rpartition("/")
+    searchpath = [o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")][-1:]
     try:
-        options = GlobalHydra.instance().config_loader().get_group_options(group)
+        options = GlobalHydra.instance().config_loader().get_group_options(group, overrides=searchpath)
     except Exception:
         return None
     if not options:
@@ -492,11 +494,10 @@ def _missing_key_listing(path: str) -> Optional[str]:
     return ""
 
 
-def composition_message(err: BaseException) -> str:
+def composition_message(err: BaseException, overrides: Sequence[str] = ()) -> str:
     """Any error Hydra raises while composing the config (before anything runs), in one line that
-    names the key and the value and says what is accepted there."""
-    for special in (unknown_key_message, missing_option_message, group_value_message):
-        message = special(err)
+    names the key and the value and says what is accepted there; ``overrides``: those it was composed with."""
+    for message in (unknown_key_message(err), missing_option_message(err, overrides), group_value_message(err)):
         if message:
             return message
     text = str(err)

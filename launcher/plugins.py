@@ -199,7 +199,7 @@ def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader
             job_config = loader.load_sweep_config(config, list(overrides))
         except Exception as err:  # noqa: BLE001 -- composition's errors, explained as a single run's are
             try:
-                message = composition_message(err)
+                message = composition_message(err, [*config.hydra.overrides.get("hydra", ()), *overrides])
             except Exception:  # noqa: BLE001
                 message = f"{type(err).__name__}: {err}"
             raise ConfigError(f"{message} (sweep job {idx}: {' '.join(overrides)})") from None

@@ -168,4 +168,23 @@ class GracefulStop:
         """Call the handler that was installed before ours for the signal received, if it was a function."""
         previous = self._previous.get(self.received) if self.received is not None else None
         if callable(previous) and previous is not signal.default_int_handler:
-            previous(self.received, None)
+            chain_to(previous, self.received)
+
+
+def chain_to(previous: Callable[[int, Any], Any], signum: int) -> None:
+    """Hand a stop signal on to the handler installed before ours, once the run's checkpoint is on disk:
+    submitit's requeues the SLURM job. Where submitit declines (``UncompletedJobError``: the job timed out
+    more often than ``max_num_timeout`` allows), the run is still interrupted with its checkpoint, not failed:
+    say so and return, and the sweep reports it interrupted (rerun it to resume)."""
+    try:
+        previous(signum, None)
+    except Exception as err:
+        if type(err).__name__ != "UncompletedJobError":
+            raise
+        import logging
+
+        logging.getLogger("launcher").warning(
+            "SLURM job not requeued (submitit: %s); the run stopped interrupted, with its checkpoint: rerun the sweep to "
+            "resume it. hydra.launcher.max_num_timeout (3 unless set) is how often a job is requeued after a timeout, and "
+            "submitit counts a preemption as one once the job has run 80%% of timeout_min or all but its last 10 minutes",
+            str(err).replace("Job not requeued because: ", "").rstrip("."))

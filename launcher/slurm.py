@@ -46,11 +46,19 @@ class SlurmJob(SlurmLauncher):
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
         from launcher.signals import SignalLatch
 
-        with SignalLatch():  # over submitit's handlers: the run takes a held signal at its first step, then chains to them
+        import signal
+
+        with SignalLatch() as latch:  # over submitit's handlers: the run takes a held signal at its first step, then chains to them
             held = os.environ.pop(HELD_SIGNAL, None)
             if held:  # came before submitit's handlers were in place (see held_start)
                 os.kill(os.getpid(), int(held))
             ret = super().__call__(*args, **kwargs)
+            if ret.status == JobStatus.COMPLETED:
+                # Its result is in: a preemption or walltime signal from now on asks nothing of the job. Passed to
+                # submitit's handler it requeued a finished job; after it, Python's shutdown puts the default action
+                # back, and the signal ended the process (SLURM: FAILED, though the run had completed).
+                latch.received = None
+                latch.previous = {sig: signal.SIG_IGN for sig in latch.previous}
         if ret.status == JobStatus.FAILED and os.environ.get("SLURM_JOB_ID"):
             exit_failed_at_exit()
         return ret

@@ -330,10 +330,12 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
 
 def _write_files(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mode: str) -> None:
     best = best_row(rows, objective, mode)
-    # the objective first when it is another metric (a test/ one a hook records): the table ranks by it
-    keys = sorted({k for r in rows for k in r["metrics"] if k.startswith(("val/", "train/"))})
-    if objective not in keys and any(objective in r["metrics"] for r in rows):
-        keys.insert(0, objective)
+    # every final metric (your hooks' too) but the last step's timing and learning rate; val/ and train/ first,
+    # the objective in front when it is another metric (a test/ one a hook records): the table ranks by it
+    keys = sorted({k for r in rows for k in r["metrics"] if k not in ("time", "data_time", "lr") and not k.startswith("lr/")},
+                  key=lambda k: (not k.startswith("val/"), not k.startswith("train/"), k))
+    if objective in keys and not objective.startswith(("val/", "train/")):
+        keys.insert(0, keys.pop(keys.index(objective)))
     header = ["job", "overrides", "status", "seconds", *keys, "best"]
 
     buf = io.StringIO()

@@ -29,6 +29,21 @@ class Pace(HookBase):
         time.sleep(self.seconds)
 
 
+class PreemptAfterTheEnd(HookBase):
+    """SIGUSR2 (SLURM's preemption or walltime signal) to this process ``seconds`` after its run completed,
+    from another process: it lands while the job returns its result or Python shuts down."""
+
+    def __init__(self, seconds: float = 0.3, priority=None):
+        super().__init__(priority)
+        self.seconds = seconds
+
+    def after_train(self):
+        if self.trainer.status == "completed":
+            import subprocess
+
+            subprocess.Popen(["sh", "-c", f"sleep {self.seconds}; kill -USR2 {os.getpid()}"], start_new_session=True)
+
+
 class EpochTally(HookBase):
     """Puts the number of epochs ended at each epoch's end, after the epoch's validation (a lower priority):
     the value reaches the files at the next periodic write, after that iteration's row. Resumes its count."""

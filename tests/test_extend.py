@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -43,6 +44,22 @@ def test_experiment_bundle_and_searchpath_from_the_users_project(project):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = run_dirs(project / "outputs")
     assert read_run(run_dir)["metrics"]["val/accuracy"] > 0.5
+
+
+def test_a_misspelt_option_of_the_users_own_group_names_their_options_by_searchpath_too(project):
+    """Options from a config dir added with hydra.searchpath (or compose's config_dir) were left out of the list:
+    "model: there is no option 'bag_of_tokenz'. Available: cnn, mlp", as if the dir had not been found."""
+    import launcher
+    from launcher.errors import ConfigError
+
+    want = "there is no option 'bag_of_tokenz'; did you mean 'bag_of_tokens'? Available: bag_of_tokens, cnn, mlp"
+    for flags, model in (([], "model=bag_of_tokenz"), (["-m"], "model=bag_of_tokenz,mlp")):
+        proc = run_cli([*flags, f"hydra.searchpath=[file://{project / 'conf'}]", model], project)
+        assert proc.returncode == 2 and want in proc.stderr, proc.stderr[-3000:]
+    with pytest.raises(ConfigError, match=re.escape(f"model: {want}")):
+        launcher.compose(["model=bag_of_tokenz"], config_dir=str(project / "conf"))
+    with pytest.raises(ConfigError, match=re.escape("experiment: there is no option 'parityy'; did you mean 'parity'?")):
+        launcher.compose(["+experiment=parityy"], config_dir=str(project / "conf"))
 
 
 def test_built_in_experiment_bundle(tmp_path):

@@ -441,6 +441,50 @@ def test_a_job_stopped_by_scancel_term_stays_interrupted_and_a_one_job_sweep_see
     assert ",interrupted," in (sweep / "summary.csv").read_text()
 
 
+def test_a_job_out_of_requeues_is_interrupted_with_its_checkpoint_not_failed(tmp_path, cluster_env):
+    """Preempted once more than ``max_num_timeout`` allows (with timeout_min=10 submitit counts every preemption
+    as a timeout), submitit declines to requeue by raising from its signal handler, after the run's checkpoint
+    was written: the job was reported failed, with a traceback fragment, though a rerun resumes it."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", *SLURM, "hydra.launcher.max_num_timeout=0", "seed=0", "trainer.max_epochs=40", f"hydra.sweep.dir={sweep}",
+            "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=tmp_path, env=cluster_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    while not (sweep / "0" / "checkpoints" / "last").is_file():
+        assert proc.poll() is None and time.monotonic() < deadline, "the job did not checkpoint"
+        time.sleep(0.2)
+    job = read_run(sweep / "0")["submitit"]["job_id"]
+    subprocess.run(["scancel", "--signal=USR2", job], env=cluster_env, check=True)
+    out, _ = proc.communicate(timeout=300)
+    record = read_run(sweep / "0")
+    assert record["status"] == "interrupted" and record["stop_reason"] == "received SIGUSR2", out[-3000:]
+    assert proc.returncode == 75 and "was interrupted: stopped at iteration" in out, out[-3000:]
+    assert "UncompletedJobError" not in out and "Traceback" not in out and not (sweep / "0" / "failure.json").exists()
+    assert "SLURM job not requeued (submitit: timed-out too many times)" in (sweep / "0" / "train.log").read_text()
+    again = launch(args, tmp_path, cluster_env)
+    assert again.returncode == 0 and read_run(sweep / "0")["status"] == "completed", (again.stdout + again.stderr)[-3000:]
+    assert "Resumed from" in (sweep / "0" / "train.log").read_text()
+
+
+@pytest.mark.parametrize("seconds", [0.2, 0.6])
+def test_a_preemption_signal_after_the_run_completed_leaves_the_job_completed(seconds, tmp_path, cluster_env):
+    """SIGUSR2 while the job returned its result or Python shut down ended the process by the signal (Python's
+    shutdown puts the default action back): SLURM recorded a completed run FAILED, 140:0 (afterok, --mail-type)."""
+    sweep = tmp_path / "sweep"
+    proc = launch(["-m", *SLURM, "seed=0", "trainer.max_epochs=1", f"hydra.sweep.dir={sweep}",
+                   "+hooks.late._target_=pace.PreemptAfterTheEnd", f"+hooks.late.seconds={seconds}", *FAST], tmp_path, cluster_env)
+    assert proc.returncode == 0 and read_run(sweep / "0")["status"] == "completed", (proc.stdout + proc.stderr)[-3000:]
+    job = read_run(sweep / "0")["submitit"]["job_id"]
+    state = ("RUNNING", None)
+    deadline = time.monotonic() + 60
+    while state[0] in ("RUNNING", "COMPLETING", "PENDING") and time.monotonic() < deadline:
+        time.sleep(0.5)  # the signal lands after the sweep has its result: let it, then ask SLURM
+        state = _job_state(job, cluster_env)
+    assert state == ("COMPLETED", "0:0"), state
+    assert read_run(sweep / "0")["attempt"] == 1  # not requeued either
+
+
 @pytest.mark.parametrize("launcher", ["slurm", "slurm_detached"])
 def test_a_sweep_sbatch_refuses_is_one_line_naming_what_it_said(launcher, tmp_path, cluster_env):
     proc = launch(["-m", f"hydra/launcher={launcher}", *SLURM[1:], "hydra.launcher.partition=nope", "seed=0,1", *FAST],

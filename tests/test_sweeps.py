@@ -466,12 +466,13 @@ def test_the_summary_shows_the_objective_it_ranks_by_when_it_is_neither_a_train_
         (tmp_path / str(job)).mkdir()
         (tmp_path / str(job) / "run.json").write_text(json.dumps(
             {"status": "completed", "overrides": [f"seed={job}"], "seconds": 1.0,
-             "metrics": {"test/acc": value, "val/loss": 1.0 - value, "custom/other": 3.0}}))
+             "metrics": {"test/acc": value, "val/loss": 1.0 - value, "custom/other": 3.0, "time": 0.1, "lr": 0.01}}))
     write_summary(tmp_path, "test/acc", "max")
     header, _, *lines = [line for line in (tmp_path / "summary.md").read_text().splitlines() if line.startswith("|")]
-    assert header == "| job | overrides | status | seconds | test/acc | val/loss | best |"
-    assert lines[1] == "| 1 | `seed=1` | done | 1.0 | 0.75 | 0.25 | **best** |"
-    assert (tmp_path / "summary.csv").read_text().splitlines()[0] == "job,overrides,status,seconds,test/acc,val/loss,best"
+    # a hook's own metric is a final metric too; the last step's time and lr are not results
+    assert header == "| job | overrides | status | seconds | test/acc | val/loss | custom/other | best |"
+    assert lines[1] == "| 1 | `seed=1` | done | 1.0 | 0.75 | 0.25 | 3 | **best** |"
+    assert (tmp_path / "summary.csv").read_text().splitlines()[0] == "job,overrides,status,seconds,test/acc,val/loss,custom/other,best"
 
 
 def test_a_job_whose_objective_is_nan_is_never_the_best(tmp_path):
