@@ -409,9 +409,13 @@ class AttachedSlurmLauncher(SlurmLauncher):
             sweep_dir = Path(str(self.config.hydra.sweep.dir))
             running = [str(j.job_id) for j, _, _ in jobs + attached]
             arrays = sorted({i.split("_")[0] for i in running})
+            from launcher.rundir import same_sweep
+
             log.warning("%s: stopped waiting; the %d SLURM job(s) go on (%s). Follow them: python -m launcher.summary %s; "
-                        "stop them: scancel %s (each then writes a checkpoint, as on preemption)", name, len(running),
-                        ", ".join(running) or "none submitted yet", sweep_dir, " ".join(arrays) or "<job id>")
+                        "wait for them again: rerun %s (jobs SLURM holds are not submitted again); stop them: scancel %s "
+                        "(each then writes a checkpoint, as on preemption)", name, len(running),
+                        ", ".join(running) or "none submitted yet", sweep_dir, same_sweep(self.config),
+                        " ".join(arrays) or "<job id>")
             raise SystemExit(130 if name == "SIGINT" else 143) from None
 
     def __reduce__(self) -> Any:

@@ -777,10 +777,11 @@ class TrainerBase:
                            self.rank, self.inner_iter)
 
     def epoch_text(self, epoch: int) -> str:
-        """The 0-based ``epoch`` as the console shows it: from 1, out of ``max_epochs`` where that is known."""
+        """The 0-based ``epoch`` as the console shows it: from 1, out of ``max_epochs`` where that is known (a
+        checkpoint of a longer run, resumed in a shorter one, shows its own: ``3/2``)."""
         if self.max_epochs is None:
             return str(epoch + 1)
-        return f"{min(epoch + 1, self.max_epochs)}/{self.max_epochs}"
+        return f"{epoch + 1}/{self.max_epochs}"
 
     def _epoch_batches(self) -> Iterator:
         """An iterator over the current epoch's batches, past the ``inner_iter`` already trained on."""

@@ -686,6 +686,16 @@ def test_the_advice_to_resume_a_run_in_a_dated_dir_names_the_dir(sweep, tmp_path
     assert run_dirs(tmp_path / "outputs") == [found] and read_run(found)["status"] == "completed"
 
 
+def test_the_resume_line_names_the_checkpoints_own_epoch_when_the_rerun_is_shorter(tmp_path):
+    """Stopped at the end of epoch 3 and rerun with trainer.max_epochs=2, it said "(the end of epoch 2/2)"."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    args = [*FAST, "hydra.run.dir=run", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0"]
+    assert run_cli([*args, "trainer.max_epochs=6", "+hooks.pace.signal_after=23"], tmp_path, env=env).returncode == 75
+    proc = run_cli([*args, "trainer.max_epochs=2"], tmp_path, env=env)
+    out = proc.stdout + proc.stderr
+    assert "at iteration 24 (the end of epoch 3/2)" in out and "past this run's length" in out, out[-3000:]
+
+
 PLATEAU = ["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.ReduceLROnPlateau",
            "+hooks.lr_scheduler.scheduler.patience=0", "+hooks.lr_scheduler.scheduler.threshold_mode=abs",
            "+hooks.lr_scheduler.scheduler.threshold=10"]  # the first validation is the best: each later one halves the lr
