@@ -334,7 +334,9 @@ def _first_line(err: BaseException) -> str:
 def build(key: str, node: Any, **kwargs: Any) -> Any:
     """``instantiate(node, **kwargs)``; any failure becomes a :class:`ConfigError` naming ``key``."""
     if isinstance(node, DictConfig) and "_target_" not in node:
-        raise ConfigError(f"{key}: no _target_ given; set {key}._target_ to the class or function to build")
+        close = difflib.get_close_matches("_target_", [str(k) for k in node.keys()], n=1, cutoff=0.6)
+        hint = f" ({key}.{close[0]} is there: a misspelt _target_?)" if close else ""
+        raise ConfigError(f"{key}: no _target_ given{hint}; set {key}._target_ to the class or function to build")
     misfit = _misfit(key, node)
     if misfit:
         raise ConfigError(misfit)

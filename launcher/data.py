@@ -13,6 +13,7 @@ run's own random state, which checkpoints hold, covers the loading.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import sys
 from pathlib import Path
@@ -94,7 +95,8 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
     file = Path(path).expanduser()
     if not file.is_file():
         what = "is a directory" if file.is_dir() else "does not exist"
-        raise FileNotFoundError(f"data file {str(file)!r} {what} (expected a .npz or .pt file)")
+        where = "" if file.is_absolute() else f", relative to the current directory {os.getcwd()}"
+        raise FileNotFoundError(f"data file {str(file)!r} {what} (expected a .npz or .pt file{where})")
     try:
         if file.suffix == ".npz":
             with np.load(file) as npz:

@@ -221,7 +221,7 @@ MISFITS = [
                                                  "set model.in_channels=3"]),
     (["data=arrays", "data.train.path=labels.npz", "data.val.path=labels.npz", "model.in_features=4"],
      ["'y' holds non-integer values (0.5)", "store them as integers"]),
-    (["data=arrays", "data.train.path=.", "data.val.path=."], ["is a directory (expected a .npz or .pt file)"]),
+    (["data=arrays", "data.train.path=.", "data.val.path=."], ["is a directory (expected a .npz or .pt file, relative to the current directory"]),
     # a traceback from the first step, each
     (["data=arrays", "data.train.path=onehot.npz", "data.val=null", "model.in_features=4"],
      ["'y' has shape (8, 2); targets are one class number per sample, shape (8,) (one-hot rows? store y.argmax(1))"]),

@@ -123,7 +123,8 @@ def test_schema_rejects_typos_and_wrong_types_while_composing(override, words):
         ({"_target_": "launcher.models.MLPP"}, "model._target_: cannot import 'launcher.models.MLPP': 'launcher.models' has no attribute 'MLPP'; did you mean 'launcher.models.MLP'?"),
         ({"_target_": "nopkg.Net"}, "no module named 'nopkg'"),
         ({"_target_": "launcher.models.MLP", "widht": 3}, "launcher.models.MLP rejected the config: MLP.__init__() got an unexpected keyword argument 'widht'; launcher.models.MLP accepts: in_features, hidden, num_classes, dropout"),
-        ({"in_features": 3}, "model: no _target_ given"),
+        ({"in_features": 3}, "model: no _target_ given; set model._target_"),
+        ({"_taget_": "launcher.models.MLP"}, "model: no _target_ given (model._taget_ is there: a misspelt _target_?)"),
         ({"_target_": "launcher.trainer.EpochTrainer", "max_epochs": 3, "max_epoch": 3}, "got an unexpected keyword argument 'max_epoch'; launcher.trainer.EpochTrainer accepts: max_epochs, workflow, model, optimizer, data, hooks, device, work_dir"),
     ],
 )
