@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import Any, Dict, Mapping, Optional
 
 from hooks.base import HookBase, Priority
 
@@ -26,6 +26,9 @@ class Evaluator(HookBase):
         self.by_epoch = by_epoch
         self.at_end = at_end
         self._enabled = True  # false when the data has no val set
+        # a validation that raised (val data that does not fit the model, its eval output), for which the run may have
+        # stopped at that boundary with a checkpoint (TrainerBase._stop_for): the mended rerun does it first
+        self._missed = False
         if by_epoch:  # the other periodic event has nothing to do: the trainer skips it (see HookBase)
             self.after_step = None  # type: ignore[assignment]
         else:
@@ -35,14 +38,27 @@ class Evaluator(HookBase):
         if self.trainer.val_loader is None:
             logger.warning("hooks.evaluator: the data config has no val set (data.val is null); no validation will run")
             self._enabled = False
+        elif self._missed:  # at the first step boundary, once every hook is ready (the writers' files open)
+            self.trainer.call_at_boundary(self._validate)
+
+    def _validate(self) -> None:
+        self._missed = True
+        self.trainer.validate()
+        self._missed = False
 
     def after_step(self) -> None:
         if self._enabled and not self.by_epoch and (self.trainer.iter + 1) % self.period == 0:
-            self.trainer.validate()
+            self._validate()
 
     def after_epoch(self) -> None:
         if self._enabled and self.by_epoch and (self.trainer.epoch + 1) % self.period == 0:
-            self.trainer.validate()
+            self._validate()
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"missed": self._missed}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._missed = bool(state.get("missed"))
 
     def after_train(self) -> None:
         t = self.trainer

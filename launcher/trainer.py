@@ -367,6 +367,7 @@ class TrainerBase:
         self.stop_reason: Optional[str] = None
         self._interrupt = False
         self._deferred: Optional[Exception] = None  # a hook's config error at a step's or epoch's end: see _stop_for
+        self._val_raised_under_ddp = False  # a rank's validation pass raised: its peers may wait in a collective
         self._at_boundary: List[Callable[[], None]] = []
         self._in_step = False  # between before_step and the end of after_step
         self._rng_to_restore: Optional[Dict[str, Any]] = None
@@ -637,9 +638,10 @@ class TrainerBase:
             from launcher.rundir import same_command
 
             config = isinstance(err, ConfigError)
-            logger.warning("Stopped at iteration %d for the %s below, with a checkpoint: mend %s and run %s to train on "
-                           "from there", self.iter, "config error" if config else "error", "the config" if config else "the model",
-                           same_command(self.work_dir))
+            if self.is_main:
+                logger.warning("Stopped at iteration %d for the %s below, with a checkpoint: mend %s and run %s to train "
+                               "on from there", self.iter, "config error" if config else "error",
+                               "the config" if config else "the model", same_command(self.work_dir))
             raise err
         return self.final_metrics()
 
@@ -665,7 +667,10 @@ class TrainerBase:
         whole: the event's other hooks still run (the checkpointer's save among them), the run stops at this
         boundary as for a signal, with a checkpoint to resume from, and :meth:`train` then raises ``err``,
         rather than lose the epoch's training to a typo. Outside training (``validate()`` called on its own) it is raised."""
-        if self.status != "running":
+        if self.status != "running" or self._val_raised_under_ddp:
+            # Under DDP the other ranks may be inside the validation's collectives (one rank's val batch did not fit,
+            # its model's eval output): stopping at the boundary would wait on them for the process group's timeout.
+            # Raised, the rank fails at once and the launcher names it and its error.
             raise err
         if self._deferred is None:
             self._deferred = err
@@ -912,6 +917,7 @@ class TrainerBase:
             set_rng_state(training_rng)
             for handler in self._handlers["val_failed"]:  # e.g. the EMA hook puts the model's weights back
                 handler()
+            self._val_raised_under_ddp = self.dist is not None
             raise
         self.model.train(was_training)
         set_rng_state(training_rng)

@@ -735,18 +735,28 @@ def test_a_monitor_typo_found_at_the_first_validation_stops_with_a_checkpoint_to
 
 
 def _same_final_weights(run: Path, ref: Path) -> None:
+    """The same final weights, and each train/ and val/ metric logged at the same iterations with the same values."""
     got, want = (torch.load(d / "checkpoints" / "final.pt", weights_only=False)["model"] for d in (run, ref))
     for name, tensor in want.items():
         assert torch.equal(got[name], tensor), name
+    logged = [[{k: v for k, v in json.loads(line).items() if k == "iter" or k.startswith(("train/", "val/"))}
+               for line in (d / "metrics.jsonl").read_text().splitlines()] for d in (run, ref)]
+    assert logged[0] == logged[1]
 
 
-@pytest.mark.parametrize("phase", [["hooks=[default,ema]"], ["trainer.workflow=[[train,1],[val,1]]", "~hooks.evaluator"]],
-                         ids=["evaluator, EMA weights", "workflow val phase"])
+# early stopping judges the validation the stop skipped: val/loss "improves" only upward, so the second one stops the run
+STOPS_AT_THE_SECOND = ["hooks.early_stopping.mode=max", "hooks.early_stopping.patience=1"]
+
+
+@pytest.mark.parametrize("phase", [["hooks=[default,ema,early_stopping]", *STOPS_AT_THE_SECOND],
+                                   ["trainer.workflow=[[train,1],[val,1]]", "~hooks.evaluator"]],
+                         ids=["evaluator, EMA weights, early stopping", "workflow val phase"])
 def test_val_data_that_does_not_fit_the_model_stops_with_a_checkpoint_and_the_mended_val_data_trains_on(phase, tmp_path):
     """The error told to resize the model to the val data (which the train data then no longer fits), the rerun
     with data.val mended was refused as another experiment, and the checkpoint saved at the stop held the EMA
-    weights swapped in for the failed validation as the model's own."""
-    args = [*FAST, "trainer.max_epochs=2", *phase]
+    weights swapped in for the failed validation as the model's own; the mended run then skipped the validation
+    (its early stopping and metrics rows were not the uninterrupted run's)."""
+    args = [*FAST, "trainer.max_epochs=4", *phase]
     proc = run_cli([*args, "hydra.run.dir=run", "data.val.shape=[1,4,4]"], tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in out, out[-3000:]
@@ -771,7 +781,8 @@ def test_a_model_whose_eval_output_the_trainer_cannot_take_stops_with_a_checkpoi
         "        x, y = batch\n        logits = self.lin(x.flatten(1))\n"
         "        loss = torch.nn.functional.cross_entropy(logits, y)\n        if self.training:\n            return loss\n"
         "        return {'loss': loss} if os.environ.get('MENDED') else logits.argmax(1)\n")
-    args = [*FAST, "trainer.max_epochs=2", "model._target_=evalout.EvalOut", "objective=val/loss", "objective_mode=min"]
+    args = [*FAST, "trainer.max_epochs=4", "model._target_=evalout.EvalOut", "objective=val/loss", "objective_mode=min",
+            "hooks=[default,early_stopping]", *STOPS_AT_THE_SECOND]
     env = {"PYTHONPATH": str(tmp_path)}
     proc = run_cli([*args, "hydra.run.dir=run"], tmp_path, env=env)
     out = proc.stdout + proc.stderr

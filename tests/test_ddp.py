@@ -138,6 +138,28 @@ def test_a_config_error_found_in_the_workers_is_one_line_and_exit_status_2(tmp_p
     assert record["status"] == "failed" and record["exit_code"] == 2 and record["error"].startswith("ConfigError: optimizer")
 
 
+def test_a_validation_error_on_one_rank_fails_the_run_at_once_naming_it(tmp_path):
+    """Stopping at the boundary for an error in one rank's validation (here its model's eval output) left that
+    rank at the boundary's all-reduce while the others waited in the validation's: a hang until gloo's timeout
+    (5 minutes), with the error never shown."""
+    (tmp_path / "rank1eval.py").write_text(
+        "import torch\nimport torch.distributed as dist\n\n\nclass Net(torch.nn.Module):\n"
+        "    def __init__(self, **unused):\n        super().__init__()\n        self.lin = torch.nn.Linear(64, 10)\n\n"
+        "    def forward(self, batch):\n        x, y = batch\n        logits = self.lin(x.flatten(1))\n"
+        "        loss = torch.nn.functional.cross_entropy(logits, y)\n"
+        "        if self.training or dist.get_rank() == 0:\n            return loss if self.training else {'loss': loss}\n"
+        "        return logits\n")
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(tmp_path), ENV["PYTHONPATH"]])}
+    started = time.monotonic()
+    proc = subprocess.run(cli(*DATA, "trainer.max_epochs=2", "trainer.devices=2", "model._target_=rank1eval.Net",
+                              "objective=val/loss", "objective_mode=min", "hydra.run.dir=run"),
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "rank 1 failed: " in out and "ModelOutputError" in out, out[-3000:]
+    assert time.monotonic() - started < 60, out[-3000:]
+    assert read_run(tmp_path / "run")["status"] == "failed"
+
+
 # 704 train samples: 11 steps per epoch. The writers' period (7) divides neither that nor the checkpoints'
 # period (20), so a checkpoint holds values recorded since the last write (a read averages them over the ranks).
 RESUMABLE = ["data=synthetic", "data.train.size=880", "+hooks.dump._target_=ddp_probe.DumpWeights", "data.batch_size=32",
