@@ -134,8 +134,10 @@ class StopJobsOnSignal:
                     with contextlib.suppress(OSError):
                         if _alive(pid):
                             os.kill(pid, signal.SIGTERM)
-        log.warning("Sweep stopped by %s. Run the same command with hydra.sweep.dir=%s to resume it: finished jobs "
-                    "are not run again, stopped ones resume from their checkpoints", name, self.sweep_dir)
+        from launcher.rundir import override_for_shell
+
+        log.warning("Sweep stopped by %s. Run the same command with %s to resume it: finished jobs are not run again, "
+                    "stopped ones resume from their checkpoints", name, override_for_shell("hydra.sweep.dir", str(self.sweep_dir)))
         raise SystemExit(EXIT_INTERRUPTED)
 
 

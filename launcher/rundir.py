@@ -87,9 +87,19 @@ def same_sweep(config: Any) -> str:
 
 
 def _naming_dated_dir(node: Mapping[str, Any], key: str, where: Path) -> str:
+    return f" with {override_for_shell(key, str(where))}" if "${now:" in str(node.get("dir")) else ""
+
+
+def override_for_shell(key: str, value: str) -> str:
+    """``key=value`` as typed in a shell, quoted for Hydra's override grammar (a path with ``(``, ``,`` or ``'``
+    is one quoted string there) and then for the shell."""
+    import re
     import shlex
 
-    return f" with {key}={shlex.quote(str(where))}" if "${now:" in str(node.get("dir")) else ""
+    if re.fullmatch(r"[A-Za-z0-9_./:@+-]+", value):
+        return f"{key}={value}"
+    override = f"{key}='{value.replace(chr(39), chr(92) + chr(39))}'"
+    return f'"{override}"' if not re.search(r'["$`\\!]', override) else shlex.quote(override)
 
 
 def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -674,16 +676,21 @@ def test_the_advice_to_resume_a_run_in_a_dated_dir_names_the_dir(sweep, tmp_path
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
     args = [*FAST, "trainer.max_epochs=2", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0", "+hooks.pace.signal_after=5"]
     args = ["-m", "hydra/launcher=basic", *args] if sweep else args
-    proc = run_cli(args, tmp_path, env=env)
+    cwd = tmp_path / "copy (2), it's"  # Hydra's override grammar takes such a path only quoted, and the shell's quotes go first
+    cwd.mkdir()
+    proc = run_cli(args, cwd, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 75, out[-3000:]
-    (found,) = run_dirs(tmp_path / "outputs")
+    (found,) = run_dirs(cwd / "outputs")
     where = found.parent if sweep else found
     key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
-    assert f"Run the same command with {key}={where} to resume." in out, out[-3000:]
-    proc = run_cli([*args, f"{key}={where}"], tmp_path, env=env)
+    advice = re.search(r"Run the same command with (.*) to resume\.", out)
+    assert advice, out[-3000:]
+    (typed,) = shlex.split(advice.group(1))  # as a shell reads it
+    assert typed == f"{key}='{where}'".replace("it's", "it\\'s"), typed
+    proc = run_cli([*args, typed], cwd, env=env)
     assert proc.returncode == 0 and "Resumed from" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
-    assert run_dirs(tmp_path / "outputs") == [found] and read_run(found)["status"] == "completed"
+    assert run_dirs(cwd / "outputs") == [found] and read_run(found)["status"] == "completed"
 
 
 def test_the_resume_line_names_the_checkpoints_own_epoch_when_the_rerun_is_shorter(tmp_path):
