@@ -145,8 +145,8 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
 
     for path, idx in job_dirs.items():
         recorded = recorded_overrides(path)
-        if recorded is None:
-            continue
+        if recorded is None or _failed_for_its_config(path):
+            continue  # a job whose value was refused is rerun with the value mended (its run checks what it may change)
         if _swept_values(recorded, swept) != _swept_values(jobs[idx], swept):
             keys = {k.lstrip("+") for k in swept}
             was = " ".join(o for o in recorded if o.partition("=")[0].lstrip("+") in keys) or "no swept value"
@@ -155,6 +155,16 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
                 f"hydra.sweep.dir={config.hydra.sweep.dir} holds another sweep: its job {idx} ran [{was}], this "
                 f"sweep's job {idx} is [{now}]; jobs are numbered by their place in the sweep, so give this sweep a "
                 f"new hydra.sweep.dir (the same command as that sweep's resumes it)")
+
+
+def _failed_for_its_config(job_dir: Path) -> bool:
+    """Whether the job's last attempt ended on a config error (``run.json``: failed, exit status 2): its swept value,
+    say, was refused, and the run may have stopped there with a checkpoint for the mended sweep to go on from."""
+    try:
+        record = json.loads((Path(job_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("status") == "failed" and record.get("exit_code") == 2
 
 
 COMPOSE_AHEAD = 32  # jobs composed before a sweep starts, at most

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import FAST, read_run, run_cli, run_dirs
 
@@ -219,6 +220,25 @@ def test_a_sweep_with_other_values_is_refused_in_a_sweep_dir_holding_another_swe
     again = run_cli([*base, "optimizer.lr=0.05,0.1"], tmp_path)  # the sweep it holds: nothing to train, all done
     assert again.returncode == 0 and "Sweep of 2 job(s): 2 done" in again.stdout
     assert "| failed |" not in (sweep / "summary.md").read_text()
+
+
+def test_a_swept_value_refused_at_the_first_validation_is_mended_in_the_same_sweep_dir(tmp_path):
+    """A job that stopped with a checkpoint for its swept value (a monitor typo, found at the first validation) was
+    told to mend it and rerun; the mended sweep was refused as another sweep, and the checkpoint never used."""
+    base = ["-m", "hydra/launcher=basic", "trainer.max_epochs=3", "hooks=[default,early_stopping]", *FAST]
+    sweep = tmp_path / "sweep"
+    proc = run_cli([*base, f"hydra.sweep.dir={sweep}", "hooks.early_stopping.monitor=val/loss,val/los"], tmp_path)
+    assert proc.returncode == 1 and "did you mean hooks.early_stopping.monitor=val/loss?" in proc.stdout + proc.stderr
+    assert (sweep / "1" / "checkpoints" / "iter_0000008.pt").is_file()
+    proc = run_cli([*base, f"hydra.sweep.dir={sweep}", "hooks.early_stopping.monitor=val/loss,val/accuracy"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Sweep of 2 job(s): 2 done" in out, out[-3000:]
+    assert "Resumed from" in (sweep / "1" / "train.log").read_text()
+    ref = tmp_path / "ref"
+    assert run_cli([*base, f"hydra.sweep.dir={ref}", "hooks.early_stopping.monitor=val/loss,val/accuracy"], tmp_path).returncode == 0
+    got, want = (torch.load(d / "1" / "checkpoints" / "final.pt", weights_only=False) for d in (sweep, ref))
+    assert all(torch.equal(got["model"][k], v) for k, v in want["model"].items())
+    assert got["hooks"]["early_stopping"] == want["hooks"]["early_stopping"]
 
 
 def test_each_run_logs_its_hyperparameters_and_final_metrics_to_tensorboard_hparams(tmp_path):
