@@ -701,6 +701,12 @@ class TrainerBase:
                 else:
                     first = err
         if first is not None:
+            if isinstance(first, STOPS_AT_BOUNDARY) and self.status in ("completed", "stopped") and self.is_main:
+                from launcher.rundir import same_command  # the validation at the end, say: the training itself is whole
+
+                logger.warning("Trained to iteration %d, its final checkpoint saved; what the run does at its end failed for "
+                               "the error below: mend %s and run %s to finish it from there", self.iter,
+                               "the config" if isinstance(first, ConfigError) else "the model", same_command(self.work_dir))
             self.status = "failed"
             raise first
 

@@ -780,6 +780,22 @@ def test_val_data_that_does_not_fit_the_model_stops_with_a_checkpoint_and_the_me
     _same_final_weights(tmp_path / "run", tmp_path / "ref")
 
 
+def test_val_data_that_fails_only_the_validation_at_the_end_keeps_the_training_and_the_mended_run_finishes_it(tmp_path):
+    """It ended with the config error alone, no word of final.pt, which a failed run otherwise never writes."""
+    args = [*FAST, "trainer.max_epochs=3", "hooks.evaluator.period=10", "hydra.run.dir=run"]
+    proc = run_cli([*args, "data.val.shape=[1,4,4]"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Config error: data.val does not fit the model" in out, out[-3000:]
+    assert "Trained to iteration 24, its final checkpoint saved; what the run does at its end failed for the error below: " \
+           "mend the config and run the same command to finish it from there" in out
+    assert read_run(tmp_path / "run")["status"] == "failed"
+    proc = run_cli(args, tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Resumed from" in out and "final.pt at iteration 24" in out, out[-3000:]
+    record = read_run(tmp_path / "run")
+    assert record["status"] == "completed" and "val/accuracy" in record["metrics"]
+
+
 def test_a_model_whose_eval_output_the_trainer_cannot_take_stops_with_a_checkpoint_and_the_mended_model_trains_on(tmp_path):
     """A forward that returns predictions in eval mode is found at the first validation: the epoch trained was lost."""
     (tmp_path / "evalout.py").write_text(
