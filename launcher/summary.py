@@ -336,6 +336,8 @@ def _write_files(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mo
                   key=lambda k: (not k.startswith("val/"), not k.startswith("train/"), k))
     if objective in keys and not objective.startswith(("val/", "train/")):
         keys.insert(0, keys.pop(keys.index(objective)))
+    elif objective not in keys and any(objective in r["metrics"] for r in rows):  # ranked by lr, say: shown too
+        keys.insert(0, objective)
     header = ["job", "overrides", "status", "seconds", *keys, "best"]
 
     buf = io.StringIO()
@@ -389,6 +391,8 @@ def _error_lines(path: str, job: int, n: int) -> List[str]:
 
 def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) -> str:
     """One screen at the end of a sweep: each failed job, its overrides, its log and its error's last lines."""
+    from launcher.rundir import same_command
+
     failed = [r for r in rows if r["status"] == "failed"]
     if not failed:
         return ""
@@ -402,7 +406,21 @@ def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) 
         elif submitit:
             out.append(f"    log: {submitit} (submitit's; the run wrote none)")
         out += [f"    | {line}" for line in _error_lines(log, r["job"], lines)]
+        resumable = _stopped_with_a_checkpoint(Path(r["dir"]))
+        if resumable:
+            out.append(f"    it stopped with a checkpoint: mend {resumable} and run {same_command(Path(r['dir']))} to train it on")
     return "\n".join(out)
+
+
+def _stopped_with_a_checkpoint(job_dir: Path) -> Optional[str]:
+    """What to mend ("the config", "the model") of a job that stopped for an error found at a boundary (a value or a
+    model output that only validation shows) with a checkpoint to train on from; None for any other failure."""
+    from launcher.files import candidates
+
+    record = _read_json(job_dir / "run.json")
+    error = str(record.get("error") or "")
+    what = "the config" if record.get("exit_code") == 2 else "the model" if error.startswith("ModelOutputError") else None
+    return what if what and candidates(job_dir / "checkpoints") else None
 
 
 def attempts_so_far(sweep_dir: Path) -> Dict[str, int]:

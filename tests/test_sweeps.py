@@ -228,7 +228,10 @@ def test_a_swept_value_refused_at_the_first_validation_is_mended_in_the_same_swe
     base = ["-m", "hydra/launcher=basic", "trainer.max_epochs=3", "hooks=[default,early_stopping]", *FAST]
     sweep = tmp_path / "sweep"
     proc = run_cli([*base, f"hydra.sweep.dir={sweep}", "hooks.early_stopping.monitor=val/loss,val/los"], tmp_path)
-    assert proc.returncode == 1 and "did you mean hooks.early_stopping.monitor=val/loss?" in proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "did you mean hooks.early_stopping.monitor=val/loss?" in out, out[-3000:]
+    assert "it stopped with a checkpoint: mend the config and run the same command to train it on" in out  # job 1 only
+    assert out.count("it stopped with a checkpoint") == 1
     assert (sweep / "1" / "checkpoints" / "iter_0000008.pt").is_file()
     proc = run_cli([*base, f"hydra.sweep.dir={sweep}", "hooks.early_stopping.monitor=val/loss,val/accuracy"], tmp_path)
     out = proc.stdout + proc.stderr
@@ -493,6 +496,8 @@ def test_the_summary_shows_the_objective_it_ranks_by_when_it_is_neither_a_train_
     assert header == "| job | overrides | status | seconds | test/acc | val/loss | custom/other | best |"
     assert lines[1] == "| 1 | `seed=1` | done | 1.0 | 0.75 | 0.25 | 3 | **best** |"
     assert (tmp_path / "summary.csv").read_text().splitlines()[0] == "job,overrides,status,seconds,test/acc,val/loss,custom/other,best"
+    write_summary(tmp_path, "lr", "min")  # ranked by a metric the table leaves out: it is shown
+    assert (tmp_path / "summary.csv").read_text().splitlines()[0] == "job,overrides,status,seconds,lr,val/loss,custom/other,test/acc,best"
 
 
 def test_a_job_whose_objective_is_nan_is_never_the_best(tmp_path):
