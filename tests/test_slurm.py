@@ -412,6 +412,17 @@ def test_a_job_killed_outright_is_one_failed_job_and_the_sweep_ends(tmp_path, cl
     assert rows.count(",failed,") == 1 and rows.count(",done,") == 1, rows
 
 
+def _sweep_with_a_checkpoint(args, job_dir: Path, cwd: Path, env) -> tuple:
+    """The sweep of ``args`` started, once its job ``job_dir`` has written a checkpoint: its process and SLURM job id."""
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    while not (job_dir / "checkpoints" / "last").is_file():
+        assert proc.poll() is None and time.monotonic() < deadline, "the job did not checkpoint"
+        time.sleep(0.2)
+    return proc, read_run(job_dir)["submitit"]["job_id"]
+
+
 def test_a_job_stopped_by_scancel_term_stays_interrupted_and_a_one_job_sweep_sees_it_end(tmp_path, cluster_env):
     """scancel --signal=TERM: the run checkpoints and ends (exit 75) without a result for submitit. The sweep
     recorded it failed (run.json rewritten, failure.json, summary); and a one-job sweep, whose job is a plain
@@ -419,13 +430,7 @@ def test_a_job_stopped_by_scancel_term_stays_interrupted_and_a_one_job_sweep_see
     sweep = tmp_path / "sweep"
     args = ["-m", *SLURM, "seed=0", "trainer.max_epochs=40", f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace",
             "+hooks.pace.seconds=0.05", *FAST]
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=tmp_path, env=cluster_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 240
-    while not (sweep / "0" / "checkpoints" / "last").is_file():
-        assert proc.poll() is None and time.monotonic() < deadline, "the job did not checkpoint"
-        time.sleep(0.2)
-    job = read_run(sweep / "0")["submitit"]["job_id"]
+    proc, job = _sweep_with_a_checkpoint(args, sweep / "0", tmp_path, cluster_env)
     assert "_" not in job  # a plain job
     subprocess.run(["scancel", "--signal=TERM", job], env=cluster_env, check=True)
     stopped = time.monotonic()
@@ -448,13 +453,7 @@ def test_a_job_out_of_requeues_is_interrupted_with_its_checkpoint_not_failed(tmp
     sweep = tmp_path / "sweep"
     args = ["-m", *SLURM, "hydra.launcher.max_num_timeout=0", "seed=0", "trainer.max_epochs=40", f"hydra.sweep.dir={sweep}",
             "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=tmp_path, env=cluster_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 240
-    while not (sweep / "0" / "checkpoints" / "last").is_file():
-        assert proc.poll() is None and time.monotonic() < deadline, "the job did not checkpoint"
-        time.sleep(0.2)
-    job = read_run(sweep / "0")["submitit"]["job_id"]
+    proc, job = _sweep_with_a_checkpoint(args, sweep / "0", tmp_path, cluster_env)
     subprocess.run(["scancel", "--signal=USR2", job], env=cluster_env, check=True)
     out, _ = proc.communicate(timeout=300)
     record = read_run(sweep / "0")
