@@ -112,6 +112,11 @@ class SignalLatch:
         if held is not None and self.previous:
             os.kill(os.getpid(), held)  # to the handler it would have reached without this latch
 
+    def ignore_from_now(self) -> None:
+        """Drop a signal held, and leave the signals ignored when the latch exits (a job whose result is in)."""
+        self.received = None
+        self.previous = {sig: signal.SIG_IGN for sig in self.previous}
+
     def take(self, sig: int) -> bool:
         """Whether this latch (or one under it) holds ``sig``; it no longer does, and training has begun."""
         latch: Any = self

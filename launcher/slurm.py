@@ -46,8 +46,6 @@ class SlurmJob(SlurmLauncher):
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
         from launcher.signals import SignalLatch
 
-        import signal
-
         with SignalLatch() as latch:  # over submitit's handlers: the run takes a held signal at its first step, then chains to them
             held = os.environ.pop(HELD_SIGNAL, None)
             if held:  # came before submitit's handlers were in place (see held_start)
@@ -57,8 +55,7 @@ class SlurmJob(SlurmLauncher):
                 # Its result is in: a preemption or walltime signal from now on asks nothing of the job. Passed to
                 # submitit's handler it requeued a finished job; after it, Python's shutdown puts the default action
                 # back, and the signal ended the process (SLURM: FAILED, though the run had completed).
-                latch.received = None
-                latch.previous = {sig: signal.SIG_IGN for sig in latch.previous}
+                latch.ignore_from_now()
         if ret.status == JobStatus.FAILED and os.environ.get("SLURM_JOB_ID"):
             exit_failed_at_exit()
         return ret

@@ -908,6 +908,7 @@ class TrainerBase:
         self.model.eval()
         sums: Dict[str, torch.Tensor] = {}
         counts: Dict[str, int] = {}  # samples per metric: a metric some batches leave out is averaged over the rest
+        failed = True
         try:
             for batch in self.val_loader:
                 if self.device.type != "cpu":
@@ -918,15 +919,14 @@ class TrainerBase:
                 for name, value in _as_tensor_dict(out, self.model, "eval").items():
                     sums[name] = sums.get(name, 0) + value.detach().float().reshape(()) * n
                     counts[name] = counts.get(name, 0) + n
-        except BaseException:
+            failed = False
+        finally:
             self.model.train(was_training)
             set_rng_state(training_rng)
-            for handler in self._handlers["val_failed"]:  # e.g. the EMA hook puts the model's weights back
-                handler()
-            self._val_raised_under_ddp = self.dist is not None
-            raise
-        self.model.train(was_training)
-        set_rng_state(training_rng)
+            self._val_raised_under_ddp = failed and self.dist is not None
+            if failed:  # the error goes on; e.g. the EMA hook puts the model's own weights back first
+                for handler in self._handlers["val_failed"]:
+                    handler()
         if self.dist is not None:  # the metrics any rank returned, in one order on every rank
             names = list(dict.fromkeys(k for rank_names in distributed.all_gather_object(list(sums)) for k in rank_names))
         else:
