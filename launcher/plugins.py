@@ -145,9 +145,14 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
 
     for path, idx in job_dirs.items():
         recorded = recorded_overrides(path)
-        if recorded is None or _failed_for_its_config(path):
-            continue  # a job whose value was refused is rerun with the value mended (its run checks what it may change)
-        if _swept_values(recorded, swept) != _swept_values(jobs[idx], swept):
+        if recorded is None:
+            continue
+        was, now = _swept_values(recorded, swept), _swept_values(jobs[idx], swept)
+        refused = _refused_key(path)
+        if refused and all(k == refused or k.startswith(refused + ".") or refused.startswith(k + ".")
+                           for k in set(was) | set(now) if was.get(k) != now.get(k)):
+            continue  # the job's value that was refused (a config error), mended: its run goes on from its checkpoint
+        if was != now:
             keys = {k.lstrip("+") for k in swept}
             was = " ".join(o for o in recorded if o.partition("=")[0].lstrip("+") in keys) or "no swept value"
             now = " ".join(o for o in jobs[idx] if o.partition("=")[0].lstrip("+") in keys)
@@ -157,14 +162,20 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
                 f"new hydra.sweep.dir (the same command as that sweep's resumes it)")
 
 
-def _failed_for_its_config(job_dir: Path) -> bool:
-    """Whether the job's last attempt ended on a config error (``run.json``: failed, exit status 2): its swept value,
-    say, was refused, and the run may have stopped there with a checkpoint for the mended sweep to go on from."""
+def _refused_key(job_dir: Path) -> Optional[str]:
+    """The key whose value the job's last attempt refused (``run.json``: failed with exit status 2, its error naming
+    the key first: ``ConfigError: hooks.early_stopping.monitor: ...``), else None. The run may have stopped there
+    with a checkpoint, for the sweep with that value mended to go on from."""
+    import re
+
     try:
         record = json.loads((Path(job_dir) / "run.json").read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(record, dict) and record.get("status") == "failed" and record.get("exit_code") == 2
+        return None
+    if not isinstance(record, dict) or record.get("status") != "failed" or record.get("exit_code") != 2:
+        return None
+    key = re.match(r"ConfigError: \+*([A-Za-z_][\w./-]*)", str(record.get("error") or ""))
+    return key.group(1).rstrip(".") if key else None
 
 
 COMPOSE_AHEAD = 32  # jobs composed before a sweep starts, at most

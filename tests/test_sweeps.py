@@ -224,21 +224,30 @@ def test_a_sweep_with_other_values_is_refused_in_a_sweep_dir_holding_another_swe
 
 def test_a_swept_value_refused_at_the_first_validation_is_mended_in_the_same_sweep_dir(tmp_path):
     """A job that stopped with a checkpoint for its swept value (a monitor typo, found at the first validation) was
-    told to mend it and rerun; the mended sweep was refused as another sweep, and the checkpoint never used."""
-    base = ["-m", "hydra/launcher=basic", "trainer.max_epochs=3", "hooks=[default,early_stopping]", *FAST]
+    told to mend it and rerun; the mended sweep was refused as another sweep, and the checkpoint never used. Only
+    the refused value may change in place: another (a shorter length) would train the checkpoint on under the
+    new value's name."""
+    base = ["-m", "hydra/launcher=basic", "hooks=[default,early_stopping]", *FAST]
     sweep = tmp_path / "sweep"
-    proc = run_cli([*base, f"hydra.sweep.dir={sweep}", "hooks.early_stopping.monitor=val/loss,val/los"], tmp_path)
+    proc = run_cli([*base, f"hydra.sweep.dir={sweep}", "trainer.max_epochs=3,4", "hooks.early_stopping.monitor=val/los"],
+                   tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "did you mean hooks.early_stopping.monitor=val/loss?" in out, out[-3000:]
-    assert "it stopped with a checkpoint: mend the config and run the same command to train it on" in out  # job 1 only
-    assert out.count("it stopped with a checkpoint") == 1
+    assert "it stopped with a checkpoint: mend the config and run the same command to train it on" in out
+    assert out.count("it stopped with a checkpoint") == 2
     assert (sweep / "1" / "checkpoints" / "iter_0000008.pt").is_file()
-    proc = run_cli([*base, f"hydra.sweep.dir={sweep}", "hooks.early_stopping.monitor=val/loss,val/accuracy"], tmp_path)
+    before = {p: p.read_bytes() for p in sorted(sweep.rglob("*")) if p.is_file()}
+    proc = run_cli([*base, f"hydra.sweep.dir={sweep}", "trainer.max_epochs=3,2", "hooks.early_stopping.monitor=val/loss"],
+                   tmp_path)
+    assert proc.returncode == 2 and "holds another sweep: its job 1 ran [trainer.max_epochs=4" in proc.stderr, proc.stderr[-3000:]
+    assert {p: p.read_bytes() for p in sorted(sweep.rglob("*")) if p.is_file()} == before
+    mended = ["trainer.max_epochs=3,4", "hooks.early_stopping.monitor=val/loss"]
+    proc = run_cli([*base, f"hydra.sweep.dir={sweep}", *mended], tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Sweep of 2 job(s): 2 done" in out, out[-3000:]
     assert "Resumed from" in (sweep / "1" / "train.log").read_text()
     ref = tmp_path / "ref"
-    assert run_cli([*base, f"hydra.sweep.dir={ref}", "hooks.early_stopping.monitor=val/loss,val/accuracy"], tmp_path).returncode == 0
+    assert run_cli([*base, f"hydra.sweep.dir={ref}", *mended], tmp_path).returncode == 0
     got, want = (torch.load(d / "1" / "checkpoints" / "final.pt", weights_only=False) for d in (sweep, ref))
     assert all(torch.equal(got["model"][k], v) for k, v in want["model"].items())
     assert got["hooks"]["early_stopping"] == want["hooks"]["early_stopping"]
