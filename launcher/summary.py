@@ -329,6 +329,13 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
 
 
 def _write_files(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mode: str) -> None:
+    csv_text, md_text = render(sweep_dir, rows, objective, mode)
+    atomic_write(sweep_dir / "summary.csv", csv_text.encode())
+    atomic_write(sweep_dir / "summary.md", md_text.encode())
+
+
+def render(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mode: str) -> Tuple[str, str]:
+    """``summary.csv`` and ``summary.md``'s text for ``rows`` (:func:`jobs`), ranked by ``objective``."""
     best = best_row(rows, objective, mode)
     # every final metric (your hooks' too) but the last step's timing and learning rate; val/ and train/ first,
     # the objective in front when it is another metric (a test/ one a hook records): the table ranks by it
@@ -346,7 +353,6 @@ def _write_files(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mo
     for r in rows:
         writer.writerow([r["job"], r["overrides"], r["status"], "" if r["seconds"] is None else f"{r['seconds']:.3f}",
                          *[r["metrics"].get(k, "") for k in keys], "*" if r is best else ""])
-    atomic_write(sweep_dir / "summary.csv", buf.getvalue().encode())
 
     def cell(v: Any) -> str:
         return f"{v:.4g}" if isinstance(v, float) else str(v)
@@ -369,7 +375,7 @@ def _write_files(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mo
         lines += ["", "Failed jobs:"] + [f"- job {r['job']} (`{r['overrides']}`): {r['error']}"
                                          + ("" if "(log: " in r["error"] or not (Path(r["dir"]) / "train.log").is_file()
                                             else f" (log: {r['dir']}/train.log)") for r in failed]
-    atomic_write(sweep_dir / "summary.md", ("\n".join(lines) + "\n").encode())
+    return buf.getvalue(), "\n".join(lines) + "\n"
 
 
 def _error_lines(path: str, job: int, n: int) -> List[str]:
@@ -582,7 +588,10 @@ def main() -> None:
             close = difflib.get_close_matches(args.objective, recorded, n=1)
             raise SystemExit(f"launcher.summary: --objective {args.objective} is no metric the jobs recorded"
                              + (f"; did you mean {close[0]}?" if close else "") + f" They recorded: {', '.join(recorded)}")
-    write_summary(args.sweep_dir, args.objective or objective, args.mode or mode)
+    if (args.objective or objective, args.mode or mode) != (objective, mode):  # ranked another way: shown, not kept
+        print(render(args.sweep_dir, jobs(args.sweep_dir), args.objective or objective, args.mode or mode)[1], end="")
+        return
+    write_summary(args.sweep_dir, objective, mode)
     print((args.sweep_dir / "summary.md").read_text(), end="")
 
 

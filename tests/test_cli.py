@@ -647,6 +647,8 @@ def test_launcher_summary_rebuilds_a_sweeps_summary_by_the_sweeps_own_objective(
     proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path), "--objective", "val/loss", "--mode", "min"],
                           capture_output=True, text=True)
     assert "Objective: `val/loss` (min); best: job 1" in proc.stdout  # given on the command line: that one
+    # shown, not written: the sweep's own summary keeps its objective (a one-off ranking replaced it)
+    assert "Objective: `val/accuracy` (max); best: job 0" in (tmp_path / "summary.md").read_text()
 
 
 def test_lengthening_an_interrupted_run_warns_that_its_schedule_keeps_the_old_length(tmp_path):
