@@ -141,6 +141,7 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
     rerun with a value added or changed would give job 2 the dir of another job 2, be refused there and
     train the shifted ones again; rerunning the same sweep (to resume it) always fits."""
     from launcher.errors import ConfigError
+    from launcher.rundir import refused_key
     from launcher.summary import recorded_overrides
 
     for path, idx in job_dirs.items():
@@ -148,7 +149,7 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
         if recorded is None:
             continue
         was, now = _swept_values(recorded, swept), _swept_values(jobs[idx], swept)
-        refused = _refused_key(path)
+        refused = refused_key(path)
         if refused and all(k == refused or k.startswith(refused + ".") or refused.startswith(k + ".")
                            for k in set(was) | set(now) if was.get(k) != now.get(k)):
             continue  # the job's value that was refused (a config error), mended: its run goes on from its checkpoint
@@ -160,22 +161,6 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
                 f"hydra.sweep.dir={config.hydra.sweep.dir} holds another sweep: its job {idx} ran [{was}], this "
                 f"sweep's job {idx} is [{now}]; jobs are numbered by their place in the sweep, so give this sweep a "
                 f"new hydra.sweep.dir (the same command as that sweep's resumes it)")
-
-
-def _refused_key(job_dir: Path) -> Optional[str]:
-    """The key whose value the job's last attempt refused (``run.json``: failed with exit status 2, its error naming
-    the key first: ``ConfigError: hooks.early_stopping.monitor: ...``), else None. The run may have stopped there
-    with a checkpoint, for the sweep with that value mended to go on from."""
-    import re
-
-    try:
-        record = json.loads((Path(job_dir) / "run.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or record.get("status") != "failed" or record.get("exit_code") != 2:
-        return None
-    key = re.match(r"ConfigError: \+*([A-Za-z_][\w./-]*)", str(record.get("error") or ""))
-    return key.group(1).rstrip(".") if key else None
 
 
 COMPOSE_AHEAD = 32  # jobs composed before a sweep starts, at most

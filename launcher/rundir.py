@@ -189,7 +189,11 @@ class ConfigFilesBefore:
         """``run.json`` is the one found, and a record that an attempt training nothing keeps (a finished
         or interrupted run's): under ``trainer.devices=N`` the workers kept it, and the parent must not mark
         it failed."""
-        return self._unchanged() and json.loads(self.record_text or b"{}").get("status") in KEPT_RECORDS
+        try:
+            found = json.loads(self.record_text or b"{}")
+        except ValueError:
+            return False
+        return self._unchanged() and isinstance(found, dict) and found.get("status") in KEPT_RECORDS
 
     def _unchanged(self) -> bool:
         try:
@@ -307,6 +311,22 @@ class RunRecord:
         if error:
             self.data["error"] = error
         self._write()
+
+
+def refused_key(run_dir: Path) -> Optional[str]:
+    """The key whose value the run's last attempt refused (``run.json``: failed with exit status 2, its error naming
+    the key first: ``ConfigError: hooks.early_stopping.monitor: ...``), else None. The run may have stopped there
+    with a checkpoint, for the command with that value mended to go on from."""
+    import re
+
+    try:
+        record = json.loads((Path(run_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("status") != "failed" or record.get("exit_code") != 2:
+        return None
+    key = re.match(r"ConfigError: \+*([A-Za-z_][\w./-]*)", str(record.get("error") or ""))
+    return key.group(1).rstrip(".") if key else None
 
 
 def mark_failed(run_dir: Path, error: str, status: str = "failed", exit_code: int = 1) -> None:

@@ -422,10 +422,10 @@ def _stopped_with_a_checkpoint(job_dir: Path) -> Optional[str]:
     """What to mend ("the config", "the model") of a job that stopped for an error found at a boundary (a value or a
     model output that only validation shows) with a checkpoint to train on from; None for any other failure."""
     from launcher.files import candidates
+    from launcher.rundir import refused_key
 
-    record = _read_json(job_dir / "run.json")
-    error = str(record.get("error") or "")
-    what = "the config" if record.get("exit_code") == 2 else "the model" if error.startswith("ModelOutputError") else None
+    model = str(_read_json(job_dir / "run.json").get("error") or "").startswith("ModelOutputError")
+    what = "the config" if refused_key(job_dir) else "the model" if model else None
     return what if what and candidates(job_dir / "checkpoints") else None
 
 
