@@ -14,6 +14,12 @@ def did_you_mean(value: str, accepted, key: str) -> str:
     return f"; did you mean {key}={close[0]}?" if close else ""
 
 
+def what_to_mend(err: BaseException) -> str:
+    """What a run stopped at a boundary for ``err`` asks the user to mend: "the config" for a
+    :class:`ConfigError`, else "the model" (its output in eval mode, say)."""
+    return "the config" if isinstance(err, ConfigError) else "the model"
+
+
 class RunError(Exception):
     """An error that ends a run whose message is the whole story (what went wrong, where, what to change):
     the CLI prints it in one line, ``Run failed: ...``, exit status 1, and its traceback (the launcher's own

@@ -58,7 +58,7 @@ from hooks.base import EVENTS, HookBase
 from launcher import distributed
 from launcher.data import is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
-from launcher.errors import ConfigError, ModelInputError, ModelOutputError, NonFiniteLoss
+from launcher.errors import ConfigError, ModelInputError, ModelOutputError, NonFiniteLoss, what_to_mend
 
 # Errors a hook (or a validation) finds at a step's, epoch's or validation's end in the config or the model's
 # eval output: the training so far is whole, so the run stops there with a checkpoint (TrainerBase._stop_for).
@@ -637,11 +637,10 @@ class TrainerBase:
             self.status = "failed"
             from launcher.rundir import same_command
 
-            config = isinstance(err, ConfigError)
             if self.is_main:
                 logger.warning("Stopped at iteration %d for the %s below, with a checkpoint: mend %s and run %s to train "
-                               "on from there", self.iter, "config error" if config else "error",
-                               "the config" if config else "the model", same_command(self.work_dir))
+                               "on from there", self.iter, "config error" if isinstance(err, ConfigError) else "error",
+                               what_to_mend(err), same_command(self.work_dir))
             raise err
         return self.final_metrics()
 
@@ -706,7 +705,7 @@ class TrainerBase:
 
                 logger.warning("Trained to iteration %d, its final checkpoint saved; what the run does at its end failed for "
                                "the error below: mend %s and run %s to finish it from there", self.iter,
-                               "the config" if isinstance(first, ConfigError) else "the model", same_command(self.work_dir))
+                               what_to_mend(first), same_command(self.work_dir))
             self.status = "failed"
             raise first
 
