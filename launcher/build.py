@@ -14,6 +14,7 @@ import pkgutil
 import re
 import sysconfig
 import traceback
+from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
 from hydra.errors import InstantiationException
@@ -438,7 +439,39 @@ def missing_option_message(err: BaseException, overrides: Sequence[str] = ()) ->
         return None
     close = difflib.get_close_matches(name, options, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else "."
-    return f"{group}: there is no option {name!r}{hint} Available: {', '.join(options)}"
+    where = _defaults_list_naming(group, name, overrides, searchpath)
+    return f"{group}: there is no option {name!r}{where}{hint} Available: {', '.join(options)}"
+
+
+def _defaults_list_naming(group: str, name: str, overrides: Sequence[str], searchpath: List[str]) -> str:
+    """`` (in <file>'s defaults list)`` where the missing option comes from a config file that a command-line
+    override selected (an experiment's ``override /model: regg``; Hydra's error names only the primary config),
+    else ``""``."""
+    from hydra.core.default_element import GroupDefault
+    from hydra.core.global_hydra import GlobalHydra
+
+    selected = []
+    for override in overrides:
+        key, eq, value = override.lstrip("+").partition("=")
+        if not eq or key.startswith("hydra"):
+            continue
+        if key.strip("/") == group and name in re.split(r"[\[\],\s]+", value):
+            return ""  # the command line names it: the message's own key says where
+        if re.fullmatch(r"[\w/.-]+", key) and re.fullmatch(r"[\w/.-]+", value):
+            selected.append(f"{key}/{value}")
+    try:
+        _, repo = GlobalHydra.instance().config_loader()._parse_overrides_and_create_caching_repo(None, searchpath)
+        for config_path in selected:
+            result = repo.load_config(config_path)
+            for item in (result.defaults_list or []) if result is not None else ():
+                if isinstance(item, GroupDefault) and item.group.strip("/") == group and name in (item.value if isinstance(item.value, list) else [item.value]):
+                    where = str(result.path)
+                    file = (str(Path(where[len("file://"):]) / config_path) if where.startswith("file://")
+                            else config_path) + ".yaml"
+                    return f" (in {file}'s defaults list)"
+    except Exception:  # noqa: BLE001 -- Hydra's internals moved: the message without the file
+        return ""
+    return ""
 
 
 def group_value_message(err: BaseException) -> Optional[str]:

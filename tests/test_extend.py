@@ -62,6 +62,24 @@ def test_a_misspelt_option_of_the_users_own_group_names_their_options_by_searchp
         launcher.compose(["+experiment=parityy"], config_dir=str(project / "conf"))
 
 
+def test_a_misspelt_option_in_an_experiment_files_defaults_list_names_the_file(project):
+    """Hydra's error for an experiment's ``override /model: bag_of_tokenz`` names only the primary config: the
+    message named the option and not where it was set, though the command line never mentions it."""
+    import launcher
+    from launcher.errors import ConfigError
+
+    experiment = project / "conf" / "experiment" / "parity.yaml"
+    experiment.write_text(experiment.read_text().replace("override /model: bag_of_tokens", "override /model: bag_of_tokenz"))
+    want = (f"model: there is no option 'bag_of_tokenz' (in {experiment}'s defaults list); did you mean 'bag_of_tokens'? "
+            f"Available: bag_of_tokens, cnn, mlp")
+    proc = run_cli([f"hydra.searchpath=[file://{project / 'conf'}]", "+experiment=parity", *SHORT], project)
+    assert proc.returncode == 2 and want in proc.stderr, proc.stderr[-3000:]
+    with pytest.raises(ConfigError, match=re.escape(want)):
+        launcher.compose(["+experiment=parity"], config_dir=str(project / "conf"))
+    proc = run_cli([f"hydra.searchpath=[file://{project / 'conf'}]", "+experiment=parity", "model=bag_of_tokenz"], project)
+    assert proc.returncode == 2 and "there is no option 'bag_of_tokenz'; did you mean" in proc.stderr, proc.stderr[-3000:]
+
+
 def test_built_in_experiment_bundle(tmp_path):
     proc = run_cli(["+experiment=digits_cnn", "trainer.max_epochs=1", "hooks=minimal"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
