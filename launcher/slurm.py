@@ -305,7 +305,12 @@ class AttachedSlurmLauncher(SlurmLauncher):
             for (job, idx, overrides), path in zip(jobs[before:], record_submitted(self, jobs[before:])):
                 where[id(job)] = (idx, overrides, path)
             for job, idx, overrides in attached:
-                where[id(job)] = (idx, overrides, plugin_job_dir(self.config, overrides, idx, self.hydra_context.config_loader))
+                path = plugin_job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
+                where[id(job)] = (idx, overrides, path)
+                try:  # its run may have started (and been requeued) before this sweep: its attempt counts from then
+                    since[id(job)] = (path / "submitted.json").stat().st_mtime
+                except OSError:
+                    pass
             if len(jobs) > before:
                 log.info("Submitted %d job(s) to SLURM: %s; waiting for them (Ctrl-C stops waiting, not the jobs)",
                          len(jobs) - before, ", ".join(str(j.job_id) for j, _, _ in jobs[before:]))
@@ -315,9 +320,10 @@ class AttachedSlurmLauncher(SlurmLauncher):
             if id(job) not in where:  # a task of a job of several (DDP), through that job's own results()
                 return results(job)
             idx, overrides, path = where[id(job)]
+            submitted = since.get(id(job), sweep_start)
             job.wait()
             tasks = list(getattr(job, "_sub_jobs", ())) or [job]
-            if not any(t.paths.result_pickle.exists() for t in tasks) and no_result_coming(job, path):
+            if not any(t.paths.result_pickle.exists() for t in tasks) and no_result_coming(job, path, submitted):
                 for each in {job, *tasks}:  # submitit's wait for a result file a slow file system shows late: 15 s
                     each._results_timeout_s = 0
             try:
@@ -338,7 +344,8 @@ class AttachedSlurmLauncher(SlurmLauncher):
                 return [record_dead_job(self.config, path, overrides, idx, how, since=submitted)]
 
         accounting = has_accounting()
-        submitted = time.time()  # a run.json older than this is an earlier attempt's
+        sweep_start = time.time()  # a run.json older than a job's submission is an earlier attempt's
+        since: Dict[int, float] = {}  # by id(job), of a job queued by an earlier submission: when it was submitted
         never: Dict[str, str] = {}  # by SLURM job id: why SLURM will not start it (the job is cancelled)
 
         def cancel_jobs_that_never_start(watcher: Any) -> None:
@@ -366,9 +373,9 @@ class AttachedSlurmLauncher(SlurmLauncher):
                           ", ".join(ids), reason)
                 subprocess.run(["scancel", *ids], capture_output=True, timeout=60)
 
-        def no_result_coming(job: Any, path: Path) -> bool:
+        def no_result_coming(job: Any, path: Path, submitted: float) -> bool:
             """Whether an ended job will write no result: cancelled, or its run stopped itself on a signal (exit 75,
-            its checkpoint on disk; this attempt's ``run.json`` says so)."""
+            its checkpoint on disk; this attempt's ``run.json``, written since it was ``submitted``, says so)."""
             if str(job.state).startswith("CANCELLED") or str(job.job_id) in never:
                 return True
             try:

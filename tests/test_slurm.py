@@ -366,6 +366,45 @@ def test_an_attached_sweeps_job_cancelled_while_queued_is_cancelled_not_failed(t
     assert read_run(sweep / "0")["command"][1:5] == ["-m", "launcher", "-m", "hydra/launcher=slurm"]  # the sweep's
 
 
+def test_a_reattached_job_preempted_before_and_cancelled_while_queued_again_is_interrupted_with_its_checkpoint(
+        tmp_path, cluster_env):
+    """A job whose run trained and was requeued before a rerun of the sweep re-attached to it, then cancelled while it
+    waited to go on: "cancelled before its run started" (its run.json predated the rerun), though it stopped with
+    a checkpoint. Its attempt counts from its own submission, as for a job the rerun submitted."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", *SLURM, "hydra.launcher.timeout_min=20", "seed=0", "trainer.max_epochs=40", f"hydra.sweep.dir={sweep}",
+            "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+    detached = launch([*args, "hydra/launcher=slurm_detached"], tmp_path, cluster_env)
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    _wait_running(sweep / "0", 240, lambda: "job 0 did not start")
+    job = json.loads((sweep / "0" / "submitted.json").read_text())["job_id"]
+    deadline = time.monotonic() + 120
+    while not (sweep / "0" / "checkpoints" / "last").is_file():
+        assert time.monotonic() < deadline, "the job did not checkpoint"
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=USR2", job], env=cluster_env, check=True)  # preempted: requeued, held 2 min
+    while read_run(sweep / "0")["status"] != "interrupted":
+        assert time.monotonic() < deadline, "the job did not stop"
+        time.sleep(0.2)
+    time.sleep(1)
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=tmp_path, env=cluster_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = []
+        for line in proc.stdout:  # until the rerun says it waits for the queued job
+            seen.append(line)
+            if "not submitted again; waiting for them" in line:
+                break
+        subprocess.run(["scancel", job], env=cluster_env, check=True)
+        out = "".join(seen) + proc.communicate(timeout=300)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 75, out[-3000:]
+    assert "Sweep job 0 (seed=0 " in out and "was interrupted: stopped at iteration" in out and "(received SIGUSR2)" in out
+    assert "cancelled before its run started" not in out and "failed" not in out.lower(), out[-3000:]
+    assert read_run(sweep / "0")["status"] == "interrupted" and not (sweep / "0" / "failure.json").exists()
+
+
 def test_ctrl_c_while_waiting_leaves_the_jobs_running_and_says_how_to_follow_and_cancel_them(tmp_path, cluster_env):
     import signal
 
