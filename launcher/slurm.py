@@ -224,8 +224,12 @@ def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str
     for job, idx, overrides in submitted:
         job_dir = plugin_job_dir(launcher.config, overrides, idx, launcher.hydra_context.config_loader)
         dirs.append(job_dir)
+        try:  # the run's attempts before this submission: the sweep's end line counts requeues from there
+            attempt = int(json.loads((job_dir / "run.json").read_text()).get("attempt") or 0)
+        except (OSError, ValueError, TypeError, AttributeError):
+            attempt = 0
         info = {"job": idx, "job_id": job.job_id, "overrides": list(overrides), "tasks": job.num_tasks,
-                "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
+                "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr), "attempt": attempt}
         try:
             job_dir.mkdir(parents=True, exist_ok=True)
             atomic_write(job_dir / "submitted.json", (json.dumps(info, indent=2) + "\n").encode())

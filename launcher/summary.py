@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -441,21 +442,34 @@ def attempts_so_far(sweep_dir: Path) -> Dict[str, int]:
     return found
 
 
+def _attempts_before(row: Dict[str, Any], before: Dict[str, int], started_ns: Optional[int]) -> int:
+    """The attempts of ``row``'s job before this sweep ran it: ``before`` (counted as the sweep started), or, for a
+    SLURM job whose run recorded itself during the sweep under the submission its ``submitted.json`` names (one
+    an earlier submission queued, which the sweep waited for), the attempts before that submission: a requeue
+    before the sweep re-attached to it counts as one within the sweep."""
+    submitted = _read_json(Path(row["dir"]) / "submitted.json")
+    ran = ((_read_json(Path(row["dir"]) / "run.json").get("submitit") or {}).get("job_id"))
+    if started_ns is not None and isinstance(row.get("read_at"), int) and row["read_at"] >= started_ns and \
+            isinstance(submitted.get("attempt"), int) and ran is not None and str(ran) == str(submitted.get("job_id")):
+        return submitted["attempt"]
+    return before.get(row["dir"], 0)
+
+
 def done_report(rows: List[Dict[str, Any]], sweep_dir: Path, objective: str, mode: Any,
-                attempts_before: Optional[Dict[str, int]] = None) -> str:
+                attempts_before: Optional[Dict[str, int]] = None, started_ns: Optional[int] = None) -> str:
     """One line at the end of a sweep without failures: how many jobs, the best, the jobs that went on after a
-    stop within the sweep (more than one attempt since ``attempts_before``: requeued by SLURM), where the
-    summary is."""
+    stop within the sweep (more than one attempt since ``attempts_before``, or since their SLURM submission for
+    jobs the sweep, ``started_ns``, re-attached to: requeued by SLURM), where the summary is."""
     counts: Dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     best = best_row(rows, objective, mode)
     state = ", ".join(f"{n} {status}" for status, n in counts.items())
     top = f"; best: job {best['job']} [{best['overrides']}] {objective} = {best['metrics'][objective]:.4g}" if best else ""
-    before = attempts_before or {}
-    requeued = [r for r in rows if (r.get("attempts") or 0) - before.get(r["dir"], 0) > 1]
+    before = {r["dir"]: _attempts_before(r, attempts_before or {}, started_ns) for r in rows}
+    requeued = [r for r in rows if (r.get("attempts") or 0) - before[r["dir"]] > 1]
     again = (f"; {len(requeued)} requeued by SLURM (preempted or timed out) and went on: "
-             + ", ".join(f"job {r['job']} ({r['attempts'] - before.get(r['dir'], 0)} attempts)" for r in requeued[:5])
+             + ", ".join(f"job {r['job']} ({r['attempts'] - before[r['dir']]} attempts)" for r in requeued[:5])
              + (", ..." if len(requeued) > 5 else "")) if requeued else ""
     return f"Sweep of {len(rows)} job(s): {state}{top}{again}; summary: {Path(sweep_dir) / 'summary.md'}"
 
@@ -533,7 +547,7 @@ class SweepSummary(Callback):  # type: ignore[misc]
 
         sweep_dir = Path(str(config.hydra.sweep.dir))
         report = atexit.register(self._report, sweep_dir, config.get("objective", "val/accuracy"),
-                                 config.get("objective_mode", "max"), attempts_so_far(sweep_dir))
+                                 config.get("objective_mode", "max"), attempts_so_far(sweep_dir), time.time_ns())
         try:
             plan_sweep(config)  # before any job runs
         except ConfigError as err:  # Hydra turns a callback's exception into a warning: exit here, as for a config error
@@ -545,7 +559,8 @@ class SweepSummary(Callback):  # type: ignore[misc]
         self._write(config)
 
     @staticmethod
-    def _report(sweep_dir: Path, objective: str, mode: str, attempts_before: Optional[Dict[str, int]] = None) -> None:
+    def _report(sweep_dir: Path, objective: str, mode: str, attempts_before: Optional[Dict[str, int]] = None,
+                started_ns: Optional[int] = None) -> None:
         if not sweep_dir.is_dir():
             return
         rows = write_summary(sweep_dir, objective, mode)
@@ -554,7 +569,7 @@ class SweepSummary(Callback):  # type: ignore[misc]
             sys.stderr.write(report + "\n")
             sys.stderr.flush()
         elif rows:
-            sys.stdout.write(done_report(rows, sweep_dir, objective, mode, attempts_before) + "\n")
+            sys.stdout.write(done_report(rows, sweep_dir, objective, mode, attempts_before, started_ns) + "\n")
             sys.stdout.flush()
 
 

@@ -366,14 +366,9 @@ def test_an_attached_sweeps_job_cancelled_while_queued_is_cancelled_not_failed(t
     assert read_run(sweep / "0")["command"][1:5] == ["-m", "launcher", "-m", "hydra/launcher=slurm"]  # the sweep's
 
 
-def test_a_reattached_job_preempted_before_and_cancelled_while_queued_again_is_interrupted_with_its_checkpoint(
-        tmp_path, cluster_env):
-    """A job whose run trained and was requeued before a rerun of the sweep re-attached to it, then cancelled while it
-    waited to go on: "cancelled before its run started" (its run.json predated the rerun), though it stopped with
-    a checkpoint. Its attempt counts from its own submission, as for a job the rerun submitted."""
-    sweep = tmp_path / "sweep"
-    args = ["-m", *SLURM, "hydra.launcher.timeout_min=20", "seed=0", "trainer.max_epochs=40", f"hydra.sweep.dir={sweep}",
-            "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+def _preempted_before_the_rerun(args, sweep: Path, tmp_path, cluster_env) -> tuple:
+    """A detached sweep of ``args`` whose job 0 trained, checkpointed and was preempted (requeued, held by SLURM),
+    then the attached rerun, once it says it waits for that job: its process, the lines so far, the SLURM job id."""
     detached = launch([*args, "hydra/launcher=slurm_detached"], tmp_path, cluster_env)
     assert detached.returncode == 0, detached.stderr[-3000:]
     _wait_running(sweep / "0", 240, lambda: "job 0 did not start")
@@ -389,12 +384,24 @@ def test_a_reattached_job_preempted_before_and_cancelled_while_queued_again_is_i
     time.sleep(1)
     proc = subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=tmp_path, env=cluster_env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in proc.stdout:  # until the rerun says it waits for the queued job
+        seen.append(line)
+        if "not submitted again; waiting for them" in line:
+            break
+    return proc, seen, job
+
+
+def test_a_reattached_job_preempted_before_and_cancelled_while_queued_again_is_interrupted_with_its_checkpoint(
+        tmp_path, cluster_env):
+    """A job whose run trained and was requeued before a rerun of the sweep re-attached to it, then cancelled while it
+    waited to go on: "cancelled before its run started" (its run.json predated the rerun), though it stopped with
+    a checkpoint. Its attempt counts from its own submission, as for a job the rerun submitted."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", *SLURM, "hydra.launcher.timeout_min=20", "seed=0", "trainer.max_epochs=40", f"hydra.sweep.dir={sweep}",
+            "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+    proc, seen, job = _preempted_before_the_rerun(args, sweep, tmp_path, cluster_env)
     try:
-        seen = []
-        for line in proc.stdout:  # until the rerun says it waits for the queued job
-            seen.append(line)
-            if "not submitted again; waiting for them" in line:
-                break
         subprocess.run(["scancel", job], env=cluster_env, check=True)
         out = "".join(seen) + proc.communicate(timeout=300)[0]
     finally:
@@ -403,6 +410,23 @@ def test_a_reattached_job_preempted_before_and_cancelled_while_queued_again_is_i
     assert "Sweep job 0 (seed=0 " in out and "was interrupted: stopped at iteration" in out and "(received SIGUSR2)" in out
     assert "cancelled before its run started" not in out and "failed" not in out.lower(), out[-3000:]
     assert read_run(sweep / "0")["status"] == "interrupted" and not (sweep / "0" / "failure.json").exists()
+
+
+def test_a_requeue_before_the_rerun_reattached_is_in_its_end_line(tmp_path, cluster_env):
+    """The end line names the jobs SLURM requeued that went on; it counted attempts from the rerun's start, so a job
+    preempted before the rerun re-attached to it finished as if it never had been."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", *SLURM, "hydra.launcher.timeout_min=20", "seed=0", "trainer.max_epochs=3", f"hydra.sweep.dir={sweep}",
+            "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.1", *FAST]
+    proc, seen, job = _preempted_before_the_rerun(args, sweep, tmp_path, cluster_env)
+    try:
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=cluster_env, check=True)
+        out = "".join(seen) + proc.communicate(timeout=300)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and read_run(sweep / "0")["status"] == "completed", out[-3000:]
+    assert "Sweep of 1 job(s): 1 done" in out and "1 requeued by SLURM (preempted or timed out) and went on: job 0 " \
+        "(2 attempts)" in out, out[-3000:]
 
 
 def test_ctrl_c_while_waiting_leaves_the_jobs_running_and_says_how_to_follow_and_cancel_them(tmp_path, cluster_env):
