@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from hooks.base import HookBase, Priority
@@ -35,13 +34,12 @@ class EarlyStopping(HookBase):
         self.unjudged: Optional[int] = None
 
     def before_train(self) -> None:
-        # Resumed after the decision to stop (killed before final.pt was safe, or a signal at that very step):
-        # the run stops again at once, as the uninterrupted one did, rather than training on. A finished run
-        # lengthened (resumed from final.pt) was asked for more: it trains on, to its next validation.
-        resumed = self.trainer.resumed_from
+        # Resumed after the decision to stop (killed before or just after final.pt was written, or a signal at that
+        # very step): the run stops again at once, as the uninterrupted one did, rather than training on. A stopped
+        # run lengthened (max_epochs or max_iters raised) was asked for more: it trains on, to its next validation.
         if self.unjudged is not None:
             self._judge(self.unjudged)  # the last straw stops the run at once, as it stopped the run that had the key
-        elif self.bad >= self.patience and (resumed is None or Path(resumed).name != "final.pt"):
+        elif self.bad >= self.patience and not self.trainer.lengthened:
             self._stop()
 
     def _stop(self) -> None:

@@ -372,6 +372,7 @@ class TrainerBase:
         self._in_step = False  # between before_step and the end of after_step
         self._rng_to_restore: Optional[Dict[str, Any]] = None
         self.resumed_from: Optional[Path] = None
+        self._resumed_length: Optional[int] = None  # max_iters of the run that wrote the checkpoint resumed from
         self.started_at: Optional[int] = None  # the iteration this train() began from, once resumed
         self.last_val: Dict[str, float] = {}
         self.batch: Any = None  # the batch of the current step, as the model received it
@@ -510,6 +511,17 @@ class TrainerBase:
             return resume
         raise ConfigError(f"trainer.resume: {resume!r} is not accepted; use auto, false or a checkpoint path")
 
+    @property
+    def lengthened(self) -> bool:
+        """Whether this run trains on from a checkpoint of a shorter run (``max_epochs`` or ``max_iters`` raised
+        since): more training was asked for. A run resumed at the same length only continues what it was doing,
+        even from its ``final.pt`` (killed after writing it, before it ended)."""
+        if self.resumed_from is None:
+            return False
+        if self._resumed_length is None:  # a checkpoint that does not say its run's length: its name does
+            return self.resumed_from.name == "final.pt"
+        return self.max_iters > self._resumed_length
+
     def resume_or_load(self) -> None:
         """Continue from a checkpoint (``resume``), else start from ``load_from``'s weights, else fresh."""
         found = None
@@ -535,6 +547,8 @@ class TrainerBase:
             except HookStateError as err:
                 raise HookStateError(f"resuming from {str(path)!r}: {err}") from err.__cause__
             self.resumed_from = path
+            length = state.get("max_iters")  # checkpoints before 2026-12-06 lack it
+            self._resumed_length = length if isinstance(length, int) else None
             if self.inner_iter == 0 and self.epoch > 0:  # at an epoch's end (the epoch counter already on the next one)
                 logger.info("Resumed from %s at iteration %d (the end of epoch %s)", path, self.iter,
                             self.epoch_text(self.epoch - 1))
@@ -964,6 +978,7 @@ class TrainerBase:
             "optimizer": self.optimizer.state_dict(),
             "optimizer_class": _qualified(type(self.optimizer)),
             "iter": self.iter,
+            "max_iters": self.max_iters,  # the run's length, so a rerun knows whether it was lengthened
             "epoch": self.epoch,
             "inner_iter": self.inner_iter,
             "phase_index": self.phase_index,

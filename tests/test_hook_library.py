@@ -515,3 +515,30 @@ def test_a_run_stopped_early_and_then_lengthened_trains_on_to_its_next_validatio
     second = trainer(30)
     second.train()
     assert second.resumed_from.name == "final.pt" and second.status == "stopped" and second.epoch == 4
+
+
+def test_a_run_stopped_early_and_killed_just_after_its_final_checkpoint_stops_again_at_once(tmp_path):
+    """Killed after final.pt was written but before run.json said stopped, the rerun (same command) resumed from
+    final.pt, took it for a lengthened run and trained on to its next validation: another end than the run's."""
+    from hooks.checkpoint import PeriodicCheckpointer
+
+    def trainer(max_epochs):
+        class Flat(HookBase):
+            priority = 55
+
+            def after_val(self):
+                self.trainer.last_val["val/loss"] = 1.0  # never improves
+
+        return make_trainer("epoch", work_dir=tmp_path, max_epochs=max_epochs, hooks={
+            "evaluator": Evaluator(), "flat": Flat(), "early_stopping": EarlyStopping(patience=2),
+            "checkpointer": PeriodicCheckpointer()})
+
+    first = trainer(20)
+    first.train()
+    assert first.status == "stopped" and first.epoch == 3
+    weights = {k: v.clone() for k, v in first.model.state_dict().items()}
+    again = trainer(20)  # the same length: the rerun of the same command
+    again.train()
+    assert again.resumed_from.name == "final.pt" and not again.lengthened
+    assert again.status == "stopped" and again.epoch == 3 and again.iter == first.iter
+    assert all(torch.equal(v, again.model.state_dict()[k]) for k, v in weights.items())
