@@ -201,6 +201,19 @@ def check_trainer_config(cfg: DictConfig) -> None:
         check(OmegaConf.to_container(cfg.trainer, resolve=True))
 
 
+def check_values_not_applied(cfg: DictConfig, changes: Sequence[Tuple[str, Any, Any]]) -> None:
+    """The values a finished run does not take (it returns its recorded result) are checked still: a value no run
+    would take (``trainer.max_epochs=0``, ``hooks.console.period=0``) is a config error, not a warning and exit 0.
+    Each changed hook is checked as a build checks it (only constructed); the trainer's settings were checked before."""
+    from omegaconf import OmegaConf
+
+    check_hooks_package()
+    for name in sorted({key.split(".")[1] for key, _, _ in changes if key.startswith("hooks.") and key.count(".") >= 1}):
+        node = cfg.hooks.get(name) if OmegaConf.is_dict(cfg.get("hooks")) else None
+        if OmegaConf.is_dict(node) and node.get("_target_"):
+            build(f"hooks.{name}", node)
+
+
 def new_run_dir(root: Union[str, Path] = "outputs") -> Path:
     """A new, empty ``<root>/<date>/<time to the microsecond>``, as the CLI names a single run's dir;
     created here, so that runs started at the same moment (threads, processes) never share one."""
@@ -307,6 +320,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
 
             remove_stale_temporaries(run_dir, ".run.json.tmp*")  # not the sweep's files beside it (submitted.json)
             remove_stale_temporaries(run_dir / ".hydra")
+        check_trainer_config(cfg)  # a value no run takes is named as such, before "another config" or "finished"
         changes = check_rerun(run_dir, cfg)
         resume = cfg.trainer.get("resume", "auto")
         if isinstance(resume, str) and resume != "auto" and not resume_off(resume):
@@ -316,6 +330,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
                                describe_changes(elsewhere))
         done = finished_result(run_dir) if cfg.trainer.get("resume", "auto") in ("auto", True) else None
         if done is not None and not lengthens(changes):  # an explicit checkpoint path always trains on
+            check_values_not_applied(cfg, changes)
             logger.info("This run already finished (%s): %s = %s; not training again", done["status"],
                         cfg.objective, done["metrics"].get(cfg.objective))
             if changes:

@@ -316,6 +316,7 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
 
     from omegaconf import open_dict, read_write
 
+    from launcher import check_trainer_config, check_values_not_applied
     from launcher.errors import ConfigError
     from launcher.rundir import check_rerun, lengthens
 
@@ -335,10 +336,13 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
             task = job_config
             with read_write(task), open_dict(task):
                 del task["hydra"]
+            check_trainer_config(task)
             changes = check_rerun(path, task)  # first, as the run does: it refuses trainer.resume=false here
             if task.trainer.get("resume", "auto") not in ("auto", True):
                 return None
             objective = str(task.get("objective", "val/accuracy"))
+            if not lengthens(changes):
+                check_values_not_applied(task, changes)  # a value no run takes is refused, as the run refuses it
     except ConfigError:
         raise
     except Exception as err:  # noqa: BLE001 -- never the sweep's end: the job runs, and its run decides

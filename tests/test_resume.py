@@ -415,6 +415,25 @@ def test_raising_max_iters_trains_a_finished_run_on_from_its_final_checkpoint(tm
     assert "already finished" in out and "Not applied, as the run is over: hooks.jsonl.period: 1 -> 5" in out
 
 
+
+def test_a_value_no_run_takes_is_refused_at_a_finished_run_not_warned_as_not_applied(tmp_path, references, tmp_path_factory):
+    """A rerun of a finished run returns its result and lists the changes it does not apply: a value no run would take
+    (``trainer.max_iters=0``, ``hooks.jsonl.period=0``) ended in that warning and exit 0, or, in a dir with checkpoints,
+    as "another config" without saying what was wrong with the value; nothing in the run dir changes."""
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"}  # the log says why
+    for bad, said in ((["trainer.max_iters=0"], "trainer.max_iters should be an integer greater than zero, got 0"),
+                      (["hooks.jsonl.period=0"], "hooks.jsonl ("),
+                      (["hooks.checkpointer.keep_last=-1"], "hooks.checkpointer (")):
+        proc = subprocess.run([*command(run_dir, "iter", 0), *bad], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                              timeout=300)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and f"Config error: {said}" in out and "already finished" not in out, out[-3000:]
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"} == before
+
+
 FULL = ["hooks=full", "model=cnn", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.01",
         "hooks.optimizer_step.accumulate=2", "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=7",
         "hooks.jsonl.period=1", "hooks.jsonl.flush_secs=0", "hooks.early_stopping.patience=2"]

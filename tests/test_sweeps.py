@@ -72,7 +72,9 @@ def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_t
     # is refused and leaves failure.json)
     for bad, says in (("trainer.resume=false", "Config error: trainer.resume=false: run dir"),
                       ("model.hidden=[32]", "holds a run made with another config (model.hidden: [256] -> [32])"),
-                      ("+hydra.launcher.foo=1", "Config error: hydra.launcher.foo: not an option of hydra/launcher=local")):
+                      ("+hydra.launcher.foo=1", "Config error: hydra.launcher.foo: not an option of hydra/launcher=local"),
+                      # a value no run takes, which their runs would only have listed as not applied (exit 0)
+                      ("hooks.jsonl.period=0", "Config error: hooks.jsonl (hooks.writers.JSONWriter): ValueError")):
         refused = run_cli(["-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=1", bad, f"hydra.sweep.dir={sweep}",
                            *FAST], tmp_path)
         assert refused.returncode == 2 and says in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
