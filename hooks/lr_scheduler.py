@@ -45,6 +45,12 @@ class LRScheduler(HookBase):
         super().__init__(priority)
         if warmup not in ("linear", "constant"):
             raise ValueError(f"LRScheduler: warmup should be linear or constant, got {warmup!r}")
+        if isinstance(warmup_iters, bool) or not isinstance(warmup_iters, int) or warmup_iters < 0:
+            raise ValueError(f"LRScheduler: warmup_iters should be an integer >= 0 (0: no warmup), got {warmup_iters!r}")
+        if isinstance(warmup_factor, bool) or not isinstance(warmup_factor, (int, float)) or not 0 < warmup_factor <= 1:
+            # torch's LinearLR and ConstantLR refuse it only as the run starts, with a traceback that names no key
+            raise ValueError(f"LRScheduler: warmup_factor should be a number in (0, 1] (the warmup's first lr as a "
+                             f"fraction of the schedule's), got {warmup_factor!r}")
         if warmup_iters and by_epoch:
             raise ValueError("LRScheduler: warmup_iters counts iterations; it needs by_epoch=false")
         self.warmup_iters, self.warmup, self.warmup_factor = warmup_iters, warmup, warmup_factor

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from typing import Any, Dict, Mapping, Optional
 
 import torch
@@ -54,6 +55,14 @@ class OptimizerStep(HookBase):
             raise ValueError(f"OptimizerStep: nonfinite should be raise or skip, got {nonfinite!r}")
         if clip_grad_norm is not None and clip_grad_value is not None:
             raise ValueError("OptimizerStep: set clip_grad_norm or clip_grad_value, not both")
+        for key, value in (("clip_grad_norm", clip_grad_norm), ("clip_grad_value", clip_grad_value)):
+            # a negative bound flips the gradients (torch scales them by bound / norm) and 0 zeroes them, silently
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or
+                                      not math.isfinite(value) or value <= 0):
+                raise ValueError(f"OptimizerStep: {key} should be a number greater than zero (null: no clipping), got {value!r}")
+        if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or math.isnan(norm_type) or norm_type <= 0:
+            raise ValueError(f"OptimizerStep: norm_type should be a number greater than zero (2.0; inf for the max norm), "
+                             f"got {norm_type!r}")
         self.accumulate = accumulate
         self.clip_grad_norm = clip_grad_norm
         self.norm_type = norm_type

@@ -251,8 +251,40 @@ def options_after_overrides(argv: List[str]) -> Optional[str]:
             f"--cfg, ...) before the overrides: python -m launcher {shlex.join(options + overrides)}")
 
 
+def searchpath_not_found(argv: List[str]) -> Optional[str]:
+    """The one-line refusal of a ``hydra.searchpath=[...]`` entry that is no config dir (a directory that does not
+    exist, a package that does not import), which Hydra skips without a word, as ``--config-dir`` is refused; else None."""
+    given = [a for a in argv if a.lstrip("+").startswith("hydra.searchpath=")]
+    if not given:
+        return None
+    from hydra._internal.sources_registry import SourcesRegistry
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # registers the kinds of config source (file://, pkg://), as Hydra's start does
+
+    try:
+        entries = OverridesParser.create().parse_override(given[-1]).value()
+    except Exception:  # noqa: BLE001 -- not parsed: Hydra's own error names it
+        return None
+    for entry in entries if isinstance(entries, list) else [entries]:
+        entry = str(entry)
+        scheme = entry.partition("://")[0] if "://" in entry else "file"
+        try:
+            found = SourcesRegistry.instance().resolve(scheme)("hydra.searchpath", entry).available()
+        except Exception:  # noqa: BLE001 -- an unknown scheme, a package that fails to import
+            found = False
+        if not found:
+            where = entry.partition("://")[2] if "://" in entry else entry
+            what = (f"no package {where!r} with an __init__.py can be imported" if scheme == "pkg" else
+                    f"{os.path.abspath(where)} is not a directory" if scheme == "file" else f"'{scheme}://' is no kind of source")
+            return (f"Config error: hydra.searchpath: {entry}: {what}; each entry is a directory of config groups "
+                    f"(file://<dir>, relative to {os.getcwd()}) or a package holding them (pkg://<module>)")
+    return None
+
+
 if __name__ == "__main__":
-    misplaced = options_after_overrides(sys.argv[1:])
+    misplaced = options_after_overrides(sys.argv[1:]) or searchpath_not_found(sys.argv[1:])
     if misplaced:
         print(misplaced, file=sys.stderr)
         sys.exit(2)

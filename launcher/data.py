@@ -348,10 +348,13 @@ class DataLoaders:
         persistent_workers: bool = False,
         prefetch_factor: Optional[int] = None,
     ) -> None:
-        for key, value in (("batch_size", batch_size), ("num_workers", num_workers)):
-            if not isinstance(value, int) or value < (1 if key == "batch_size" else 0):
-                limit = "greater than zero" if key == "batch_size" else "zero or more"
-                raise ValueError(f"data.{key} should be an integer {limit}, got {value!r}")
+        sizes = (("batch_size", batch_size), ("num_workers", num_workers)) + \
+            ((("val_batch_size", val_batch_size),) if val_batch_size is not None else ())  # null: batch_size
+        for key, value in sizes:
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "num_workers" else 1):
+                limit = "zero or more" if key == "num_workers" else "greater than zero"
+                also = " (or null: batch_size)" if key == "val_batch_size" else ""
+                raise ValueError(f"data.{key} should be an integer {limit}{also}, got {value!r}")
         if prefetch_factor is not None and (isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int)
                                             or prefetch_factor < 1):
             raise ValueError(f"data.prefetch_factor should be an integer greater than zero (batches each worker "
@@ -364,7 +367,7 @@ class DataLoaders:
             raise ValueError(f"data.seed should be an integer, got {seed!r}")
         self.train, self.val = train, val
         self.batch_size = batch_size
-        self.val_batch_size = val_batch_size or batch_size
+        self.val_batch_size = batch_size if val_batch_size is None else val_batch_size
         self.num_workers = num_workers
         self.shuffle = shuffle
         self.drop_last = drop_last

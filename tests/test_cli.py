@@ -200,6 +200,17 @@ BAD_INPUTS = [
                                                     "index out of range (given lr=0.003, betas=[0.9], weight_decay=0.01)\n"]),
     (["model._target_=launcher.models"], ["Config error: model._target_: launcher.models is a module, not a class or function "
                                           "to build; launcher.models has: CNN, Classifier, MLP\n"]),
+    # each trained (a negative bound flips the gradients: accuracy 0.14), or ended in torch's traceback naming no key
+    (["hooks=[default,optimizer_step]", "hooks.optimizer_step.clip_grad_norm=-1"],
+     ["hooks.optimizer_step", "clip_grad_norm should be a number greater than zero (null: no clipping), got -1.0"]),
+    (["hooks=[default,optimizer_step]", "hooks.optimizer_step.clip_grad_value=0"], ["clip_grad_value should be a number greater than zero"]),
+    (["hooks.lr_scheduler.warmup_iters=-5"], ["hooks.lr_scheduler", "warmup_iters should be an integer >= 0 (0: no warmup), got -5"]),
+    (["hooks.lr_scheduler.warmup_iters=5", "hooks.lr_scheduler.warmup_factor=0"], ["warmup_factor should be a number in (0, 1]"]),
+    (["+data.val_batch_size=0"], ["data.val_batch_size should be an integer greater than zero (or null: batch_size), got 0"]),
+    (["+data.val_batch_size=-1"], ["Config error: data.val_batch_size should be an integer greater than zero"]),
+    # ignored without a word (--config-dir no/such/dir is refused)
+    (["hydra.searchpath=[file://no/such/conf]"], ["Config error: hydra.searchpath: file://no/such/conf: ", "no/such/conf is not a directory"]),
+    (["hydra.searchpath=[pkg://no_such_package]"], ["hydra.searchpath: pkg://no_such_package: no package 'no_such_package'"]),
 ]
 
 
