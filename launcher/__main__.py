@@ -251,6 +251,40 @@ def options_after_overrides(argv: List[str]) -> Optional[str]:
             f"--cfg, ...) before the overrides: python -m launcher {shlex.join(options + overrides)}")
 
 
+def unknown_option(argv: List[str]) -> Optional[str]:
+    """The one-line error for a token with a leading ``-`` that is none of Hydra's options (``--config_dir``,
+    ``-hooks.console``), which Hydra's parser answers with its usage screen; None when every one is known."""
+    import difflib
+
+    try:
+        from hydra._internal.utils import get_args_parser
+
+        actions = {opt: action for action in get_args_parser()._actions for opt in action.option_strings}
+    except Exception:  # noqa: BLE001 -- a Hydra without it: its own report
+        return None
+    takes_value = False
+    for token in argv:
+        if takes_value:  # the value of the option before it (--config-dir conf)
+            takes_value = False
+            continue
+        if not token.startswith("-") or token in ("-", "--"):
+            continue
+        name = token.partition("=")[0] if token.startswith("--") else token
+        action = actions.get(name)
+        if action is not None:
+            takes_value = "=" not in token and action.nargs is None
+            continue
+        bare = token.lstrip("-")
+        if "=" in bare or "." in bare or not token.startswith("--"):  # an override written with a leading dash
+            key, _, value = bare.partition("=")
+            return (f"Config error: {token}: not an option, and an override takes no leading '-': write {key}={value or '...'} "
+                    f"to set {key}, or ~{key} to delete it (options: python -m launcher --help)")
+        close = difflib.get_close_matches(name, [o for o in actions if o.startswith("--")], n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        return f"Config error: {token}: not an option of python -m launcher{hint} (options: python -m launcher --help)"
+    return None
+
+
 def searchpath_not_found(argv: List[str]) -> Optional[str]:
     """The one-line refusal of a ``hydra.searchpath=[...]`` entry that is no config dir (a directory that does not
     exist, a package that does not import), which Hydra skips without a word, as ``--config-dir`` is refused; else None."""
@@ -284,7 +318,7 @@ def searchpath_not_found(argv: List[str]) -> Optional[str]:
 
 
 if __name__ == "__main__":
-    misplaced = options_after_overrides(sys.argv[1:]) or searchpath_not_found(sys.argv[1:])
+    misplaced = unknown_option(sys.argv[1:]) or options_after_overrides(sys.argv[1:]) or searchpath_not_found(sys.argv[1:])
     if misplaced:
         print(misplaced, file=sys.stderr)
         sys.exit(2)

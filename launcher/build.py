@@ -376,9 +376,10 @@ def call(key: str, node: Any, factory: Any, *args: Any) -> Any:
         raise explain(key, node, err) from err
 
 
-def unknown_key_message(err: BaseException) -> Optional[str]:
+def unknown_key_message(err: BaseException, overrides: Sequence[str] = ()) -> Optional[str]:
     """One line for an override of a key the config lacks (``trainer.max_epoch=3``), naming the close
-    match and the keys accepted there; None for any other composition error."""
+    match and the keys accepted there; None for any other composition error. ``overrides``: the command
+    line's, for the key a ``+`` would add (``+hooks.mine._target_=...`` where ``hooks.mine`` is missing)."""
     from dataclasses import is_dataclass
 
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
@@ -407,17 +408,36 @@ def unknown_key_message(err: BaseException) -> Optional[str]:
         return f"{full}: no such key in {where}{hint} Accepted there: {listed}{', '.join(takes)} (what {target} takes)"
     close = difflib.get_close_matches(key, keys, n=1)
     hint = f"; did you mean {where + '.' if where else ''}{close[0]}?" if close else "."
-    if in_file:
-        add = ""
+    given = [o.partition("=")[0] for o in overrides if "=" in o and not o.startswith(("+", "~", "-"))]
+    deeper = next((k for k in given if k == full or k.startswith(full + ".")), full)  # the key the user set, under it
+    if in_file or full == "hydra" or full.startswith("hydra."):
+        add = ""  # a file's key is mended in the file; Hydra's settings take no keys of one's own
     elif fixed and not where:  # the top level: no _target_ takes its keys
         add = f" (a key of your own is added with +{full}=...)"
     elif fixed:  # the schema's keys are the built-in class's; a class of one's own may take more
         add = f" (an argument of a _target_ of your own that the schema lacks is added with +{full}=...)"
+    elif where == "hooks":
+        add = f" (a hook of your own is added with +hooks.{key}._target_=<module.Class>)"
+        if key in _group_options("hooks", overrides):  # a built-in hook this run's preset leaves out
+            add = (f" ({key} is an option of the hooks group: add it to the run's hooks, e.g. 'hooks=[default,{key}]', "
+                   f"then set {deeper})")
     else:
-        add = f" (a new key is added with +{full}=...)"
+        add = f" (a new key is added with +{deeper}=...)"
     accepted = f"Accepted there: {', '.join(keys)}" if keys else f"{where or 'The config'} has no keys yet"
     source = f" (set in config file {in_file.group(1)}.yaml)" if in_file else ""
     return f"{full}: no such key in {where or 'the config'}{source}{hint} {accepted}{add}"
+
+
+def _group_options(group: str, overrides: Sequence[str] = ()) -> List[str]:
+    """The options of config ``group`` (those of the config dirs a ``hydra.searchpath=`` in ``overrides`` adds too),
+    while Hydra is initialized; else []."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    searchpath = [o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")][-1:]
+    try:
+        return list(GlobalHydra.instance().config_loader().get_group_options(group, overrides=searchpath))
+    except Exception:  # noqa: BLE001 -- not initialized, or the searchpath does not parse
+        return []
 
 
 def missing_option_message(err: BaseException, overrides: Sequence[str] = ()) -> Optional[str]:
@@ -431,10 +451,7 @@ def missing_option_message(err: BaseException, overrides: Sequence[str] = ()) ->
         return None
     group, _, name = match.group(1).rpartition("/")
     searchpath = [o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")][-1:]
-    try:
-        options = GlobalHydra.instance().config_loader().get_group_options(group, overrides=searchpath)
-    except Exception:
-        return None
+    options = _group_options(group, overrides)
     if not options:
         return None
     close = difflib.get_close_matches(name, options, n=1)
@@ -532,12 +549,15 @@ def _missing_key_listing(path: str) -> Optional[str]:
 def composition_message(err: BaseException, overrides: Sequence[str] = ()) -> str:
     """Any error Hydra raises while composing the config (before anything runs), in one line that
     names the key and the value and says what is accepted there; ``overrides``: those it was composed with."""
-    for message in (unknown_key_message(err), missing_option_message(err, overrides), group_value_message(err)):
+    for message in (unknown_key_message(err, overrides), missing_option_message(err, overrides), group_value_message(err)):
         if message:
             return message
     text = str(err)
     cause = err.__cause__
     full_key = getattr(cause, "full_key", None)
+    if full_key and "does not support deletion" in str(getattr(cause, "msg", "")):  # ~trainer.max_epochs
+        return (f"~{full_key}: {full_key} is a setting of the built-in schema and cannot be deleted; give it a value "
+                f"instead ({full_key}=...)")
     if full_key and getattr(cause, "msg", None):  # a value the schema refuses: trainer.max_epochs=ten
         if "is not Optional" in str(cause.msg):  # OmegaConf's words for null where the schema wants a value
             return f"{full_key}=null: this key needs a value; give one, e.g. {full_key}=<value>, or leave the override out"

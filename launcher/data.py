@@ -97,6 +97,13 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
         what = "is a directory" if file.is_dir() else "does not exist"
         where = "" if file.is_absolute() else f", relative to the current directory {os.getcwd()}"
         raise FileNotFoundError(f"data file {str(file)!r} {what} (expected a .npz or .pt file{where})")
+    with open(file, "rb") as f:
+        head = f.read(64)
+    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x80")):  # .npz and torch.save: zip; older torch.save: pickle
+        text = head.decode("utf-8", "replace").splitlines()[0][:40] if head else ""
+        raise ValueError(f"data file {str(file)!r} is not a .npz or a torch.save'd dict of arrays: it "
+                         + (f"starts {text!r} (a text file? load it and save its arrays with numpy.savez(path, "
+                            f"{inputs}=..., {targets}=...))" if head else "is empty"))
     try:
         if file.suffix == ".npz":
             with np.load(file) as npz:

@@ -211,6 +211,17 @@ BAD_INPUTS = [
     # ignored without a word (--config-dir no/such/dir is refused)
     (["hydra.searchpath=[file://no/such/conf]"], ["Config error: hydra.searchpath: file://no/such/conf: ", "no/such/conf is not a directory"]),
     (["hydra.searchpath=[pkg://no_such_package]"], ["hydra.searchpath: pkg://no_such_package: no package 'no_such_package'"]),
+    # argparse's usage screen, each
+    (["-hooks.console"], ["Config error: -hooks.console: not an option, and an override takes no leading '-'",
+                          "~hooks.console to delete it"]),
+    (["--config_dir", "conf"], ["Config error: --config_dir: not an option of python -m launcher; did you mean --config-dir?"]),
+    # advice that did not fit the key
+    (["hooks.ema.decay=0.99"], ["hooks.ema: no such key in hooks", "ema is an option of the hooks group: add it to the run's "
+                                "hooks, e.g. 'hooks=[default,ema]', then set hooks.ema.decay)"]),
+    (["hooks.mine._target_=x.Y"], ["(a hook of your own is added with +hooks.mine._target_=<module.Class>)"]),
+    (["hydra.run.dri=x"], ["hydra.run.dri: no such key in hydra.run; did you mean hydra.run.dir? Accepted there: dir\n"]),
+    (["~trainer.max_epochs"], ["~trainer.max_epochs: trainer.max_epochs is a setting of the built-in schema and cannot be "
+                               "deleted; give it a value instead"]),
 ]
 
 
@@ -244,6 +255,9 @@ MISFITS = [
      ["data.train: the training set is empty (0 samples)"]),
     (["trainer.resume=arrays.pt"], ["trainer.resume: 'arrays.pt' is not a training checkpoint (it holds x, y;",
                                      "use trainer.load_from"]),
+    # numpy's advice to load it with allow_pickle
+    (["data=arrays", "data.train.path=notes.npz", "data.val=null"],
+     ["data file 'notes.npz' is not a .npz or a torch.save'd dict of arrays: it starts 'x,y' (a text file?"]),
 ]
 
 
@@ -258,6 +272,7 @@ def test_data_that_does_not_fit_the_model_is_one_line_naming_the_key_to_change(o
     np.savez(tmp_path / "flat.npz", x=np.zeros(8, dtype=np.float32), y=np.zeros(8, dtype=np.int64))
     np.savez(tmp_path / "empty.npz", x=np.zeros((0, 4), dtype=np.float32), y=np.zeros(0, dtype=np.int64))
     torch.save({"x": torch.zeros(8, 4), "y": torch.zeros(8)}, tmp_path / "arrays.pt")
+    (tmp_path / "notes.npz").write_text("x,y\n0.5,1\n")
     data = [] if "data=arrays" in overrides else ["data=synthetic", "data.train.size=256"]
     proc = run_cli([*data, "trainer.max_epochs=1", *overrides], tmp_path, timeout=120)
     out = proc.stdout + proc.stderr
