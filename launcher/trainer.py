@@ -58,7 +58,7 @@ from hooks.base import EVENTS, HookBase
 from launcher import distributed
 from launcher.data import is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
-from launcher.errors import ConfigError, ModelInputError, ModelOutputError, NonFiniteLoss, what_to_mend
+from launcher.errors import CheckpointWriteError, ConfigError, ModelInputError, ModelOutputError, NonFiniteLoss, what_to_mend
 
 # Errors a hook (or a validation) finds at a step's, epoch's or validation's end in the config or the model's
 # eval output: the training so far is whole, so the run stops there with a checkpoint (TrainerBase._stop_for).
@@ -704,6 +704,7 @@ class TrainerBase:
         """
         failed = self.status in ("failed", "aborted")
         first: Optional[BaseException] = None
+        first_hook: Any = None
         for handler in self._handlers["after_train"]:
             try:
                 handler()
@@ -712,14 +713,17 @@ class TrainerBase:
                     logger.error("Hook %s failed in after_train as well: %s: %s",
                                  getattr(handler, "__self__", handler).name, type(err).__name__, err, exc_info=err)
                 else:
-                    first = err
+                    first, first_hook = err, getattr(handler, "__self__", None)
         if first is not None:
-            if isinstance(first, STOPS_AT_BOUNDARY) and self.status in ("completed", "stopped") and self.is_main:
+            saved = not isinstance(first, CheckpointWriteError) and (Path(self.checkpoint_dir) / "final.pt").is_file()
+            if self.status in ("completed", "stopped") and self.is_main and saved:
                 from launcher.rundir import same_command  # the validation at the end, say: the training itself is whole
 
+                what = what_to_mend(first) if isinstance(first, STOPS_AT_BOUNDARY) or first_hook is None else \
+                    f"hooks.{first_hook.name} ({_qualified(type(first_hook))})"
                 logger.warning("Trained to iteration %d, its final checkpoint saved; what the run does at its end failed for "
                                "the error below: mend %s and run %s to finish it from there", self.iter,
-                               what_to_mend(first), same_command(self.work_dir))
+                               what, same_command(self.work_dir))
             self.status = "failed"
             raise first
 

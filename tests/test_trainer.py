@@ -158,7 +158,7 @@ def test_rows_written_between_epochs_carry_the_epoch_just_trained(tmp_path):
     assert [(r["iter"], r["epoch"]) for r in rows if "train/loss" in r] == [(i, i // 4) for i in range(16)]
 
 
-def test_a_hook_failing_in_after_train_fails_the_run_and_the_other_hooks_still_end(tmp_path):
+def test_a_hook_failing_in_after_train_fails_the_run_and_the_other_hooks_still_end(tmp_path, caplog):
     calls = []
 
     class Raises(HookBase):
@@ -179,6 +179,9 @@ def test_a_hook_failing_in_after_train_fails_the_run_and_the_other_hooks_still_e
         trainer.train()
     assert trainer.status == "failed" and calls == ["completed"]  # the later hook ran, and saw how training ended
     assert (tmp_path / "checkpoints" / "final.pt").is_file()  # so a rerun retries only the end
+    # and says so, naming the hook to mend (the traceback alone read as a lost run)
+    assert any("Trained to iteration 8, its final checkpoint saved; what the run does at its end failed for the error "
+               "below: mend hooks.raises (" in r.getMessage() for r in caplog.records), caplog.text
 
     class Diverges(ToyModel):
         def forward(self, batch):
