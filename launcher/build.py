@@ -311,7 +311,21 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
                 and takes_partial:
             partial = (f"; where the launcher passes those itself (an optimizer gets the model's parameters, a "
                        f"scheduler its optimizer), set {full_key}._partial_: true")
-        return ConfigError(f"{full_key}: {target} rejected the config: {_first_line(cause)}{partial}{_accepted(target, supplied)}")
+        extra = ""
+        if "unexpected keyword argument" in str(cause) and isinstance(sub, DictConfig):  # every one, not the first alone
+            names = accepted_names(target, supplied)
+            keys = [str(k) for k in sub.keys() if not str(k).startswith("_") and str(k) not in names]
+            if names and keys:
+                import sys
+
+                def out(k: str) -> str:  # the override that added it, else the deletion that leaves the file's key out
+                    given = [a for a in sys.argv[1:] if a.lstrip("+").partition("=")[0] == f"{full_key}.{k}"]
+                    return f"drop {given[-1]}" if given else f"~{full_key}.{k}"
+
+                extra = (f"; it takes none of the config's keys {', '.join(keys)} (leave them out: "
+                         f"{', '.join(out(k) for k in keys)})" if len(keys) > 1 else f" (leave it out: {out(keys[0])})")
+        return ConfigError(f"{full_key}: {target} rejected the config: {_first_line(cause)}{partial}{extra}"
+                           f"{_accepted(target, supplied)}")
     if isinstance(cause, ConfigError):
         return cause
     if isinstance(cause, MissingMandatoryValue):

@@ -122,10 +122,12 @@ def test_schema_rejects_typos_and_wrong_types_while_composing(override, words):
     [
         ({"_target_": "launcher.models.MLPP"}, "model._target_: cannot import 'launcher.models.MLPP': 'launcher.models' has no attribute 'MLPP'; did you mean 'launcher.models.MLP'?"),
         ({"_target_": "nopkg.Net"}, "no module named 'nopkg'"),
-        ({"_target_": "launcher.models.MLP", "widht": 3}, "launcher.models.MLP rejected the config: MLP.__init__() got an unexpected keyword argument 'widht'; launcher.models.MLP accepts: in_features, hidden, num_classes, dropout"),
+        ({"_target_": "launcher.models.MLP", "widht": 3}, "launcher.models.MLP rejected the config: MLP.__init__() got an unexpected keyword argument 'widht' (leave it out: ~model.widht); launcher.models.MLP accepts: in_features, hidden, num_classes, dropout"),
+        ({"_target_": "launcher.models.MLP", "widht": 3, "depht": 2}, "it takes none of the config's keys widht, depht (leave "
+                                                                      "them out: ~model.widht, ~model.depht)"),
         ({"in_features": 3}, "model: no _target_ given; set model._target_"),
         ({"_taget_": "launcher.models.MLP"}, "model: no _target_ given (model._taget_ is there: a misspelt _target_?)"),
-        ({"_target_": "launcher.trainer.EpochTrainer", "max_epochs": 3, "max_epoch": 3}, "got an unexpected keyword argument 'max_epoch'; launcher.trainer.EpochTrainer accepts: max_epochs, workflow, model, optimizer, data, hooks, device, work_dir"),
+        ({"_target_": "launcher.trainer.EpochTrainer", "max_epochs": 3, "max_epoch": 3}, "got an unexpected keyword argument 'max_epoch' (leave it out: ~model.max_epoch); launcher.trainer.EpochTrainer accepts: max_epochs, workflow, model, optimizer, data, hooks, device, work_dir"),
     ],
 )
 def test_build_errors_are_one_line_and_name_the_key(node, message):

@@ -164,7 +164,7 @@ def test_help_lists_groups_options_and_examples(tmp_path):
 def test_user_errors_name_module_class_and_keys(project):
     cases = [
         (["model._target_=text_project.model.BagOfTokenz"], "did you mean 'text_project.model.BagOfTokens'"),
-        (["+model.widht=3"], "text_project.model.BagOfTokens rejected the config: BagOfTokens.__init__() got an unexpected keyword argument 'widht'; text_project.model.BagOfTokens accepts: vocab, hidden, pad_id"),
+        (["+model.widht=3"], "text_project.model.BagOfTokens rejected the config: BagOfTokens.__init__() got an unexpected keyword argument 'widht' (leave it out: drop +model.widht=3); text_project.model.BagOfTokens accepts: vocab, hidden, pad_id"),
         (["+hooks.bad._target_=text_project.data.ParitySentences"], "hooks.bad._target_: text_project.data.ParitySentences built a ParitySentences, which is not a hooks.HookBase"),
     ]
     for overrides, message in cases:
