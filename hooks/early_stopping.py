@@ -32,6 +32,7 @@ class EarlyStopping(HookBase):
         # the iteration of a validation not judged for want of the monitor (the run stopped there for that config
         # error, see TrainerBase._stop_for): the mended rerun judges it as it starts, from the checkpoint's last_val
         self.unjudged: Optional[int] = None
+        self.stopped = False  # this hook stopped the run (its decision came while it trained)
 
     def before_train(self) -> None:
         # Resumed after the decision to stop (killed before or just after final.pt was written, or a signal at that
@@ -39,10 +40,15 @@ class EarlyStopping(HookBase):
         # run lengthened (max_epochs or max_iters raised) was asked for more: it trains on, to its next validation.
         if self.unjudged is not None:
             self._judge(self.unjudged)  # the last straw stops the run at once, as it stopped the run that had the key
-        elif self.bad >= self.patience and not self.trainer.lengthened:
+        elif self.stopped and not self.trainer.lengthened:
             self._stop()
+        else:
+            self.stopped = False  # a lengthened run trains on: its next validation decides again
 
     def _stop(self) -> None:
+        # A decision in the validation at the run's end (after_train) stops nothing: the run has completed, and a
+        # rerun from its final.pt completes again rather than taking the decision as one that stopped it.
+        self.stopped = self.trainer.status == "running"
         self.trainer.request_stop(
             f"early stopping: {self.monitor} did not improve on {self.best:.6g} (iteration {self.best_iter}) "
             f"by more than {self.min_delta} for {self.patience} validations"
@@ -69,8 +75,10 @@ class EarlyStopping(HookBase):
             self._stop()
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"best": self.best, "best_iter": self.best_iter, "bad": self.bad, "unjudged": self.unjudged}
+        return {"best": self.best, "best_iter": self.best_iter, "bad": self.bad, "unjudged": self.unjudged,
+                "stopped": self.stopped}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.best, self.best_iter, self.bad = state["best"], state["best_iter"], state["bad"]
         self.unjudged = state.get("unjudged")
+        self.stopped = bool(state.get("stopped", self.bad >= self.patience))  # checkpoints before 2026-12-06 lack it

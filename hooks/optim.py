@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import numbers
 from typing import Any, Dict, Mapping, Optional
 
 import torch
@@ -15,6 +16,11 @@ import torch
 from hooks.base import HookBase, Priority
 
 logger = logging.getLogger(__name__)
+
+
+def _positive(value: Any) -> bool:
+    """A real number above zero (inf too: no bound); not a bool, not NaN."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value) and value > 0
 
 
 class OptimizerStep(HookBase):
@@ -57,10 +63,9 @@ class OptimizerStep(HookBase):
             raise ValueError("OptimizerStep: set clip_grad_norm or clip_grad_value, not both")
         for key, value in (("clip_grad_norm", clip_grad_norm), ("clip_grad_value", clip_grad_value)):
             # a negative bound flips the gradients (torch scales them by bound / norm) and 0 zeroes them, silently
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or
-                                      not math.isfinite(value) or value <= 0):
+            if value is not None and not _positive(value):
                 raise ValueError(f"OptimizerStep: {key} should be a number greater than zero (null: no clipping), got {value!r}")
-        if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or math.isnan(norm_type) or norm_type <= 0:
+        if not _positive(float(norm_type) if norm_type in ("inf", "Infinity") else norm_type):
             raise ValueError(f"OptimizerStep: norm_type should be a number greater than zero (2.0; inf for the max norm), "
                              f"got {norm_type!r}")
         self.accumulate = accumulate

@@ -204,13 +204,16 @@ def check_trainer_config(cfg: DictConfig) -> None:
 def check_values_not_applied(cfg: DictConfig, changes: Sequence[Tuple[str, Any, Any]]) -> None:
     """The values a finished run does not take (it returns its recorded result) are checked still: a value no run
     would take (``trainer.max_epochs=0``, ``hooks.console.period=0``) is a config error, not a warning and exit 0.
-    Each changed hook is checked as a build checks it (only constructed); the trainer's settings were checked before."""
+    Each changed built-in hook is checked as a build checks it (only constructed); the trainer's settings were
+    checked before. Other values (data, the device) are checked only where a run builds them."""
     from omegaconf import OmegaConf
 
     check_hooks_package()
     for name in sorted({key.split(".")[1] for key, _, _ in changes if key.startswith("hooks.") and key.count(".") >= 1}):
         node = cfg.hooks.get(name) if OmegaConf.is_dict(cfg.get("hooks")) else None
-        if OmegaConf.is_dict(node) and node.get("_target_"):
+        # only the built-in hooks: a hook of the user's own may do more than check its arguments as it is made
+        # (start a tracking run, open a connection), which a run that trains nothing must not
+        if OmegaConf.is_dict(node) and str(node.get("_target_") or "").startswith("hooks."):
             build(f"hooks.{name}", node)
 
 

@@ -252,34 +252,41 @@ def options_after_overrides(argv: List[str]) -> Optional[str]:
 
 
 def unknown_option(argv: List[str]) -> Optional[str]:
-    """The one-line error for a token with a leading ``-`` that is none of Hydra's options (``--config_dir``,
-    ``-hooks.console``), which Hydra's parser answers with its usage screen; None when every one is known."""
+    """The one-line error for a token with a leading ``-`` that none of Hydra's options takes (``--config_dir``,
+    ``-hooks.console``: ``-h`` with a value), which Hydra's parser answers with its usage screen; None when argparse,
+    as Hydra runs it (abbreviations, ``-cn=config``, ``-cjob``), takes every one."""
     import difflib
 
     try:
         from hydra._internal.utils import get_args_parser
 
-        actions = {opt: action for action in get_args_parser()._actions for opt in action.option_strings}
+        parser = get_args_parser()
+        options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
     except Exception:  # noqa: BLE001 -- a Hydra without it: its own report
         return None
     takes_value = False
     for token in argv:
+        if token == "--":  # positional from here on: Hydra's parser says what it makes of them
+            return None
         if takes_value:  # the value of the option before it (--config-dir conf)
             takes_value = False
             continue
-        if not token.startswith("-") or token in ("-", "--"):
+        try:
+            parsed = parser._parse_optional(token)
+        except (Exception, SystemExit):  # noqa: BLE001 -- an ambiguous abbreviation: argparse's own message
+            return None
+        if parsed is None:  # not an option: an override, or a value such as -1
             continue
-        name = token.partition("=")[0] if token.startswith("--") else token
-        action = actions.get(name)
-        if action is not None:
-            takes_value = "=" not in token and action.nargs is None
+        action, name, explicit = parsed[:3]
+        if action is not None and not (explicit is not None and action.nargs == 0):
+            takes_value = explicit is None and action.nargs is None
             continue
         bare = token.lstrip("-")
         if "=" in bare or "." in bare or not token.startswith("--"):  # an override written with a leading dash
             key, _, value = bare.partition("=")
             return (f"Config error: {token}: not an option, and an override takes no leading '-': write {key}={value or '...'} "
                     f"to set {key}, or ~{key} to delete it (options: python -m launcher --help)")
-        close = difflib.get_close_matches(name, [o for o in actions if o.startswith("--")], n=1)
+        close = difflib.get_close_matches(token.partition("=")[0], options, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
         return f"Config error: {token}: not an option of python -m launcher{hint} (options: python -m launcher --help)"
     return None

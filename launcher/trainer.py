@@ -372,6 +372,7 @@ class TrainerBase:
         self._in_step = False  # between before_step and the end of after_step
         self._rng_to_restore: Optional[Dict[str, Any]] = None
         self.resumed_from: Optional[Path] = None
+        self._train_started = 0.0  # time.time() as train() began
         self._resumed_length: Optional[int] = None  # max_iters of the run that wrote the checkpoint resumed from
         self.started_at: Optional[int] = None  # the iteration this train() began from, once resumed
         self.last_val: Dict[str, float] = {}
@@ -620,6 +621,7 @@ class TrainerBase:
     def train(self) -> Dict[str, float]:
         """Run :meth:`run` between ``before_train`` and ``after_train``; return the final metrics."""
         self.status = "running"
+        self._train_started = time.time()
         self._read_loss = self._reads_loss_each_step()
         self.work_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -715,7 +717,9 @@ class TrainerBase:
                 else:
                     first, first_hook = err, getattr(handler, "__self__", None)
         if first is not None:
-            saved = not isinstance(first, CheckpointWriteError) and (Path(self.checkpoint_dir) / "final.pt").is_file()
+            final = Path(self.checkpoint_dir) / "final.pt"  # written by this attempt, not one a shorter run left
+            saved = not isinstance(first, CheckpointWriteError) and final.is_file() and \
+                final.stat().st_mtime >= self._train_started - 1  # (file times may lag the clock by a tick)
             if self.status in ("completed", "stopped") and self.is_main and saved:
                 from launcher.rundir import same_command  # the validation at the end, say: the training itself is whole
 

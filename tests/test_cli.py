@@ -225,6 +225,16 @@ BAD_INPUTS = [
 ]
 
 
+def test_hydras_own_option_forms_are_taken_not_refused_as_unknown(tmp_path):
+    """The one-line refusal of an unknown dash option must leave every form Hydra's parser takes: -cn=config, -cjob
+    (an option and its value together), abbreviations (--config-d), values that start with a dash."""
+    for args in (["-cn=config", "--cfg", "job", "-p", "trainer"], ["-cjob", "-p", "trainer"],
+                 ["--config-d", str(REPO / "conf"), "--cfg", "job", "-p", "trainer"],
+                 ["optimizer.lr=-1", "--cfg", "job", "-p", "optimizer"]):
+        proc = run_cli(args, tmp_path, timeout=120)
+        assert proc.returncode == 0 and "Config error" not in proc.stderr, (args, proc.stderr[-2000:])
+
+
 def test_a_workflow_whose_last_epochs_are_never_validated_says_so(tmp_path):
     """[[train, 2], [val, 1]] for 3 epochs: the objective was epoch 2's, reported as the run's, without a word."""
     args = [*FAST, "trainer.workflow=[[train,2],[val,1]]", "~hooks.evaluator"]

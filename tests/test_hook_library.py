@@ -517,6 +517,48 @@ def test_a_run_stopped_early_and_then_lengthened_trains_on_to_its_next_validatio
     assert second.resumed_from.name == "final.pt" and second.status == "stopped" and second.epoch == 4
 
 
+@pytest.mark.parametrize("kind", ["epoch", "iter", "at_end"])
+def test_a_run_whose_last_validation_decided_to_stop_ends_the_same_when_rerun_from_its_final_checkpoint(kind, tmp_path):
+    """The decision at the run's last step: killed after final.pt was written but before its record said how the run
+    ended, the rerun (same length) took the decision again; an iteration-based run that had completed ended "stopped"."""
+    from hooks.checkpoint import PeriodicCheckpointer
+
+    def trainer():
+        class Flat(HookBase):
+            priority = 55
+
+            def after_val(self):
+                self.trainer.last_val["val/loss"] = 1.0  # never improves
+
+        length = {"max_epochs": 3} if kind != "iter" else {"max_iters": 12}
+        # at_end: validations after epoch 2 and at the end (after training: the decision there stops nothing)
+        evaluator = Evaluator(period=4, by_epoch=False) if kind == "iter" else Evaluator(period=2 if kind == "at_end" else 1)
+        return make_trainer("iter" if kind == "iter" else "epoch", work_dir=tmp_path, **length, hooks={
+            "evaluator": evaluator, "flat": Flat(), "early_stopping": EarlyStopping(patience=1 if kind == "at_end" else 2),
+            "checkpointer": PeriodicCheckpointer()})
+
+    first = trainer()
+    first.train()
+    assert first.status == ("completed" if kind == "at_end" else "stopped")
+    weights = {k: v.clone() for k, v in first.model.state_dict().items()}
+    again = trainer()
+    again.train()
+    assert again.resumed_from.name == "final.pt" and (again.status, again.iter) == (first.status, first.iter)
+    assert all(torch.equal(v, again.model.state_dict()[k]) for k, v in weights.items())
+
+
+def test_clip_bounds_take_any_positive_real_inf_included_and_refuse_the_rest():
+    import numpy as np
+
+    for ok in (1, 0.5, float("inf"), np.float32(2.0)):
+        OptimizerStep(clip_grad_norm=ok)
+        OptimizerStep(clip_grad_value=ok)
+    OptimizerStep(clip_grad_norm=1.0, norm_type=float("inf"))
+    for bad in (0, -1.0, float("nan"), True, "1"):
+        with pytest.raises(ValueError, match="should be a number greater than zero"):
+            OptimizerStep(clip_grad_norm=bad)
+
+
 def test_a_run_stopped_early_and_killed_just_after_its_final_checkpoint_stops_again_at_once(tmp_path):
     """Killed after final.pt was written but before run.json said stopped, the rerun (same command) resumed from
     final.pt, took it for a lengthened run and trained on to its next validation: another end than the run's."""
