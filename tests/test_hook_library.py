@@ -493,26 +493,28 @@ def test_a_run_shorter_than_the_window_traces_the_steps_it_has_and_says_where(tm
     assert any(str(trace) in m and "https://ui.perfetto.dev" in m for m in messages), messages
 
 
+def never_improving(work_dir, kind: str = "epoch", patience: int = 2, evaluator=None, **length):
+    """A trainer with early stopping on a val/loss that never improves, checkpointing to ``work_dir``."""
+    from hooks.checkpoint import PeriodicCheckpointer
+
+    class Flat(HookBase):
+        priority = 55
+
+        def after_val(self):
+            self.trainer.last_val["val/loss"] = 1.0
+
+    return make_trainer(kind, work_dir=work_dir, **length, hooks={
+        "evaluator": evaluator or Evaluator(), "flat": Flat(), "early_stopping": EarlyStopping(patience=patience),
+        "checkpointer": PeriodicCheckpointer()})
+
+
 def test_a_run_stopped_early_and_then_lengthened_trains_on_to_its_next_validation(tmp_path):
     """Raising max_epochs of a finished run asks for more training: the stop decision in final.pt is not
     taken again at once (it is after a kill, when the run resumes from an earlier checkpoint)."""
-    from hooks.checkpoint import PeriodicCheckpointer
-
-    def trainer(max_epochs):
-        class Flat(HookBase):
-            priority = 55
-
-            def after_val(self):
-                self.trainer.last_val["val/loss"] = 1.0  # never improves
-
-        return make_trainer("epoch", work_dir=tmp_path, max_epochs=max_epochs, hooks={
-            "evaluator": Evaluator(), "flat": Flat(), "early_stopping": EarlyStopping(patience=2),
-            "checkpointer": PeriodicCheckpointer()})
-
-    first = trainer(20)
+    first = never_improving(tmp_path, max_epochs=20)
     first.train()
     assert first.status == "stopped" and first.epoch == 3
-    second = trainer(30)
+    second = never_improving(tmp_path, max_epochs=30)
     second.train()
     assert second.resumed_from.name == "final.pt" and second.status == "stopped" and second.epoch == 4
 
@@ -521,21 +523,12 @@ def test_a_run_stopped_early_and_then_lengthened_trains_on_to_its_next_validatio
 def test_a_run_whose_last_validation_decided_to_stop_ends_the_same_when_rerun_from_its_final_checkpoint(kind, tmp_path):
     """The decision at the run's last step: killed after final.pt was written but before its record said how the run
     ended, the rerun (same length) took the decision again; an iteration-based run that had completed ended "stopped"."""
-    from hooks.checkpoint import PeriodicCheckpointer
-
     def trainer():
-        class Flat(HookBase):
-            priority = 55
-
-            def after_val(self):
-                self.trainer.last_val["val/loss"] = 1.0  # never improves
-
         length = {"max_epochs": 3} if kind != "iter" else {"max_iters": 12}
         # at_end: validations after epoch 2 and at the end (after training: the decision there stops nothing)
         evaluator = Evaluator(period=4, by_epoch=False) if kind == "iter" else Evaluator(period=2 if kind == "at_end" else 1)
-        return make_trainer("iter" if kind == "iter" else "epoch", work_dir=tmp_path, **length, hooks={
-            "evaluator": evaluator, "flat": Flat(), "early_stopping": EarlyStopping(patience=1 if kind == "at_end" else 2),
-            "checkpointer": PeriodicCheckpointer()})
+        return never_improving(tmp_path, "iter" if kind == "iter" else "epoch", 1 if kind == "at_end" else 2, evaluator,
+                               **length)
 
     first = trainer()
     first.train()
@@ -562,24 +555,11 @@ def test_clip_bounds_take_any_positive_real_inf_included_and_refuse_the_rest():
 def test_a_run_stopped_early_and_killed_just_after_its_final_checkpoint_stops_again_at_once(tmp_path):
     """Killed after final.pt was written but before run.json said stopped, the rerun (same command) resumed from
     final.pt, took it for a lengthened run and trained on to its next validation: another end than the run's."""
-    from hooks.checkpoint import PeriodicCheckpointer
-
-    def trainer(max_epochs):
-        class Flat(HookBase):
-            priority = 55
-
-            def after_val(self):
-                self.trainer.last_val["val/loss"] = 1.0  # never improves
-
-        return make_trainer("epoch", work_dir=tmp_path, max_epochs=max_epochs, hooks={
-            "evaluator": Evaluator(), "flat": Flat(), "early_stopping": EarlyStopping(patience=2),
-            "checkpointer": PeriodicCheckpointer()})
-
-    first = trainer(20)
+    first = never_improving(tmp_path, max_epochs=20)
     first.train()
     assert first.status == "stopped" and first.epoch == 3
     weights = {k: v.clone() for k, v in first.model.state_dict().items()}
-    again = trainer(20)  # the same length: the rerun of the same command
+    again = never_improving(tmp_path, max_epochs=20)  # the same length: the rerun of the same command
     again.train()
     assert again.resumed_from.name == "final.pt" and not again.lengthened
     assert again.status == "stopped" and again.epoch == 3 and again.iter == first.iter
