@@ -420,7 +420,8 @@ def _training_in_slurm_job(data: Mapping[str, Any]) -> Optional[str]:
 # What a run's checkpoints and results are made of: resuming them under other values would fail to
 # load or silently train another experiment. Every other key (how long, where, how often to log,
 # which hooks) may change between attempts; the change is logged.
-DEFINING = ("model", "optimizer", "data", "seed", "trainer._target_", "trainer.workflow")
+DEFINING = ("model", "optimizer", "data", "seed", "trainer._target_", "trainer.workflow",
+            "trainer.devices")  # the world size: each step's global batch, each epoch's steps
 # not the run's experiment: how its batches are loaded, and the val data (validation leaves training as it was)
 FREE_IN_DEFINING = ("data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor", "data.val")
 LENGTH = ("trainer.max_epochs", "trainer.max_iters")

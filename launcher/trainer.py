@@ -540,6 +540,14 @@ class TrainerBase:
                                   f"{', '.join(map(str, list(state)[:6])) or 'nothing'}; a checkpoint holds model, optimizer, "
                                   f"iter, ...); to start from weights in a file, use trainer.load_from")
             mismatch = self._weights_mismatch(state.get("model", {}), "there") or self._optimizer_mismatch(state)
+            writers = len(state.get("rng_ranks") or [None])  # the processes of the run that wrote it
+            if not mismatch and writers != self.world_size:
+                raise ConfigError(
+                    f"trainer.resume: checkpoint {str(path)!r} was written by a run of {writers} process(es), and this "
+                    f"run has {self.world_size}: each step's global batch and each epoch's steps would differ from the "
+                    f"run it continues, so it cannot train on as that run; resume it with trainer.devices={writers} (or "
+                    f"as many processes), or start a new run from its weights: trainer.load_from={path} with another "
+                    f"hydra.run.dir")
             if mismatch:
                 raise ConfigError(f"trainer.resume: checkpoint {str(path)!r} does not fit this run: {mismatch}; resume "
                                   f"it with the config it was made with (its run dir's .hydra/config.yaml)")
@@ -1017,9 +1025,7 @@ class TrainerBase:
                     raise HookStateError(f"hook {h.name} ({type(h).__module__}.{type(h).__qualname__}) could not load its "
                                          f"saved state: {type(err).__name__}: {err}") from err
         ranks = state.get("rng_ranks") or [state.get("rng")]
-        if len(ranks) != self.world_size:
-            logger.warning("The checkpoint was written by %d process(es), this run has %d: every rank takes rank 0's "
-                           "random state, so random draws differ from an uninterrupted run", len(ranks), self.world_size)
+        # (a checkpoint of another world size is refused by resume_or_load; loaded here directly, every rank takes rank 0's)
         self._rng_to_restore = ranks[self.rank] if len(ranks) == self.world_size else ranks[0]
 
 

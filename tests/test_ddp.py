@@ -213,6 +213,11 @@ def test_sigterm_under_ddp_checkpoints_on_rank0_and_resumes_bitwise(tmp_path, un
     out = bad.stdout + bad.stderr
     assert bad.returncode == 2 and "hooks.console" in out and "Traceback" not in out, out[-3000:]
     assert {p: p.read_bytes() for p in kept} == kept
+    # another world size trained on with half the global batch and ended "completed" short of its steps: refused
+    fewer = launch(cli(*RESUMABLE, "hydra.run.dir=run", "trainer.devices=1"), tmp_path)
+    out = fewer.stdout + fewer.stderr
+    assert fewer.returncode == 2 and "holds a run made with another config (trainer.devices: 2 -> 1)" in out, out[-3000:]
+    assert {p: p.read_bytes() for p in kept} == kept
     again = launch(cli(*RESUMABLE, "hydra.run.dir=run"), tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert read_run(tmp_path / "run")["resumed_from"].endswith(f"iter_{record['iter']:07d}.pt")

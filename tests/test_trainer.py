@@ -194,6 +194,22 @@ def test_a_hook_failing_in_after_train_fails_the_run_and_the_other_hooks_still_e
     assert trainer.status == "failed" and calls == ["failed"]
 
 
+def test_a_checkpoint_written_by_another_number_of_processes_is_refused_naming_load_from(tmp_path):
+    """Resumed under another world size (trainer.devices 2 -> 1, torchrun's or SLURM's task count changed), the run
+    went on with half the global batch and another epoch length, and ended "completed" short of its steps."""
+    from launcher.errors import ConfigError
+
+    first = make_trainer("epoch", hooks={"checkpointer": PeriodicCheckpointer()}, work_dir=tmp_path / "run")
+    first.train()
+    state = torch.load(tmp_path / "run" / "checkpoints" / "final.pt", weights_only=False)
+    state["rng_ranks"] = [state["rng"], state["rng"]]  # as a run of two processes writes it
+    torch.save(state, tmp_path / "two.pt")
+    again = make_trainer("epoch", work_dir=tmp_path / "again", resume=str(tmp_path / "two.pt"))
+    with pytest.raises(ConfigError, match=r"written by a run of 2 process\(es\), and this run has 1: .* resume it with "
+                                          r"trainer.devices=2 .* trainer.load_from="):
+        again.train()
+
+
 @pytest.mark.parametrize(
     "workflow, message",
     [([["train", 0]], "greater than zero"), ([["test", 1]], "phase in"), ([["val", 1]], "no 'train' phase"), (["train"], "bad entry")],
