@@ -489,7 +489,7 @@ def worker_started(rank: int, parent: int, ready: Any) -> None:
 
     from launcher.signals import SIGNALS, SignalLatch
 
-    SignalLatch().install()
+    SignalLatch(say=rank == 0).install()
     ready[rank] = 1
     if hasattr(signal, "pthread_sigmask"):  # what spawn() blocked as it started this process; a Ctrl-C then aborts here
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [*SIGNALS, *([signal.SIGTSTP] if hasattr(signal, "SIGTSTP") else [])])

@@ -81,10 +81,11 @@ class SignalLatch:
 
     SIGNALS = tuple(s for s in SIGNALS if s != signal.SIGINT)
 
-    def __init__(self) -> None:
+    def __init__(self, say: bool = True) -> None:
         self.received: Optional[int] = None  # held, not yet taken by a GracefulStop
         self.previous: Dict[int, Any] = {}
         self.before_training = True  # says so when it holds a signal (GracefulStop clears it: training began)
+        self.say = say  # False in the DDP workers but rank 0: the run says it once
 
     def install(self) -> "SignalLatch":
         """Hold the signals from now on (main thread only); the handlers it replaces are kept for chaining."""
@@ -98,7 +99,7 @@ class SignalLatch:
     def __call__(self, signum: int, frame: Optional[FrameType]) -> None:
         if self.received is None:
             self.received = signum
-            if self.before_training:  # a stuck start-up (a rendezvous, a download) would otherwise seem to ignore it
+            if self.before_training and self.say:  # a stuck start-up (a rendezvous, a download) would seem to ignore it
                 os.write(2, f"{signal.Signals(signum).name} received while the run starts: it stops at its first step, "
                             f"with a checkpoint (Ctrl-C or SIGKILL ends it at once)\n".encode())
 

@@ -267,6 +267,7 @@ def test_a_sigterm_while_the_workers_start_stops_the_run_at_its_first_step(tmp_p
     record = read_run(tmp_path / "run")
     assert record["status"] == "interrupted" and record["iter"] == 0, record
     assert "Interrupted at iteration 0 (SIGTERM)" in err
+    assert err.count("received while the run starts") <= 1, err[-3000:]  # said by rank 0 alone, not once a worker
     again = launch(cli(*RESUMABLE, "hydra.run.dir=run"), tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     _assert_same_run(tmp_path / "run", uninterrupted)
