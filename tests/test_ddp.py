@@ -205,6 +205,7 @@ def test_sigterm_under_ddp_checkpoints_on_rank0_and_resumes_bitwise(tmp_path, un
     assert proc.returncode == 75, err[-3000:]
     record = read_run(tmp_path / "run")
     assert record["status"] == "interrupted" and 20 < record["iter"] < 60
+    assert record["command"][1:3] == ["-m", "launcher"], record["command"]  # as typed, not rank 0's __main__.py path
     assert record["iter"] % 10 == 0 or record["iter"] % 11 == 0  # the ranks agree on a stop every 10 steps and at epoch starts
     # a rerun refused in the workers as they build (it trains nothing) leaves the interrupted run's record and
     # config as they were: the parent marked it failed, and .hydra/ held the refused config
