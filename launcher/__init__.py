@@ -209,7 +209,7 @@ def check_values_not_applied(cfg: DictConfig, changes: Sequence[Tuple[str, Any, 
     from omegaconf import OmegaConf
 
     check_hooks_package()
-    for name in sorted({key.split(".")[1] for key, _, _ in changes if key.startswith("hooks.") and key.count(".") >= 1}):
+    for name in sorted({key.split(".")[1] for key, _, _ in changes if key.startswith("hooks.")}):
         node = cfg.hooks.get(name) if OmegaConf.is_dict(cfg.get("hooks")) else None
         # only the built-in hooks: a hook of the user's own may do more than check its arguments as it is made
         # (start a tracking run, open a connection), which a run that trains nothing must not

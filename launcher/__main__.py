@@ -295,7 +295,9 @@ def unknown_option(argv: List[str]) -> Optional[str]:
 def searchpath_not_found(argv: List[str]) -> Optional[str]:
     """The one-line refusal of a ``hydra.searchpath=[...]`` entry that is no config dir (a directory that does not
     exist, a package that does not import), which Hydra skips without a word, as ``--config-dir`` is refused; else None."""
-    given = [a for a in argv if a.lstrip("+").startswith("hydra.searchpath=")]
+    from launcher.build import searchpath_override
+
+    given = searchpath_override(argv)
     if not given:
         return None
     from hydra._internal.sources_registry import SourcesRegistry
@@ -305,7 +307,7 @@ def searchpath_not_found(argv: List[str]) -> Optional[str]:
     Plugins.instance()  # registers the kinds of config source (file://, pkg://), as Hydra's start does
 
     try:
-        entries = OverridesParser.create().parse_override(given[-1]).value()
+        entries = OverridesParser.create().parse_override(given[0]).value()
     except Exception:  # noqa: BLE001 -- not parsed: Hydra's own error names it
         return None
     for entry in entries if isinstance(entries, list) else [entries]:
@@ -318,7 +320,8 @@ def searchpath_not_found(argv: List[str]) -> Optional[str]:
         if not found:
             where = entry.partition("://")[2] if "://" in entry else entry
             what = (f"no package {where!r} with an __init__.py can be imported" if scheme == "pkg" else
-                    f"{os.path.abspath(where)} is not a directory" if scheme == "file" else f"'{scheme}://' is no kind of source")
+                    f"{os.path.abspath(where)} is not a directory" if scheme == "file" else
+                    f"'{scheme}://' is no kind of source")
             return (f"Config error: hydra.searchpath: {entry}: {what}; each entry is a directory of config groups "
                     f"(file://<dir>, relative to {os.getcwd()}) or a package holding them (pkg://<module>)")
     return None

@@ -442,14 +442,19 @@ def unknown_key_message(err: BaseException, overrides: Sequence[str] = ()) -> Op
     return f"{full}: no such key in {where or 'the config'}{source}{hint} {accepted}{add}"
 
 
+def searchpath_override(overrides: Sequence[str]) -> List[str]:
+    """The command line's last ``hydra.searchpath=[...]`` override, as a list of one (or none)."""
+    return [o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")][-1:]
+
+
 def _group_options(group: str, overrides: Sequence[str] = ()) -> List[str]:
     """The options of config ``group`` (those of the config dirs a ``hydra.searchpath=`` in ``overrides`` adds too),
     while Hydra is initialized; else []."""
     from hydra.core.global_hydra import GlobalHydra
 
-    searchpath = [o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")][-1:]
     try:
-        return list(GlobalHydra.instance().config_loader().get_group_options(group, overrides=searchpath))
+        loader = GlobalHydra.instance().config_loader()
+        return list(loader.get_group_options(group, overrides=searchpath_override(overrides)))
     except Exception:  # noqa: BLE001 -- not initialized, or the searchpath does not parse
         return []
 
@@ -464,17 +469,16 @@ def missing_option_message(err: BaseException, overrides: Sequence[str] = ()) ->
     if not match or "/" not in match.group(1) or not GlobalHydra.instance().is_initialized():
         return None
     group, _, name = match.group(1).rpartition("/")
-    searchpath = [o for o in overrides if o.lstrip("+").startswith("hydra.searchpath=")][-1:]
     options = _group_options(group, overrides)
     if not options:
         return None
     close = difflib.get_close_matches(name, options, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else "."
-    where = _defaults_list_naming(group, name, overrides, searchpath)
+    where = _defaults_list_naming(group, name, overrides)
     return f"{group}: there is no option {name!r}{where}{hint} Available: {', '.join(options)}"
 
 
-def _defaults_list_naming(group: str, name: str, overrides: Sequence[str], searchpath: List[str]) -> str:
+def _defaults_list_naming(group: str, name: str, overrides: Sequence[str]) -> str:
     """`` (in <file>'s defaults list)`` where the missing option comes from a config file that a command-line
     override selected (an experiment's ``override /model: regg``; Hydra's error names only the primary config),
     else ``""``."""
@@ -491,11 +495,13 @@ def _defaults_list_naming(group: str, name: str, overrides: Sequence[str], searc
         if re.fullmatch(r"[\w/.-]+", key) and re.fullmatch(r"[\w/.-]+", value):
             selected.append(f"{key}/{value}")
     try:
-        _, repo = GlobalHydra.instance().config_loader()._parse_overrides_and_create_caching_repo(None, searchpath)
+        loader = GlobalHydra.instance().config_loader()
+        _, repo = loader._parse_overrides_and_create_caching_repo(None, searchpath_override(overrides))
         for config_path in selected:
             result = repo.load_config(config_path)
             for item in (result.defaults_list or []) if result is not None else ():
-                if isinstance(item, GroupDefault) and item.group.strip("/") == group and name in (item.value if isinstance(item.value, list) else [item.value]):
+                values = item.value if isinstance(getattr(item, "value", None), list) else [getattr(item, "value", None)]
+                if isinstance(item, GroupDefault) and item.group.strip("/") == group and name in values:
                     where = str(result.path)
                     file = (str(Path(where[len("file://"):]) / config_path) if where.startswith("file://")
                             else config_path) + ".yaml"
