@@ -431,7 +431,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
         logging.getLogger("submitit").propagate = False
     if env is not None and env.source != "spawn":  # torchrun's agent (srun) ends the others with it when a rank fails
         return _train_held(cfg, run_dir, overrides, main, before_chain)
-    with SignalLatch() as latch:  # a SIGTERM while the trainer is built stops it at its first step
+    with SignalLatch(say=main) as latch:  # a SIGTERM while the trainer is built stops it at its first step
         result = _train_held(cfg, run_dir, overrides, main, before_chain)
         if result.status == "interrupted":  # stopped on a signal, its checkpoint saved: another one asks nothing more
             latch.received = None  # (sent on, it would end the process by the signal, not the exit status 75)
