@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -367,20 +368,35 @@ def number_ranges(numbers: Sequence[int]) -> str:
 
 def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
     """``submitted.json`` (job number and overrides) in each job dir without a run record yet: the summary
-    lists the job as pending until it starts, also after the sweep is stopped before reaching it."""
+    lists the job as pending until it starts, also after the sweep is stopped before reaching it. A job dir
+    that has one (a run, an earlier submission to SLURM) keeps it; where an earlier sweep numbered its job
+    otherwise (a ``hydra.sweep.subdir`` of one's own, a value added in front), the number alone is changed
+    (``numbered_ns``: the file's time stays that of its submission, which a rerun waiting for it reads)."""
+    import time
+
     from launcher.files import atomic_write
+    from launcher.summary import job_number
 
     for offset, (path, overrides) in enumerate(zip(job_dirs, job_overrides)):
-        if (path / "run.json").is_file():
-            continue
+        idx = initial_job_idx + offset
+        mark = path / "submitted.json"
         try:  # an earlier submission to SLURM: its id stays (a rerun of the sweep asks SLURM about it)
-            if json.loads((path / "submitted.json").read_text()).get("job_id"):
-                continue
+            earlier = json.loads(mark.read_text())
+            submitted = bool(earlier.get("job_id"))
         except (OSError, ValueError, AttributeError):
-            pass
+            earlier, submitted = {}, False
+        if (path / "run.json").is_file() or submitted:
+            if job_number(path) != idx:
+                stat = mark.stat() if earlier else None
+                text = json.dumps({"overrides": list(overrides), **earlier, "job": idx, "numbered_ns": time.time_ns()},
+                                  indent=2) + "\n"
+                atomic_write(mark, text.encode(), sync_dir=False)
+                if stat is not None:
+                    os.utime(mark, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+            continue
         path.mkdir(parents=True, exist_ok=True)
-        text = json.dumps({"job": initial_job_idx + offset, "overrides": list(overrides)}, indent=2) + "\n"
-        atomic_write(path / "submitted.json", text.encode(), sync_dir=False)
+        text = json.dumps({"job": idx, "overrides": list(overrides)}, indent=2) + "\n"
+        atomic_write(mark, text.encode(), sync_dir=False)
 
 
 def explain_launcher_error(err: BaseException, launcher: str, params: Optional[Dict[str, Any]] = None) -> BaseException:

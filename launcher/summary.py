@@ -56,17 +56,31 @@ def _job_dirs(root: Path, depth: int = 3) -> List[Tuple[int, Path]]:
         if p.name.isdigit():
             found.append((int(p.name), p))
         elif any((p / mark).exists() for mark in _JOB_MARKS):
-            try:  # the local launcher's record of a job not started yet, else Hydra's
-                num = int(json.loads((p / "submitted.json").read_text())["job"])
-            except (OSError, ValueError, KeyError, TypeError):
-                try:
-                    num = int(OmegaConf.load(p / ".hydra" / "hydra.yaml").hydra.job.num)
-                except Exception:  # noqa: BLE001 -- not Hydra's: after the numbered ones
-                    num = 10**9 + len(found)
-            found.append((num, p))
+            num = job_number(p)
+            found.append((10**9 + len(found) if num is None else num, p))  # not Hydra's: after the numbered ones
         elif depth > 1:
             found += _job_dirs(p, depth - 1)
     return found
+
+
+def job_number(job_dir: Path) -> Optional[int]:
+    """The number the latest sweep to take ``job_dir`` gave its job: the sweep's record (``submitted.json``, written
+    as the sweep starts, see :func:`launcher.plugins.mark_pending`) or Hydra's (``.hydra/hydra.yaml``, written as the
+    job runs), whichever is newer; a sweep run again with a value added in front numbers a finished job anew without
+    running it."""
+    found = []
+    try:
+        path = job_dir / "submitted.json"
+        mark = json.loads(path.read_text())
+        found.append((int(mark.get("numbered_ns") or path.stat().st_mtime_ns), int(mark["job"])))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    try:
+        path = job_dir / ".hydra" / "hydra.yaml"
+        found.append((path.stat().st_mtime_ns, int(OmegaConf.load(path).hydra.job.num)))
+    except Exception:  # noqa: BLE001 -- none, or not Hydra's
+        pass
+    return max(found)[1] if found else None
 
 
 def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:

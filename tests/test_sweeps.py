@@ -224,6 +224,27 @@ def test_a_sweep_with_other_values_is_refused_in_a_sweep_dir_holding_another_swe
     assert "| failed |" not in (sweep / "summary.md").read_text()
 
 
+def _summary_jobs(sweep: Path) -> list:
+    rows = [line.split(" | ") for line in (sweep / "summary.md").read_text().splitlines() if line.startswith("| ") and "`" in line]
+    return [(int(r[0].strip("| ")), r[1].split()[-1].strip("`")) for r in rows]
+
+
+@pytest.mark.parametrize("launcher", ["local", "basic"])
+def test_a_subdir_named_by_values_takes_a_value_added_in_front_and_the_summary_numbers_jobs_as_this_sweep(launcher, tmp_path):
+    """With a ``hydra.sweep.subdir`` named by the swept values, a value added in front is a new dir, not another
+    sweep's; the finished jobs, not run again, kept their old numbers in the summary (two job 0s)."""
+    sweep = tmp_path / "sweep"
+    base = ["-m", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=lr${optimizer.lr}", "trainer.max_epochs=1", *FAST]
+    assert run_cli([*base, "hydra/launcher=local", "optimizer.lr=0.1,0.2"], tmp_path).returncode == 0
+    proc = run_cli([*base, f"hydra/launcher={launcher}", "optimizer.lr=0.05,0.1,0.2"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Sweep of 3 job(s): 3 done" in proc.stdout
+    want = [(0, "optimizer.lr=0.05"), (1, "optimizer.lr=0.1"), (2, "optimizer.lr=0.2")]
+    assert _summary_jobs(sweep) == want
+    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0 and _summary_jobs(sweep) == want, proc.stderr[-2000:]
+
+
 def test_a_swept_value_refused_at_the_first_validation_is_mended_in_the_same_sweep_dir(tmp_path):
     """A job that stopped with a checkpoint for its swept value (a monitor typo, found at the first validation) was
     told to mend it and rerun; the mended sweep was refused as another sweep, and the checkpoint never used. Only
