@@ -484,7 +484,8 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         raise
     objective = metrics.get(cfg.objective)
     if objective is None:
-        if trainer.status != "interrupted" and not any(said):  # an interrupted run has not validated yet: its rerun reports
+        # an interrupted run has not validated yet: its rerun reports; under DDP rank 0 says it, as it said the others
+        if trainer.status != "interrupted" and not any(said) and trainer.is_main:
             warn_if_objective_unknown(str(cfg.objective), metrics, "the run's metrics", "The run returns NaN")
         objective = float("nan")
     exit_code = EXIT_INTERRUPTED if trainer.status == "interrupted" else 0

@@ -160,6 +160,16 @@ def test_a_validation_error_on_one_rank_fails_the_run_at_once_naming_it(tmp_path
     assert read_run(tmp_path / "run")["status"] == "failed"
 
 
+def test_an_objective_no_rank_records_is_warned_of_once_by_rank_0(tmp_path):
+    """Rank 0 said so before training; rank 1, which does not, said it again in its own words at the end."""
+    proc = launch(cli("data=synthetic", "data.train.size=320", "trainer.max_epochs=1", "hooks=minimal", "trainer.devices=2",
+                      "hydra.run.dir=run"), tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert out.count("objective 'val/accuracy'") == 1 and "[rank 0] objective 'val/accuracy' will not be recorded" in out, out
+    assert "not among" not in (tmp_path / "run" / "train_rank1.log").read_text()
+
+
 # 704 train samples: 11 steps per epoch. The writers' period (7) divides neither that nor the checkpoints'
 # period (20), so a checkpoint holds values recorded since the last write (a read averages them over the ranks).
 RESUMABLE = ["data=synthetic", "data.train.size=880", "+hooks.dump._target_=ddp_probe.DumpWeights", "data.batch_size=32",
