@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from typing import List, Optional
 
@@ -292,6 +293,17 @@ def unknown_option(argv: List[str]) -> Optional[str]:
     return None
 
 
+def keyless_override(argv: List[str]) -> Optional[str]:
+    """The one-line error for an override with nothing before its ``=`` (``=3``, ``+=x``), which Hydra takes as the
+    primary config's group or the defaults list's and answers with its internal option names; else None."""
+    for token in argv:
+        sign, equals, value = re.match(r"([+~]*)(=?)(.*)", token, re.S).groups()  # type: ignore[union-attr]
+        if equals and not token.startswith("-"):
+            return (f"Config error: {token}: no key before '='; an override is key=value (e.g. optimizer.lr={value or '0.1'}), "
+                    f"group=option (optimizer=adamw), +key=value to add a key, ~key to delete one")
+    return None
+
+
 def searchpath_not_found(argv: List[str]) -> Optional[str]:
     """The one-line refusal of a ``hydra.searchpath=[...]`` entry that is no config dir (a directory that does not
     exist, a package that does not import), which Hydra skips without a word, as ``--config-dir`` is refused; else None."""
@@ -328,7 +340,8 @@ def searchpath_not_found(argv: List[str]) -> Optional[str]:
 
 
 if __name__ == "__main__":
-    misplaced = unknown_option(sys.argv[1:]) or options_after_overrides(sys.argv[1:]) or searchpath_not_found(sys.argv[1:])
+    misplaced = unknown_option(sys.argv[1:]) or options_after_overrides(sys.argv[1:]) or keyless_override(sys.argv[1:]) \
+        or searchpath_not_found(sys.argv[1:])
     if misplaced:
         print(misplaced, file=sys.stderr)
         sys.exit(2)

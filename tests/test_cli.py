@@ -215,6 +215,9 @@ BAD_INPUTS = [
     (["-hooks.console"], ["Config error: -hooks.console: not an option, and an override takes no leading '-'",
                           "~hooks.console to delete it"]),
     (["--config_dir", "conf"], ["Config error: --config_dir: not an option of python -m launcher; did you mean --config-dir?"]),
+    # Hydra's internal option names (_dummy_empty_config_), or "Could not override ''"
+    (["=3"], ["Config error: =3: no key before '='; an override is key=value (e.g. optimizer.lr=3)"]),
+    (["+=adamw"], ["Config error: +=adamw: no key before '='"]),
     # advice that did not fit the key
     (["hooks.ema.decay=0.99"], ["hooks.ema: no such key in hooks", "ema is an option of the hooks group: add it to the run's "
                                 "hooks, e.g. 'hooks=[default,ema]', then set hooks.ema.decay)"]),
