@@ -479,8 +479,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         code = 2 if isinstance(err, ConfigError) else 130 if isinstance(err, KeyboardInterrupt) else 1
         trained = trainer is not None and trainer.started_at is not None and trainer.iter != trainer.started_at
         if trained or not record.keep_earlier():  # one that trained nothing keeps a finished run's record
-            record.finish(status, code, trainer.final_metrics(sync=False) if trainer else {},
-                          error=f"{type(err).__name__}: {err}")
+            record.finish(status, code, _metrics_of_a_failed_run(trainer), error=f"{type(err).__name__}: {err}")
         raise
     objective = metrics.get(cfg.objective)
     if objective is None:
@@ -542,6 +541,18 @@ def check_unresolvable(cfg: DictConfig) -> None:
         reason = str(getattr(err, "msg", "") or err).splitlines()[0]
         reason = reason.replace("KeyError raised while resolving interpolation: ", "").strip('"')
         raise ConfigError(f"{key}={raw}: {reason}") from None
+
+
+def _metrics_of_a_failed_run(trainer: Any) -> Dict[str, Any]:
+    """The last metrics of a run that failed, for its record; none where reading them fails too (a metric a hook put
+    wrong): the record still says how the run ended, not ``running`` for good."""
+    if trainer is None:
+        return {}
+    try:
+        return trainer.final_metrics(sync=False)
+    except Exception as err:  # noqa: BLE001 -- the run's own error is the one to report
+        logger.error("The run's last metrics could not be read for run.json: %s: %s", type(err).__name__, err)
+        return {}
 
 
 def log_to_files_only(err: BaseException) -> None:

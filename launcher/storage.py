@@ -69,6 +69,8 @@ class HistoryBuffer:
         if len(values) >= self._limit:
             self._trim()
         if isinstance(value, torch.Tensor):
+            if value.numel() != 1:  # read only when a writer asks: refused now, where the caller is
+                raise TypeError(f"a tensor of shape {list(value.shape)}")
             self._tensors.append((len(values), value.detach()))
             value = math.nan
         values.append(value)  # TypeError for anything that is not a number
@@ -230,10 +232,11 @@ class EventStorage:
         else:
             try:
                 buf.update(value, self.iter)
-            except TypeError:
-                raise TypeError(
-                    f"put_scalar({name!r}, {value!r}): a scalar is a number or a one-element tensor, not a {type(value).__name__}"
-                ) from None
+            except TypeError as err:
+                if not len(values):  # not recorded: no empty history for the writers to read
+                    del self._history[name], self._smoothing_hints[name]
+                what = str(err) if isinstance(value, torch.Tensor) else f"a {type(value).__name__} ({value!r:.80})"
+                raise TypeError(f"put_scalar({name!r}, ...): a scalar is a number or a one-element tensor, not {what}") from None
         self._puts += 1
 
     def put_scalars(self, *, smoothing_hint: bool = True, **values: Scalar) -> None:

@@ -380,3 +380,29 @@ def test_the_console_eta_counts_the_time_validation_takes_between_steps(caplog, 
     line = next(r.getMessage() for r in caplog.records if "iter 15/1000" in r.getMessage())
     h, m, s = map(int, re.search(r"eta (\d+):(\d\d):(\d\d)", line).groups())
     assert h * 3600 + m * 60 + s >= 20  # ~0.05 s a step with the validations in (the median step time alone: ~1 s)
+
+
+class BreaksAtStep(HookBase):
+    def after_step(self):
+        if self.trainer.iter == 2:
+            raise RuntimeError("this hook broke")
+
+
+def test_a_failed_runs_record_says_failed_even_where_its_last_metrics_cannot_be_read(tmp_path, monkeypatch):
+    """A metric a hook had put wrong made reading the last metrics fail as the failure was recorded: run.json said
+    ``running`` for good, and the error raised was that read's, not the run's."""
+    import json
+
+    import launcher
+    from launcher.trainer import TrainerBase
+
+    def unreadable(self, sync=True):
+        raise IndexError("array index out of range")
+
+    monkeypatch.setattr(TrainerBase, "final_metrics", unreadable)
+    cfg = launcher.compose(["data=synthetic", "data.train.size=320", "data.batch_size=32", "hooks=minimal",
+                            "+hooks.broken._target_=test_hooks.BreaksAtStep"])
+    with pytest.raises(RuntimeError, match="this hook broke"):
+        launcher.run(cfg, tmp_path)
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["status"] == "failed" and record["error"] == "RuntimeError: this hook broke", record

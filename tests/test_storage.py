@@ -72,6 +72,22 @@ def test_a_value_that_is_not_a_number_names_the_key():
         raise AssertionError("expected TypeError")
 
 
+def test_a_value_refused_leaves_no_empty_history_and_a_tensor_of_several_values_is_refused_as_it_is_put():
+    """A str put under a new key left an empty history that every writer's next read failed on (IndexError in
+    after_train, the run's record left running); a 3-element tensor was taken and failed at the writers' read."""
+    import pytest
+
+    s = EventStorage()
+    s.put_scalar("loss", 1.0)
+    with pytest.raises(TypeError, match=r"put_scalar\('mine/s', ...\): a scalar is a number or a one-element tensor, not a str"):
+        s.put_scalar("mine/s", "hello")
+    with pytest.raises(TypeError, match=r"'mine/v', ...\): .* not a tensor of shape \[3\]"):
+        s.put_scalar("mine/v", torch.ones(3))
+    s.put_scalar("one", torch.ones(1, 1))  # one element, whatever its shape
+    assert sorted(s.keys()) == ["loss", "one"] and s.latest(sync=False)["one"][0] == 1.0
+    assert set(s.latest_with_smoothing_hint()) == {"loss", "one"}
+
+
 def test_history_is_bounded():
     s = EventStorage(max_length=10)
     for i in range(100):
