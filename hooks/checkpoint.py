@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import logging
+import pickle
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from hooks.base import HookBase, Priority
-from launcher.checkpoint import BackgroundWriter
+from launcher.checkpoint import BackgroundWriter, unsaveable_hook_state
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,13 @@ class PeriodicCheckpointer(HookBase):
         state = self.trainer.state_dict()  # on every rank: under DDP it gathers the ranks' random states
         if not self.trainer.is_main:
             return directory / name
-        path = self._writer.write(state, directory / name, [directory / n for n in then_remove], background)
+        try:
+            path = self._writer.write(state, directory / name, [directory / n for n in then_remove], background)
+        except (pickle.PicklingError, AttributeError, TypeError) as err:
+            unsaveable = unsaveable_hook_state(state["hooks"], self.trainer.hooks)  # which hook: not in the traceback
+            if unsaveable is None:
+                raise
+            raise unsaveable from err
         logger.log(logging.DEBUG if background else logging.INFO, "Saved checkpoint %s", path)
         return path
 
@@ -75,6 +82,19 @@ class PeriodicCheckpointer(HookBase):
     def before_train(self) -> None:
         if self.trainer.is_main:  # a checkpoint dir that refuses files stops the run now, not after an epoch's training
             self._writer.prepare(self.trainer.checkpoint_dir)
+            # and so does a hook of the user's own whose state a checkpoint cannot hold (asked once more here; the
+            # built-in ones build what they hold lazily, a schedule that sets the lr: their first save asks them)
+            states = {}
+            for hook in self.trainer.hooks:
+                if type(hook).__module__.partition(".")[0] == "hooks" or type(hook).state_dict is HookBase.state_dict:
+                    continue
+                try:
+                    states[hook.name] = hook.state_dict()
+                except Exception:  # noqa: BLE001 -- not ready before training: its first save asks it again
+                    continue
+            unsaveable = unsaveable_hook_state(states, self.trainer.hooks)
+            if unsaveable is not None:
+                raise unsaveable
         # An interrupt checkpoint is not one of the periodic ones (they rotate as in a run never
         # stopped, and so does this hook's state); it goes once the next checkpoint is written.
         resumed = self.trainer.resumed_from

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from launcher.errors import CheckpointWriteError
+from launcher.errors import CheckpointWriteError, HookStateError
 from launcher.files import atomic_write, candidates, fsync_dir, resume_off, write_file  # noqa: F401 -- re-exported
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,34 @@ def serialize(state: Dict[str, Any], buffer: Optional[io.BytesIO] = None) -> mem
     buffer.seek(0)
     torch.save(state, buffer)
     return buffer.getbuffer()[: buffer.tell()]
+
+
+def pickling_error(obj: Any) -> Optional[str]:
+    """Why ``torch.save`` cannot take ``obj`` (it holds an object pickle refuses: a lambda, a lock, an open file),
+    or None. Pickled to nowhere, its tensors by reference: it costs little for a large state."""
+    class DryRun(pickle.Pickler):
+        def persistent_id(self, value: Any) -> Optional[int]:
+            return id(value) if isinstance(value, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)) else None
+
+    class Nowhere:
+        write = staticmethod(len)
+
+    try:
+        DryRun(Nowhere(), protocol=2).dump(obj)  # torch.save's protocol
+    except Exception as err:  # noqa: BLE001 -- pickle raises several kinds (PicklingError, AttributeError, TypeError)
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def unsaveable_hook_state(states: Dict[str, Any], hooks: Sequence[Any]) -> Optional[HookStateError]:
+    """The error naming the first hook whose state (``states[name]``) ``torch.save`` cannot take, or None."""
+    for hook in hooks:
+        why = pickling_error(states.get(hook.name)) if hook.name in states else None
+        if why:
+            return HookStateError(
+                f"hook {hook.name} ({type(hook).__module__}.{type(hook).__qualname__}): its state_dict() holds what a "
+                f"checkpoint cannot save ({why}); return plain values from it: numbers, strings, lists, dicts, tensors")
+    return None
 
 
 def write_checkpoint(data: Union[bytes, memoryview], path: PathLike) -> Path:

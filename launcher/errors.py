@@ -40,6 +40,11 @@ class ModelInputError(RunError, TypeError):
     batch as the loader yields it (``forward(x)`` given ``[x, y]``); names the batch and the contract."""
 
 
+class HookStateError(RunError, RuntimeError):
+    """A hook's state could not go into a checkpoint (its ``state_dict`` holds what pickle cannot take) or come out
+    of one (its ``load_state_dict`` refused what its checkpoint holds); names the hook (and the file)."""
+
+
 class CheckpointWriteError(RunError, RuntimeError):
     """A checkpoint could not be written (a full disk, a directory that refuses writes); names the file."""
 

@@ -58,7 +58,8 @@ from hooks.base import EVENTS, HookBase
 from launcher import distributed
 from launcher.data import is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
-from launcher.errors import CheckpointWriteError, ConfigError, ModelInputError, ModelOutputError, NonFiniteLoss, what_to_mend
+from launcher.errors import (CheckpointWriteError, ConfigError, HookStateError, ModelInputError, ModelOutputError,  # noqa: F401
+                             NonFiniteLoss, what_to_mend)
 
 # Errors a hook (or a validation) finds at a step's, epoch's or validation's end in the config or the model's
 # eval output: the training so far is whole, so the run stops there with a checkpoint (TrainerBase._stop_for).
@@ -175,10 +176,6 @@ class StreamPass:
             self._ranks._stream_ended_elsewhere()
             raise StreamEnded
         return batch
-
-
-class HookStateError(RuntimeError):
-    """A hook's ``load_state_dict`` failed on the state its checkpoint holds; names the hook (and the file)."""
 
 
 def _check_forward_takes_a_batch(model: nn.Module) -> None:

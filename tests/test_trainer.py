@@ -613,3 +613,30 @@ def test_worker_options_without_workers_are_named_as_having_no_effect(caplog):
     said = [r.getMessage() for r in caplog.records]
     assert said == ["data.persistent_workers=true and data.prefetch_factor=4 have no effect with data.num_workers=0 (batches "
                     "are loaded in the training process); set data.num_workers=N for loader processes"], said
+
+
+class _Unsaveable(HookBase):
+    """A state that pickle refuses: from the start, or from iteration ``after`` on."""
+
+    def __init__(self, after=None):
+        super().__init__()
+        self.after = after
+
+    def state_dict(self):
+        late = self.after is not None and self.trainer.iter < self.after
+        return {"n": 1} if late else {"n": 1, "f": lambda x: x}
+
+
+@pytest.mark.parametrize("after", [None, 5])
+def test_a_hook_state_a_checkpoint_cannot_hold_is_named_before_training_or_at_the_save(after, tmp_path):
+    """torch.save's AttributeError, raised an epoch into the run, named no hook (pickling happens on the checkpointer's
+    side, not in the hook's state_dict); a state that pickle refuses from the start is now refused before training."""
+    from launcher.errors import HookStateError, RunError
+
+    trainer = make_trainer("epoch", hooks={"mine": _Unsaveable(after), "ckpt": PeriodicCheckpointer()}, work_dir=tmp_path,
+                           max_epochs=3)
+    with pytest.raises(HookStateError, match=r"^hook mine \(test_trainer\._Unsaveable\): its state_dict\(\) holds what a "
+                                             r"checkpoint cannot save \(AttributeError: Can't pickle local object") as err:
+        trainer.train()
+    assert isinstance(err.value, RunError)  # the CLI's one line
+    assert trainer.iter == (0 if after is None else 8)  # 4 steps an epoch: epoch 1's checkpoint was whole, epoch 2's not
