@@ -18,11 +18,12 @@ class Classifier(nn.Module):
     net: nn.Module
 
     def forward(self, batch: Any) -> Union[torch.Tensor, Dict[str, torch.Tensor]]:
-        if isinstance(batch, dict):  # two keys would unpack as two strings, and fail far from here
-            raise TypeError(f"{type(self).__name__} takes batches of (inputs, labels); the data loader gave a dict "
-                            f"with keys {sorted(batch)}: use a dataset of (x, y) pairs, or a model whose forward reads "
-                            f"your dict (README: 'Model contract')")
-        inputs, labels = batch
+        if isinstance(batch, (dict, torch.Tensor)):  # two keys would unpack as two strings, two rows as inputs and labels
+            raise self.not_a_pair(batch)
+        try:
+            inputs, labels = batch
+        except (TypeError, ValueError):
+            raise self.not_a_pair(batch) from None
         # Not ``self.net`` first: a submodule read as an attribute fails the normal lookup and builds
         # an AttributeError before Module.__getattr__ finds it, ~9k instructions a step on the
         # benchmark's MLP. (A subclass whose ``net`` is no submodule still gets ``self.net``.)
@@ -35,6 +36,23 @@ class Classifier(nn.Module):
         if self.training:
             return loss
         return {"loss": loss, "accuracy": (logits.argmax(dim=1) == labels).float().mean()}
+
+    def not_a_pair(self, batch: Any) -> BaseException:
+        """The error for a batch that is no (inputs, labels) pair: what the loader gave, what to change."""
+        from launcher.errors import ModelInputError
+
+        def part(x: Any) -> str:
+            return f"a tensor of shape {list(x.shape)}" if isinstance(x, torch.Tensor) else f"a {type(x).__name__}"
+
+        if isinstance(batch, dict):
+            given = f"a dict with keys {sorted(map(str, batch))}"
+        elif isinstance(batch, (list, tuple)):
+            given = f"a {type(batch).__name__} of {len(batch)}" + (f" ({', '.join(part(x) for x in batch[:4])})" if batch else "")
+        else:
+            given = f"{part(batch)} alone (no labels)"
+        return ModelInputError(f"{type(self).__name__} takes batches of (inputs, labels); the data loader gave {given}: "
+                               f"use a dataset whose items are (x, y) pairs, or a model of your own whose forward reads "
+                               f"your batches (README: 'Model contract')")
 
     # The config keys that size the network to the data, as the subclasses take them.
     num_classes: int = 0

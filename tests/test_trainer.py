@@ -292,13 +292,22 @@ def test_model_returning_something_else_is_named_in_the_error():
         make_trainer("iter", model=PerSample(), data=ToyData(n=40, batch=4)).train()
 
 
-def test_a_built_in_model_given_dict_batches_says_what_it_takes():
+@pytest.mark.parametrize("batch, given", [
+    ({"x": torch.randn(4, 64), "y": torch.zeros(4, dtype=torch.long)}, r"a dict with keys \['x', 'y'\]"),
+    # a dataset whose items have no label: a ValueError from the unpacking, as a traceback
+    (torch.randn(4, 64), r"a tensor of shape \[4, 64\] alone \(no labels\)"),
+    (torch.randn(2, 64), r"a tensor of shape \[2, 64\] alone \(no labels\)"),  # would unpack into two rows
+    ([torch.randn(4, 64), torch.zeros(4, dtype=torch.long), torch.arange(4)],
+     r"a list of 3 \(a tensor of shape \[4, 64\], a tensor of shape \[4\], a tensor of shape \[4\]\)"),
+])
+def test_a_built_in_model_given_batches_that_are_no_pair_says_what_it_takes(batch, given):
+    from launcher.errors import ModelInputError, RunError
     from launcher.models import MLP
 
-    batch = {"x": torch.randn(4, 64), "y": torch.zeros(4, dtype=torch.long)}
-    with pytest.raises(TypeError, match=r"MLP takes batches of \(inputs, labels\); the data loader gave a dict with keys "
-                                        r"\['x', 'y'\]: use a dataset of \(x, y\) pairs"):
+    with pytest.raises(ModelInputError, match=r"MLP takes batches of \(inputs, labels\); the data loader gave "
+                                              + given + r": use a dataset whose items are \(x, y\) pairs") as err:
         MLP()(batch)
+    assert isinstance(err.value, (RunError, TypeError))  # the CLI's one line; still a TypeError, as it was
 
 
 def test_loss_dict_is_summed_and_each_loss_recorded():
