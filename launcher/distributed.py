@@ -195,6 +195,18 @@ def init(env: DistEnv, device: str = "auto") -> bool:
     seconds = timeout_s()
     logger.info("Joining the process group: rank %d of %d, master %s:%d, backend %s (%s)",
                 env.rank, env.world_size, env.master_addr, env.master_port, backend, env.source)
+    # A SIGTERM or SIGUSR2 that interrupts the rendezvous (its retry's sleep) makes torch print a C++ stack of an
+    # "Interrupted system call" and retry. One that a Python handler takes (a spawned worker's latch, submitit's)
+    # could not run that handler before the join returns anyway: held blocked until then. One that would end the
+    # process (no handler: torchrun's agent stopping its workers) still does, and so does a Ctrl-C.
+    import signal
+
+    from launcher.signals import SignalLatch
+
+    held = [sig for sig in SignalLatch.SIGNALS if callable(signal.getsignal(sig))] \
+        if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread() else []
+    if held:
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
         dist.init_process_group(backend=backend, init_method="env://", rank=env.rank, world_size=env.world_size,
                                 timeout=datetime.timedelta(seconds=seconds))
@@ -205,6 +217,9 @@ def init(env: DistEnv, device: str = "auto") -> bool:
             f"{str(err).splitlines()[0] if str(err) else ''}). Check that every rank was started, that the master "
             f"address is reachable from this host and that the port is free (LAUNCHER_DIST_TIMEOUT_S sets the wait)"
         ) from err
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
     return True
 
 

@@ -617,3 +617,28 @@ def test_an_omp_num_threads_below_the_jobs_cpus_is_obeyed_and_named(monkeypatch,
         assert not caplog.records
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_sigterm_while_a_rank_joins_the_process_group_interrupts_no_system_call_and_still_arrives(tmp_path):
+    """A SIGTERM (a sweep stopping its jobs, SLURM's preemption) while a rank waited in the rendezvous interrupted the
+    retry's sleep, and torch printed the C++ stack of an "Interrupted system call" on the console. Held blocked until
+    the join ends (the run only latches it until training), it reaches the handler after."""
+    child = ("import signal, sys\nfrom launcher.distributed import DistEnv, init\ngot = []\n"
+             "signal.signal(signal.SIGTERM, lambda s, f: got.append(s))\nprint('ready', flush=True)\n"
+             "try:\n    init(DistEnv(1, 1, 2, '127.0.0.1', int(sys.argv[1]), 'spawn'), device='cpu')\n"
+             "except Exception as err:\n    print('failed:', type(err).__name__, flush=True)\n"
+             "print('handled' if got else 'not handled', flush=True)\n")
+    with socket.socket() as s:  # a port no master listens on: rank 1 retries until the timeout
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-c", child, str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**ENV, "LAUNCHER_DIST_TIMEOUT_S": "3"}, cwd=tmp_path)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    for _ in range(5):
+        os.kill(proc.pid, signal.SIGTERM)
+        time.sleep(0.3)
+    out, err = proc.communicate(timeout=60)
+    assert "failed: DistributedError" in out and "handled" in out.splitlines()[-1], out + err[-2000:]
+    assert out.splitlines()[-1] == "handled"
+    assert "Interrupted system call" not in err, err[-2000:]
