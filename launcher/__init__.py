@@ -205,9 +205,19 @@ def check_values_not_applied(cfg: DictConfig, changes: Sequence[Tuple[str, Any, 
     """The values a finished run does not take (it returns its recorded result) are checked still: a value no run
     would take (``trainer.max_epochs=0``, ``hooks.console.period=0``) is a config error, not a warning and exit 0.
     Each changed built-in hook is checked as a build checks it (only constructed); the trainer's settings were
-    checked before. Other values (data, the device) are checked only where a run builds them."""
+    checked before, and so are the built-in data loaders' settings (``data.num_workers=-1``), without their datasets.
+    Other values (a dataset's, the device) are checked only where a run builds them."""
     from omegaconf import OmegaConf
 
+    data = cfg.get("data")
+    if OmegaConf.is_dict(data) and data.get("_target_") == "launcher.data.DataLoaders" and \
+            any(key.startswith("data.") and key.split(".")[1] not in ("train", "val") for key, _, _ in changes):
+        quiet = logging.getLogger("launcher.data")
+        was, quiet.disabled = quiet.disabled, True  # its advice on worker options is for a run that loads data
+        try:
+            build("data", data, train=None, val=None)
+        finally:
+            quiet.disabled = was
     check_hooks_package()
     for name in sorted({key.split(".")[1] for key, _, _ in changes if key.startswith("hooks.")}):
         node = cfg.hooks.get(name) if OmegaConf.is_dict(cfg.get("hooks")) else None

@@ -426,7 +426,8 @@ def test_a_value_no_run_takes_is_refused_at_a_finished_run_not_warned_as_not_app
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"}  # the log says why
     for bad, said in ((["trainer.max_iters=0"], "trainer.max_iters should be an integer greater than zero, got 0"),
                       (["hooks.jsonl.period=0"], "hooks.jsonl ("),
-                      (["hooks.checkpointer.keep_last=-1"], "hooks.checkpointer (")):
+                      (["hooks.checkpointer.keep_last=-1"], "hooks.checkpointer ("),
+                      (["data.num_workers=-1"], "data.num_workers should be an integer zero or more, got -1")):
         proc = subprocess.run([*command(run_dir, "iter", 0), *bad], cwd=tmp_path, env=ENV, capture_output=True, text=True,
                               timeout=300)
         out = proc.stdout + proc.stderr
