@@ -21,7 +21,10 @@ class ParamSchedule(HookBase):
         if schedule not in ("linear", "cosine"):
             raise ValueError(f"ParamSchedule: schedule should be linear or cosine, got {schedule!r}")
         self.key, self.start, self.end, self.schedule = key, start, end, schedule
-        name, _, index = key.partition(".")
+        name, _, index = str(key).partition(".")
+        if index and not index.isdigit():
+            raise ValueError(f"ParamSchedule: key should be a setting of the optimizer (momentum, weight_decay) or one "
+                             f"value of one that holds several (betas.0), got {key!r}")
         self._name, self._index = name, int(index) if index else None
 
     def value_at(self, iteration: int) -> float:
@@ -34,8 +37,37 @@ class ParamSchedule(HookBase):
         group = self.trainer.optimizer.param_groups[0]
         if self.key == "momentum" and "momentum" not in group and "betas" in group:
             self._name, self._index = "betas", 0  # Adam's beta1 is its momentum (as mmcv treats it)
-        if self._name not in group:
-            raise KeyError(f"hooks: ParamSchedule key {self.key!r}: the optimizer has no {self._name!r}; it has {sorted(k for k in group if k != 'params')}")
+        self._check_key(group)
+
+    def _check_key(self, group: dict) -> None:
+        """A ConfigError naming ``hooks.<name>.key`` and the optimizer's settings that can be scheduled, where the key
+        is none of them (a typo, the lr, a true/false setting, ``betas`` without its index or past its end)."""
+        from launcher.errors import ConfigError, did_you_mean
+
+        def number(v: object) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+        accepted = [k for k, v in group.items() if k not in ("params", "lr", "initial_lr") and number(v)]
+        accepted += [f"{k}.{i}" for k, v in group.items() if isinstance(v, (tuple, list)) and k != "params"
+                     for i, x in enumerate(v) if number(x)]
+        value = group.get(self._name)
+        index = self._index
+        if self._name == "lr":
+            why = "the lr is the LR scheduler's to set (hooks.lr_scheduler)"
+        elif self._name not in group:
+            why = f"the optimizer ({type(self.trainer.optimizer).__name__}) has no {self._name!r}" + \
+                did_you_mean(self.key, accepted, f"hooks.{self.name}.key")
+        elif index is None and isinstance(value, (tuple, list)):
+            why = f"{self._name} holds {len(value)} values: name one, e.g. {self._name}.0"
+        elif index is not None and not (isinstance(value, (tuple, list)) and 0 <= index < len(value)):
+            why = f"{self._name} holds " + (f"{len(value)} values (.0 to .{len(value) - 1})" if isinstance(value, (tuple, list))
+                                            else "one value: name it without an index")
+        elif not number(value if index is None else value[index]):
+            why = f"{self.key} is {value!r}, not a number to schedule"
+        else:
+            return
+        raise ConfigError(f"hooks.{self.name}.key={self.key}: {why}{' ' if why.endswith('?') else '; '}the optimizer's "
+                          f"settings it can schedule: {', '.join(accepted) or 'none'}")
 
     def before_step(self) -> None:
         value = self.value_at(self.trainer.iter)

@@ -20,7 +20,7 @@ from typing import Any, List, Optional, Sequence
 from hydra.errors import InstantiationException
 from hydra.utils import get_object as _hydra_get_object
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from launcher.errors import ConfigError
@@ -161,6 +161,17 @@ _SCALAR_ANNOTATIONS = {
 _SCALAR_ANNOTATIONS.update({t.__name__: rule for t, rule in list(_SCALAR_ANNOTATIONS.items())})
 
 
+def _tuple_length(annotation: Any) -> Optional[int]:
+    """N for an annotation ``tuple[A, B, ...]`` of N items (not ``tuple[A, ...]``); else None."""
+    import typing
+
+    try:
+        args = typing.get_args(annotation)
+        return len(args) if typing.get_origin(annotation) is tuple and args and Ellipsis not in args else None
+    except Exception:  # noqa: BLE001 -- an annotation typing cannot read
+        return None
+
+
 def _misfit(key: str, node: Any) -> Optional[str]:
     """The first value, in ``node`` or a node with a ``_target_`` inside it, given for a parameter
     annotated exactly ``bool``, ``int`` or ``float`` that is not of that kind; None when there is none.
@@ -190,13 +201,20 @@ def _misfit(key: str, node: Any) -> Optional[str]:
                 return found
             continue
         param = params.get(str(name))
+        arity = _tuple_length(param.annotation) if param is not None else None
+        if arity is not None and isinstance(value, ListConfig) and len(value) != arity:  # AdamW's betas: a ValueError at step 0
+            example = f", e.g. {list(param.default)}" if isinstance(param.default, tuple) else ""
+            return (f"{key}.{name}: {OmegaConf.to_container(value)} has {len(value)} value(s); {target} takes {arity} "
+                    f"there{example}")
         try:
             rule = _SCALAR_ANNOTATIONS.get(param.annotation) if param is not None else None
         except TypeError:  # an unhashable annotation
             rule = None
-        if rule is not None and value is not None and not rule[1](value):
+        # null passes where it is the parameter's own default (``seed: int = None``, sloppy but meant): it says "unset"
+        if rule is not None and not rule[1](value) and (value is not None or param.default not in (None, inspect.Parameter.empty)):
             kind = rule[0]
-            return f"{key}.{name}: {value!r} is not {kind} ({target} takes {'a bool' if kind == 'true or false' else kind} there)"
+            shown = "null" if value is None else repr(value)
+            return f"{key}.{name}: {shown} is not {kind} ({target} takes {'a bool' if kind == 'true or false' else kind} there)"
     return None
 
 

@@ -196,8 +196,8 @@ BAD_INPUTS = [
     (["trainer.load_from=true"], ["trainer.load_from: true is not a file path"]),
     (["sed=1"], ["sed: no such key in the config; did you mean seed?", "(a key of your own is added with +sed=...)"]),
     # three lines each, the first naming "[1]" or a "full_key" line below it
-    (["optimizer=adamw", "optimizer.betas=[0.9]"], ["Config error: optimizer (torch.optim.AdamW): ConfigIndexError: list "
-                                                    "index out of range (given lr=0.003, betas=[0.9], weight_decay=0.01)\n"]),
+    (["optimizer=adamw", "optimizer.betas=[0.9]"], ["Config error: optimizer.betas: [0.9] has 1 value(s); torch.optim.AdamW "
+                                                    "takes 2 there, e.g. [0.9, 0.999]\n"]),
     (["model._target_=launcher.models"], ["Config error: model._target_: launcher.models is a module, not a class or function "
                                           "to build; launcher.models has: CNN, Classifier, MLP\n"]),
     # each trained (a negative bound flips the gradients: accuracy 0.14), or ended in torch's traceback naming no key
@@ -215,6 +215,13 @@ BAD_INPUTS = [
     (["-hooks.console"], ["Config error: -hooks.console: not an option, and an override takes no leading '-'",
                           "~hooks.console to delete it"]),
     (["--config_dir", "conf"], ["Config error: --config_dir: not an option of python -m launcher; did you mean --config-dir?"]),
+    # a traceback each, or (null) trained without Nesterov
+    (["hooks=[default,momentum_schedule]", "hooks.momentum_schedule.key=momentom"],
+     ["Config error: hooks.momentum_schedule.key=momentom: the optimizer (SGD) has no 'momentom'; did you mean "
+      "hooks.momentum_schedule.key=momentum? the optimizer's settings it can schedule: momentum, dampening, weight_decay"]),
+    (["optimizer=adamw", "optimizer.betas=[0.9,0.999,0.5]"],
+     ["Config error: optimizer.betas: [0.9, 0.999, 0.5] has 3 value(s); torch.optim.AdamW takes 2 there, e.g. [0.9, 0.999]"]),
+    (["optimizer.nesterov=null"], ["Config error: optimizer.nesterov: null is not true or false"]),
     # Hydra's internal option names (_dummy_empty_config_), or "Could not override ''"
     (["=3"], ["Config error: =3: no key before '='; an override is key=value (e.g. optimizer.lr=3)"]),
     (["+=adamw"], ["Config error: +=adamw: no key before '='"]),

@@ -333,7 +333,10 @@ def test_momentum_schedule_sets_every_group_each_step():
     values = [v for v, _ in trainer.storage.history("momentum").values()]
     assert values == pytest.approx([0.5, 0.6, 0.7, 0.8, 0.9])
     assert opt.param_groups[0]["momentum"] == pytest.approx(0.9)
-    with pytest.raises(KeyError, match="the optimizer has no 'betas'"):
+    from launcher.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"key=betas.0: the optimizer \(SGD\) has no 'betas'; the optimizer's settings it "
+                                          r"can schedule: momentum, dampening, weight_decay"):
         IterTrainer(ToyModel(), torch.optim.SGD(ToyModel().parameters(), lr=0.1), ToyData(),
                     hooks=[ParamSchedule(key="betas.0")], device="cpu", max_iters=1).train()
 
