@@ -120,7 +120,36 @@ def _check_jobs(config: Any, keep: bool = False) -> None:
         seen[path] = idx
     swept = {o.get_key_element() for o in parsed if o.is_sweep_override()}
     check_sweep_dir_holds_this_sweep(config, seen, jobs, swept)
+    if str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher"):  # ours check as they launch
+        refuse_what_runs_would_refuse(config, loader, [(idx, overrides, path) for (path, idx), overrides in zip(seen.items(), jobs)])
     mark_pending(list(seen), jobs, 0)
+
+
+def refuse_what_runs_would_refuse(config: Any, loader: Any, jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> list:
+    """Raise, before any job runs, the :class:`ConfigError` that the run of a job (``(number, overrides, dir)``)
+    would raise in a dir holding a finished run, or one with checkpoints (another model, ``trainer.resume=false``):
+    run in turn by Hydra's basic launcher, each such job was refused as it came, and the summary then listed every
+    finished run failed, its metrics hidden, under the refused overrides. Returns those jobs as
+    ``(number, overrides, dir, finished record or None, (objective, changes not applied) or None)``."""
+    import logging
+
+    from launcher.errors import ConfigError
+    from launcher.files import candidates as saved_checkpoints
+    from launcher.rundir import finished_result
+
+    runs = [(idx, overrides, path, finished_result(path)) for idx, overrides, path in jobs]
+    runs = [run for run in runs if run[3] is not None or saved_checkpoints(run[2] / "checkpoints")]
+    if len(runs) > 8:  # about 0.1 s each: say what the wait is
+        logging.getLogger("launcher").info("Checking the %d runs of this sweep dir against this sweep's config", len(runs))
+    checked = []
+    for idx, overrides, path, record in runs:
+        try:
+            outcome = _unapplied_changes(config, loader, overrides, idx, path, record or {})
+        except ConfigError as err:  # refused by its run: refused here, before any job runs or is queued
+            forget_pending(Path(str(config.hydra.sweep.dir)))
+            raise ConfigError(f"{err} (sweep job {idx}: {' '.join(overrides)})") from None
+        checked.append((idx, overrides, path, record, outcome))
+    return checked
 
 
 def _swept_values(overrides: Sequence[str], swept: set) -> dict:
@@ -241,33 +270,20 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
 
     from hydra.core.utils import JobReturn, JobStatus
 
-    from launcher.errors import ConfigError
-    from launcher.files import candidates as saved_checkpoints
-    from launcher.rundir import describe_changes, finished_result
+    from launcher.rundir import describe_changes
     from launcher.summary import FAILURE
 
     config, loader = launcher.config, launcher.hydra_context.config_loader
     log = logging.getLogger("launcher")
-    candidates = []
+    jobs = []
     for offset, overrides in enumerate(job_overrides):
-        idx = initial_job_idx + offset
         try:
-            path = job_dir(config, overrides, idx, loader)
+            jobs.append((initial_job_idx + offset, overrides, job_dir(config, overrides, initial_job_idx + offset, loader)))
         except Exception:  # noqa: BLE001 -- a job that does not compose: its run says why
             continue
-        record = finished_result(path)
-        if record is not None or saved_checkpoints(path / "checkpoints"):  # an unfinished run is checked, not skipped
-            candidates.append((idx, overrides, path, record))
-    if len(candidates) > 8:  # about 0.1 s each: say what the wait is
-        log.info("Checking the %d runs of this sweep dir against this sweep's config", len(candidates))
     done: Dict[int, Any] = {}
     unapplied: Dict[int, Any] = {}
-    for idx, overrides, path, record in candidates:
-        try:
-            outcome = _unapplied_changes(config, loader, overrides, idx, path, record or {})
-        except ConfigError as err:  # refused by its run: refused here, before any job runs or is queued
-            forget_pending(Path(str(config.hydra.sweep.dir)))
-            raise ConfigError(f"{err} (sweep job {idx}: {' '.join(overrides)})") from None
+    for idx, overrides, path, record, outcome in refuse_what_runs_would_refuse(config, loader, jobs):
         if outcome is None or record is None:
             continue
         objective, changes = outcome

@@ -68,8 +68,7 @@ def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_t
     first = run_cli(["-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=1", f"hydra.sweep.dir={sweep}", *FAST],
                     tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    # refused reruns: before any job runs, in one line naming the job (Hydra's basic launcher runs each job, which
-    # is refused and leaves failure.json)
+    # refused reruns: before any job runs, in one line naming the job
     for bad, says in (("trainer.resume=false", "Config error: trainer.resume=false: run dir"),
                       ("model.hidden=[32]", "holds a run made with another config (model.hidden: [256] -> [32])"),
                       ("+hydra.launcher.foo=1", "Config error: hydra.launcher.foo: not an option of hydra/launcher=local"),
@@ -81,8 +80,11 @@ def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_t
         assert "(sweep job 0: " in refused.stderr or "launcher.foo" in bad
         assert "Sweep of" not in refused.stdout + refused.stderr
     basic = run_cli(["-m", "seed=0,1", "trainer.max_epochs=1", "trainer.resume=false", f"hydra.sweep.dir={sweep}", *FAST],
-                    tmp_path)
-    assert basic.returncode == 1 and (sweep / "0" / "failure.json").is_file()
+                    tmp_path)  # Hydra's basic launcher too (it ran each job, refused in turn: the summary said failed)
+    assert basic.returncode == 2 and "(sweep job 0: " in basic.stderr and "| failed |" not in (sweep / "summary.md").read_text()
+    from launcher.summary import record_failure
+
+    record_failure(sweep / "0", "ConfigError: refused", ["seed=0"])  # a refused attempt's mark, as a job's run leaves it
     logs = {j: (sweep / str(j) / "train.log").read_text() for j in (0, 1)}
     records = {j: read_run(sweep / str(j)) for j in (0, 1)}
 
@@ -121,11 +123,13 @@ def stopped_after_epoch(run_dir: Path, epoch: int, of: int) -> None:
     (run_dir / "run.json").write_text(json.dumps(record))
 
 
-def test_a_rerun_an_unfinished_jobs_run_would_refuse_is_refused_before_any_job_runs(tmp_path):
+@pytest.mark.parametrize("launcher", ["local", "basic"])
+def test_a_rerun_an_unfinished_jobs_run_would_refuse_is_refused_before_any_job_runs(launcher, tmp_path):
     """A job stopped with a checkpoint (interrupted) whose rerun changes what defines its run: refused in one line
-    before the sweep starts any job, as its run would refuse it (on SLURM: after waiting for an allocation)."""
+    before the sweep starts any job, as its run would refuse it (on SLURM: after waiting for an allocation). Hydra's
+    basic launcher ran each job, each was refused in turn, and the summary listed the finished ones failed."""
     sweep = tmp_path / "sweep"
-    args = ["-m", "hydra/launcher=local", "seed=0", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST]
+    args = ["-m", f"hydra/launcher={launcher}", "seed=0", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST]
     assert run_cli(args, tmp_path).returncode == 0
     stopped = sweep / "0"
     stopped_after_epoch(stopped, 1, of=2)
