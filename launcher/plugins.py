@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import json
 import os
+import time
 import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -63,6 +64,7 @@ def plan_sweep(config: Any) -> None:
     first's run, or be refused, and its result overwrite the first's); else mark each job not started yet as
     pending in its dir (``submitted.json``), so the summary lists it even if the sweep stops before it."""
     _checked.clear()  # an earlier sweep's, in this process
+    _sweep["started_ns"] = time.time_ns()  # this sweep's mark in its jobs' dirs (mark_pending)
     sweep_dir = Path(str(config.hydra.sweep.dir))
     forks = False
     local = str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher")
@@ -199,6 +201,7 @@ COMPOSE_AHEAD = 32  # jobs composed before a sweep starts, at most
 # configs it composed to check them, by the job's overrides, for a local sweep's jobs to take
 # (:func:`take_composed`) rather than compose them again.
 _checked: Dict[int, Dict[Tuple[str, ...], Any]] = {}
+_sweep: Dict[str, int] = {}  # the sweep this process runs: when it started, the mark mark_pending leaves in its jobs' dirs
 
 
 def checked(config: Any) -> bool:
@@ -387,12 +390,13 @@ def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]
     lists the job as pending until it starts, also after the sweep is stopped before reaching it. A job dir
     that has one (a run, an earlier submission to SLURM) keeps it; where an earlier sweep numbered its job
     otherwise (a ``hydra.sweep.subdir`` of one's own, a value added in front), the number alone is changed
-    (``numbered_ns``: the file's time stays that of its submission, which a rerun waiting for it reads)."""
-    import time
-
+    (``numbered_ns``: the file's time stays that of its submission, which a rerun waiting for it reads). Each job's
+    file also names the sweep (``sweep``: when it started), so the summary can tell this sweep's jobs from the runs
+    an earlier sweep left in its dir (a value since removed)."""
     from launcher.files import atomic_write
     from launcher.summary import job_number
 
+    sweep = _sweep.setdefault("started_ns", time.time_ns())
     for offset, (path, overrides) in enumerate(zip(job_dirs, job_overrides)):
         idx = initial_job_idx + offset
         mark = path / "submitted.json"
@@ -402,16 +406,16 @@ def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]
         except (OSError, ValueError, AttributeError):
             earlier, submitted = {}, False
         if (path / "run.json").is_file() or submitted:
-            if job_number(path) != idx:
+            if job_number(path) != idx or earlier.get("sweep") != sweep:  # a job of this sweep, its number this sweep's
                 stat = mark.stat() if earlier else None
-                text = json.dumps({"overrides": list(overrides), **earlier, "job": idx, "numbered_ns": time.time_ns()},
-                                  indent=2) + "\n"
+                text = json.dumps({"overrides": list(overrides), **earlier, "job": idx, "numbered_ns": time.time_ns(),
+                                   "sweep": sweep}, indent=2) + "\n"
                 atomic_write(mark, text.encode(), sync_dir=False)
                 if stat is not None:
                     os.utime(mark, ns=(stat.st_atime_ns, stat.st_mtime_ns))
             continue
         path.mkdir(parents=True, exist_ok=True)
-        text = json.dumps({"job": idx, "overrides": list(overrides)}, indent=2) + "\n"
+        text = json.dumps({"job": idx, "overrides": list(overrides), "sweep": sweep}, indent=2) + "\n"
         atomic_write(mark, text.encode(), sync_dir=False)
 
 

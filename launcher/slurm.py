@@ -27,6 +27,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 
 from launcher.files import atomic_write
 from launcher.plugins import Finished, as_plain, finished_jobs, launcher_errors_explained, record_cancelled, record_dead_job
+from launcher.plugins import _sweep
 from launcher.plugins import job_dir as plugin_job_dir
 from launcher.summary import cancelled_before_its_run, never_starts, slurm_states
 
@@ -230,6 +231,8 @@ def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str
             attempt = 0
         info = {"job": idx, "job_id": job.job_id, "overrides": list(overrides), "tasks": job.num_tasks,
                 "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr), "attempt": attempt}
+        if "started_ns" in _sweep:  # the sweep it is a job of (see launcher.plugins.mark_pending)
+            info["sweep"] = _sweep["started_ns"]
         try:
             job_dir.mkdir(parents=True, exist_ok=True)
             atomic_write(job_dir / "submitted.json", (json.dumps(info, indent=2) + "\n").encode())

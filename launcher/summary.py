@@ -17,7 +17,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import OmegaConf
 
@@ -83,10 +83,18 @@ def job_number(job_dir: Path) -> Optional[int]:
     return max(found)[1] if found else None
 
 
-def jobs(sweep_dir: Path) -> List[Dict[str, Any]]:
-    """One entry per job dir (see :func:`_job_dirs`), in job order."""
+def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+    """One entry per job dir (see :func:`_job_dirs`) of the sweep dir's latest sweep, in job order. The dirs of runs
+    an earlier sweep left there, which the latest did not take (a value since removed, another subdir), are left
+    out (their names appended to ``earlier``): the latest sweep marked its jobs (``submitted.json``'s ``sweep``)."""
+    found = sorted(_job_dirs(Path(sweep_dir)), key=lambda item: item[0])
+    sweeps = {d: _read_json(d / "submitted.json").get("sweep") for _, d in found}
+    latest = max((v for v in sweeps.values() if isinstance(v, int)), default=None)
+    old = [d for d, v in sweeps.items() if isinstance(v, int) and v != latest]
+    if earlier is not None:
+        earlier.extend(str(d.relative_to(sweep_dir)) for d in old)
     rows = []
-    for num, d in sorted(_job_dirs(Path(sweep_dir)), key=lambda item: item[0]):
+    for num, d in [(num, d) for num, d in found if d not in old]:
         stamp = _modified(d / "run.json")  # before reading: a change after it shows (see write_summary)
         record = _read_json(d / "run.json")
         submitted = _read_json(d / "submitted.json")  # a job not started yet: what the sweep recorded (SLURM id, logs)
@@ -336,21 +344,23 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
         raise ValueError(f"mode should be min or max, got {mode!r}")
     sweep_dir = Path(sweep_dir)
     for _ in range(3):
-        rows = jobs(sweep_dir)
-        _write_files(sweep_dir, rows, objective, mode)
+        earlier: List[str] = []
+        rows = jobs(sweep_dir, earlier)
+        _write_files(sweep_dir, rows, objective, mode, earlier)
         if all(_modified(Path(r["dir"]) / "run.json") == r["read_at"] for r in rows):
             break
     return rows
 
 
-def _write_files(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mode: str) -> None:
-    csv_text, md_text = render(sweep_dir, rows, objective, mode)
+def _write_files(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mode: str, earlier: Sequence[str] = ()) -> None:
+    csv_text, md_text = render(sweep_dir, rows, objective, mode, earlier)
     atomic_write(sweep_dir / "summary.csv", csv_text.encode())
     atomic_write(sweep_dir / "summary.md", md_text.encode())
 
 
-def render(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mode: str) -> Tuple[str, str]:
-    """``summary.csv`` and ``summary.md``'s text for ``rows`` (:func:`jobs`), ranked by ``objective``."""
+def render(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mode: str, earlier: Sequence[str] = ()) -> Tuple[str, str]:
+    """``summary.csv`` and ``summary.md``'s text for ``rows`` (:func:`jobs`), ranked by ``objective``; ``earlier``: the
+    dirs of runs of an earlier sweep that the latest did not take, named below the table."""
     best = best_row(rows, objective, mode)
     # every final metric (your hooks' too) but the last step's timing and learning rate; val/ and train/ first,
     # the objective in front when it is another metric (a test/ one a hook records): the table ranks by it
@@ -390,6 +400,9 @@ def render(sweep_dir: Path, rows: List[Dict[str, Any]], objective: str, mode: st
         lines += ["", "Failed jobs:"] + [f"- job {r['job']} (`{r['overrides']}`): {r['error']}"
                                          + ("" if "(log: " in r["error"] or not (Path(r["dir"]) / "train.log").is_file()
                                             else f" (log: {r['dir']}/train.log)") for r in failed]
+    if earlier:
+        lines += ["", f"Not in this sweep (runs an earlier sweep in this dir left, not counted above): "
+                      f"{', '.join(sorted(earlier)[:20])}{', ...' if len(earlier) > 20 else ''}"]
     return buf.getvalue(), "\n".join(lines) + "\n"
 
 
@@ -618,7 +631,9 @@ def main() -> None:
             raise SystemExit(f"launcher.summary: --objective {args.objective} is no metric the jobs recorded"
                              + (f"; did you mean {close[0]}?" if close else "") + f" They recorded: {', '.join(recorded)}")
     if (args.objective or objective, args.mode or mode) != (objective, mode):  # ranked another way: shown, not kept
-        print(render(args.sweep_dir, jobs(args.sweep_dir), args.objective or objective, args.mode or mode)[1], end="")
+        earlier: List[str] = []
+        rows = jobs(args.sweep_dir, earlier)
+        print(render(args.sweep_dir, rows, args.objective or objective, args.mode or mode, earlier)[1], end="")
         return
     write_summary(args.sweep_dir, objective, mode)
     print((args.sweep_dir / "summary.md").read_text(), end="")

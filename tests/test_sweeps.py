@@ -249,6 +249,28 @@ def test_a_subdir_named_by_values_takes_a_value_added_in_front_and_the_summary_n
     assert proc.returncode == 0 and _summary_jobs(sweep) == want, proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("subdir", [None, "lr${optimizer.lr}"])
+def test_runs_an_earlier_sweep_left_in_the_sweep_dir_are_named_apart_not_counted_as_this_sweeps_jobs(subdir, tmp_path):
+    """A value removed from a sweep left its run's dir: the summary listed it as one of the sweep's jobs (job 2 of a
+    sweep of 2; with a subdir named by the values, a second job 0), counted it in the end line and could mark it best."""
+    sweep = tmp_path / "sweep"
+    base = ["-m", f"hydra.sweep.dir={sweep}", "trainer.max_epochs=1", *FAST] + ([f"hydra.sweep.subdir={subdir}"] if subdir else [])
+    assert run_cli([*base, "optimizer.lr=0.001,0.01,0.1"] if subdir else [*base, "optimizer.lr=0.01,0.1,0.001"],
+                   tmp_path).returncode == 0
+    proc = run_cli([*base, "hydra/launcher=local", "optimizer.lr=0.01,0.1"], tmp_path)
+    assert proc.returncode == 0 and "Sweep of 2 job(s): 2 done" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "optimizer.lr=0.001" not in proc.stdout.splitlines()[-1]  # never the best: not one of this sweep's jobs
+    want = [(0, "optimizer.lr=0.01"), (1, "optimizer.lr=0.1")]
+    left = "lr0.001" if subdir else "2"
+    for _ in range(2):  # as the sweep wrote it, and as python -m launcher.summary writes it again
+        assert _summary_jobs(sweep) == want
+        assert f"Not in this sweep (runs an earlier sweep in this dir left, not counted above): {left}" in \
+            (sweep / "summary.md").read_text()
+        assert "optimizer.lr=0.001" not in (sweep / "summary.csv").read_text()
+        assert subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], cwd=tmp_path).returncode == 0
+    assert read_run(sweep / left)["status"] == "completed"  # left as it was
+
+
 def test_a_swept_value_refused_at_the_first_validation_is_mended_in_the_same_sweep_dir(tmp_path):
     """A job that stopped with a checkpoint for its swept value (a monitor typo, found at the first validation) was
     told to mend it and rerun; the mended sweep was refused as another sweep, and the checkpoint never used. Only
