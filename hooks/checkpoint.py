@@ -82,19 +82,20 @@ class PeriodicCheckpointer(HookBase):
     def before_train(self) -> None:
         if self.trainer.is_main:  # a checkpoint dir that refuses files stops the run now, not after an epoch's training
             self._writer.prepare(self.trainer.checkpoint_dir)
-            # and so does a hook of the user's own whose state a checkpoint cannot hold (asked once more here; the
-            # built-in ones build what they hold lazily, a schedule that sets the lr: their first save asks them)
-            states = {}
-            for hook in self.trainer.hooks:
-                if type(hook).__module__.partition(".")[0] == "hooks" or type(hook).state_dict is HookBase.state_dict:
-                    continue
-                try:
-                    states[hook.name] = hook.state_dict()
-                except Exception:  # noqa: BLE001 -- not ready before training: its first save asks it again
-                    continue
-            unsaveable = unsaveable_hook_state(states, self.trainer.hooks)
-            if unsaveable is not None:
-                raise unsaveable
+        # and so does a hook of the user's own whose state a checkpoint cannot hold (asked once more here, on every
+        # rank, as a save asks them: a state_dict may gather across ranks; the built-in ones build what they hold
+        # lazily, a schedule that sets the lr: their first save asks them)
+        states = {}
+        for hook in self.trainer.hooks:
+            if type(hook).__module__.partition(".")[0] == "hooks" or type(hook).state_dict is HookBase.state_dict:
+                continue
+            try:
+                states[hook.name] = hook.state_dict()
+            except Exception:  # noqa: BLE001 -- not ready before training: its first save asks it again
+                continue
+        unsaveable = unsaveable_hook_state(states, self.trainer.hooks)
+        if unsaveable is not None:
+            raise unsaveable
         # An interrupt checkpoint is not one of the periodic ones (they rotate as in a run never
         # stopped, and so does this hook's state); it goes once the next checkpoint is written.
         resumed = self.trainer.resumed_from

@@ -214,8 +214,10 @@ def check_values_not_applied(cfg: DictConfig, changes: Sequence[Tuple[str, Any, 
             any(key.startswith("data.") and key.split(".")[1] not in ("train", "val") for key, _, _ in changes):
         quiet = logging.getLogger("launcher.data")
         was, quiet.disabled = quiet.disabled, True  # its advice on worker options is for a run that loads data
+        loaders = OmegaConf.to_container(data, resolve=True)  # not its datasets: neither built nor checked
+        loaders.update(train=None, val=None)  # type: ignore[union-attr]
         try:
-            build("data", data, train=None, val=None)
+            build("data", OmegaConf.create(loaders))
         finally:
             quiet.disabled = was
     check_hooks_package()

@@ -32,8 +32,9 @@ def write_file(path: PathLike, data: Union[bytes, memoryview], sync: bool) -> No
         os.close(fd)
 
 
-def atomic_write(path: PathLike, data: Union[bytes, memoryview], delay: float = 0.0, sync_dir: bool = True) -> None:
-    """Write ``data`` into a temporary file beside ``path``, fsync, then rename over it.
+def atomic_write(path: PathLike, data: Union[bytes, memoryview], delay: float = 0.0, sync_dir: bool = True,
+                 sync: bool = True) -> None:
+    """Write ``data`` into a temporary file beside ``path``, fsync (unless not ``sync``), then rename over it.
 
     ``sync_dir`` then fsyncs the directory so the rename itself is durable; a caller renaming
     several files in one directory can leave it false and fsync the directory once.
@@ -41,7 +42,7 @@ def atomic_write(path: PathLike, data: Union[bytes, memoryview], delay: float = 
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        write_file(tmp, data, sync=True)
+        write_file(tmp, data, sync=sync)
         if delay:
             time.sleep(delay)
         os.replace(tmp, path)

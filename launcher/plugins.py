@@ -14,8 +14,8 @@ import contextlib
 import importlib
 import json
 import os
-import time
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -122,9 +122,11 @@ def _check_jobs(config: Any, keep: bool = False) -> None:
         seen[path] = idx
     swept = {o.get_key_element() for o in parsed if o.is_sweep_override()}
     check_sweep_dir_holds_this_sweep(config, seen, jobs, swept)
-    if str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher"):  # ours check as they launch
-        refuse_what_runs_would_refuse(config, loader, [(idx, overrides, path) for (path, idx), overrides in zip(seen.items(), jobs)])
     mark_pending(list(seen), jobs, 0)
+    if str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher"):  # ours check (and mark) as they launch
+        numbered = [(idx, overrides, path) for (path, idx), overrides in zip(seen.items(), jobs)]
+        refuse_what_runs_would_refuse(config, loader, numbered)
+        mark_taken(numbered)
 
 
 def refuse_what_runs_would_refuse(config: Any, loader: Any, jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> list:
@@ -297,6 +299,7 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
         (path / FAILURE).unlink(missing_ok=True)
         if changes:
             unapplied[idx] = changes
+    mark_taken(jobs)
     if done:
         log.info("%d of %d sweep jobs already finished, not %s again (their results are in the summary): %s",
                  len(done), len(job_overrides), verb, number_ranges(sorted(done)))
@@ -386,37 +389,56 @@ def number_ranges(numbers: Sequence[int]) -> str:
 
 
 def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
-    """``submitted.json`` (job number and overrides) in each job dir without a run record yet: the summary
-    lists the job as pending until it starts, also after the sweep is stopped before reaching it. A job dir
-    that has one (a run, an earlier submission to SLURM) keeps it; where an earlier sweep numbered its job
-    otherwise (a ``hydra.sweep.subdir`` of one's own, a value added in front), the number alone is changed
-    (``numbered_ns``: the file's time stays that of its submission, which a rerun waiting for it reads). Each job's
-    file also names the sweep (``sweep``: when it started), so the summary can tell this sweep's jobs from the runs
-    an earlier sweep left in its dir (a value since removed)."""
+    """``submitted.json`` (job number, overrides, the sweep: when it started) in each job dir without a run record
+    yet: the summary lists the job as pending until it starts, also after the sweep is stopped before reaching it.
+    A dir that has a record (a run, an earlier submission to SLURM) is marked by :func:`mark_taken` once the
+    sweep is known to run."""
     from launcher.files import atomic_write
-    from launcher.summary import job_number
 
     sweep = _sweep.setdefault("started_ns", time.time_ns())
     for offset, (path, overrides) in enumerate(zip(job_dirs, job_overrides)):
-        idx = initial_job_idx + offset
-        mark = path / "submitted.json"
-        try:  # an earlier submission to SLURM: its id stays (a rerun of the sweep asks SLURM about it)
-            earlier = json.loads(mark.read_text())
-            submitted = bool(earlier.get("job_id"))
-        except (OSError, ValueError, AttributeError):
-            earlier, submitted = {}, False
-        if (path / "run.json").is_file() or submitted:
-            if job_number(path) != idx or earlier.get("sweep") != sweep:  # a job of this sweep, its number this sweep's
-                stat = mark.stat() if earlier else None
-                text = json.dumps({"overrides": list(overrides), **earlier, "job": idx, "numbered_ns": time.time_ns(),
-                                   "sweep": sweep}, indent=2) + "\n"
-                atomic_write(mark, text.encode(), sync_dir=False)
-                if stat is not None:
-                    os.utime(mark, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        if (path / "run.json").is_file():
             continue
+        try:  # an earlier submission to SLURM: its id stays (a rerun of the sweep asks SLURM about it)
+            if json.loads((path / "submitted.json").read_text()).get("job_id"):
+                continue
+        except (OSError, ValueError, AttributeError):
+            pass
         path.mkdir(parents=True, exist_ok=True)
-        text = json.dumps({"job": idx, "overrides": list(overrides), "sweep": sweep}, indent=2) + "\n"
-        atomic_write(mark, text.encode(), sync_dir=False)
+        text = json.dumps({"job": initial_job_idx + offset, "overrides": list(overrides), "sweep": sweep}, indent=2) + "\n"
+        atomic_write(path / "submitted.json", text.encode(), sync_dir=False)
+
+
+def mark_taken(jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> None:
+    """Mark the job dirs that hold a record (a run, an earlier submission to SLURM) of this sweep's jobs
+    (``(number, overrides, dir)``) as this sweep's, in ``submitted.json``: its number there (a ``hydra.sweep.subdir``
+    of one's own with a value added in front numbers a finished run's job anew without running it) and the sweep
+    (``sweep``), so the summary tells its jobs from the runs an earlier sweep left (a value since removed). Called
+    once nothing can refuse the sweep. The file keeps what it held and its time (that of a SLURM submission, which
+    a rerun waiting for the job reads; ``numbered_ns`` says when it was numbered); not fsynced, and a dir that
+    refuses the write (another user's) keeps its old mark."""
+    from launcher.files import atomic_write
+
+    sweep = _sweep.setdefault("started_ns", time.time_ns())
+    for idx, overrides, path in jobs:
+        mark = path / "submitted.json"
+        try:
+            earlier = json.loads(mark.read_text())
+        except (OSError, ValueError):
+            earlier = {}
+        if not isinstance(earlier, dict) or not (path / "run.json").is_file() and not earlier.get("job_id"):
+            continue  # pending: mark_pending's
+        if earlier.get("job") == idx and earlier.get("sweep") == sweep:
+            continue
+        text = json.dumps({"overrides": list(overrides), **earlier, "job": idx, "numbered_ns": time.time_ns(),
+                           "sweep": sweep}, indent=2) + "\n"
+        try:
+            stat = mark.stat() if earlier else None
+            atomic_write(mark, text.encode(), sync_dir=False, sync=False)
+            if stat is not None:
+                os.utime(mark, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        except OSError:
+            continue
 
 
 def explain_launcher_error(err: BaseException, launcher: str, params: Optional[Dict[str, Any]] = None) -> BaseException:

@@ -68,19 +68,21 @@ def job_number(job_dir: Path) -> Optional[int]:
     as the sweep starts, see :func:`launcher.plugins.mark_pending`) or Hydra's (``.hydra/hydra.yaml``, written as the
     job runs), whichever is newer; a sweep run again with a value added in front numbers a finished job anew without
     running it."""
-    found = []
+    number: Optional[int] = None
+    since = -1
     try:
         path = job_dir / "submitted.json"
         mark = json.loads(path.read_text())
-        found.append((int(mark.get("numbered_ns") or path.stat().st_mtime_ns), int(mark["job"])))
+        number, since = int(mark["job"]), int(mark.get("numbered_ns") or path.stat().st_mtime_ns)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     try:
         path = job_dir / ".hydra" / "hydra.yaml"
-        found.append((path.stat().st_mtime_ns, int(OmegaConf.load(path).hydra.job.num)))
+        if path.stat().st_mtime_ns > since:  # read only where it is the newer (loading it takes milliseconds)
+            number = int(OmegaConf.load(path).hydra.job.num)
     except Exception:  # noqa: BLE001 -- none, or not Hydra's
         pass
-    return max(found)[1] if found else None
+    return number
 
 
 def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str, Any]]:
@@ -88,7 +90,8 @@ def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str,
     an earlier sweep left there, which the latest did not take (a value since removed, another subdir), are left
     out (their names appended to ``earlier``): the latest sweep marked its jobs (``submitted.json``'s ``sweep``)."""
     found = sorted(_job_dirs(Path(sweep_dir)), key=lambda item: item[0])
-    sweeps = {d: _read_json(d / "submitted.json").get("sweep") for _, d in found}
+    marks = {d: _read_json(d / "submitted.json") for _, d in found}  # what the sweep recorded (SLURM id, logs)
+    sweeps = {d: mark.get("sweep") for d, mark in marks.items()}
     latest = max((v for v in sweeps.values() if isinstance(v, int)), default=None)
     old = [d for d, v in sweeps.items() if isinstance(v, int) and v != latest]
     if earlier is not None:
@@ -97,7 +100,7 @@ def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str,
     for num, d in [(num, d) for num, d in found if d not in old]:
         stamp = _modified(d / "run.json")  # before reading: a change after it shows (see write_summary)
         record = _read_json(d / "run.json")
-        submitted = _read_json(d / "submitted.json")  # a job not started yet: what the sweep recorded (SLURM id, logs)
+        submitted = marks[d]
         overrides = recorded_overrides(d, record, submitted) or []
         submitit = record.get("submitit") or {}
         row = {

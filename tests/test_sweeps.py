@@ -271,6 +271,20 @@ def test_runs_an_earlier_sweep_left_in_the_sweep_dir_are_named_apart_not_counted
     assert read_run(sweep / left)["status"] == "completed"  # left as it was
 
 
+@pytest.mark.parametrize("launcher", ["local", "basic"])
+def test_a_refused_sweep_does_not_take_the_jobs_of_the_sweep_it_was_refused_in(launcher, tmp_path):
+    """A sweep refused before any job ran (another model for a finished run) must leave the dir's sweep as it was: had
+    it marked the runs it looked at as its own, the summary would have hidden the other job as an earlier sweep's."""
+    sweep = tmp_path / "sweep"
+    base = ["-m", f"hydra.sweep.dir={sweep}", "trainer.max_epochs=1", *FAST]
+    assert run_cli([*base, "optimizer.lr=0.1,0.01"], tmp_path).returncode == 0
+    refused = run_cli([*base, f"hydra/launcher={launcher}", "optimizer.lr=0.1", "model.hidden=[32]"], tmp_path)
+    assert refused.returncode == 2 and "another config" in refused.stderr, refused.stderr[-2000:]
+    assert subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], cwd=tmp_path).returncode == 0
+    assert _summary_jobs(sweep) == [(0, "optimizer.lr=0.1"), (1, "optimizer.lr=0.01")]
+    assert "Not in this sweep" not in (sweep / "summary.md").read_text()
+
+
 def test_a_swept_value_refused_at_the_first_validation_is_mended_in_the_same_sweep_dir(tmp_path):
     """A job that stopped with a checkpoint for its swept value (a monitor typo, found at the first validation) was
     told to mend it and rerun; the mended sweep was refused as another sweep, and the checkpoint never used. Only
