@@ -376,6 +376,7 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
     port = free_port()
     ready = mp.get_context("spawn").RawArray("b", nprocs)  # set by each worker once it holds signals (worker_started)
     processes: List[Any] = []
+    error_files: List[str] = []  # torch's, one per worker, written by a worker that raised and never removed by torch
     received: List[int] = []
     held: List[Tuple[int, int]] = []  # (rank, signal) for workers still starting, who would not see it yet
 
@@ -409,6 +410,7 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
         context = mp.start_processes(worker, args=(nprocs, port, os.getpid(), ready, *args), nprocs=nprocs,
                                      join=False, start_method="spawn")
         processes.extend(context.processes)
+        error_files.extend(name for name in context.error_files if name)
         return context
 
     try:
@@ -451,6 +453,11 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
         for process in processes:
             if process.is_alive():
                 process.kill()
+        for name in error_files:  # its rank's error, read into the exception by now: torch leaves each in the temp dir
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
     first = received[0] if received else None
     return first, SignalLatch.unlatched(previous.get(first), first) if first is not None else None
 

@@ -141,7 +141,8 @@ def test_a_config_error_found_in_the_workers_is_one_line_and_exit_status_2(tmp_p
 def test_a_validation_error_on_one_rank_fails_the_run_at_once_naming_it(tmp_path):
     """Stopping at the boundary for an error in one rank's validation (here its model's eval output) left that
     rank at the boundary's all-reduce while the others waited in the validation's: a hang until gloo's timeout
-    (5 minutes), with the error never shown."""
+    (5 minutes), with the error never shown. The rank's error file (torch's, in the temp dir) goes with it."""
+    (tmp_path / "tmp").mkdir()
     (tmp_path / "rank1eval.py").write_text(
         "import torch\nimport torch.distributed as dist\n\n\nclass Net(torch.nn.Module):\n"
         "    def __init__(self, **unused):\n        super().__init__()\n        self.lin = torch.nn.Linear(64, 10)\n\n"
@@ -149,7 +150,7 @@ def test_a_validation_error_on_one_rank_fails_the_run_at_once_naming_it(tmp_path
         "        loss = torch.nn.functional.cross_entropy(logits, y)\n"
         "        if self.training or dist.get_rank() == 0:\n            return loss if self.training else {'loss': loss}\n"
         "        return logits\n")
-    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(tmp_path), ENV["PYTHONPATH"]])}
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(tmp_path), ENV["PYTHONPATH"]]), "TMPDIR": str(tmp_path / "tmp")}
     started = time.monotonic()
     proc = subprocess.run(cli(*DATA, "trainer.max_epochs=2", "trainer.devices=2", "model._target_=rank1eval.Net",
                               "objective=val/loss", "objective_mode=min", "hydra.run.dir=run"),
@@ -158,6 +159,7 @@ def test_a_validation_error_on_one_rank_fails_the_run_at_once_naming_it(tmp_path
     assert proc.returncode == 1 and "rank 1 failed: " in out and "ModelOutputError" in out, out[-3000:]
     assert time.monotonic() - started < 60, out[-3000:]
     assert read_run(tmp_path / "run")["status"] == "failed"
+    assert not list((tmp_path / "tmp").glob("pytorch-errorfile-*")), out[-3000:]
 
 
 def test_an_objective_no_rank_records_is_warned_of_once_by_rank_0(tmp_path):
