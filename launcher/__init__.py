@@ -346,8 +346,9 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
         done = finished_result(run_dir) if cfg.trainer.get("resume", "auto") in ("auto", True) else None
         if done is not None and not lengthens(changes):  # an explicit checkpoint path always trains on
             check_values_not_applied(cfg, changes)
-            logger.info("This run already finished (%s): %s = %s; not training again", done["status"],
-                        cfg.objective, done["metrics"].get(cfg.objective))
+            recorded = done["metrics"].get(cfg.objective)
+            logger.info("This run already finished (%s): %s = %s; not training again", done["status"], cfg.objective,
+                        f"{recorded:.4f}" if isinstance(recorded, float) else recorded)
             if changes:
                 logger.warning("Not applied, as the run is over: %s. Raise trainer.max_epochs (or max_iters) to train "
                                "it on, or choose a new hydra.run.dir", describe_changes(changes))

@@ -305,6 +305,8 @@ def test_rerunning_a_finished_run_does_not_train_again(tmp_path, references, tmp
     proc = run_to_end(command(reference, "iter", 0), reference.parent)
     assert "already finished" in proc.stdout + proc.stderr
     assert (final.stat().st_mtime_ns, (reference / "metrics.jsonl").read_bytes()) == before
+    objective = json.loads((reference / "run.json").read_text())["metrics"]["val/accuracy"]
+    assert f"val/accuracy = {objective:.4f}; not training again" in proc.stdout + proc.stderr  # as the end line rounds
 
 
 def test_a_finished_run_whose_final_checkpoint_is_damaged_trains_on_to_a_readable_one(tmp_path, references, tmp_path_factory):
