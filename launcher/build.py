@@ -187,9 +187,15 @@ def _misfit(key: str, node: Any) -> Optional[str]:
     params: Any = {}
     if target:
         try:
-            params = inspect.signature(get_object(target)).parameters
+            built = get_object(target)
         except Exception:
-            params = {}
+            built = None
+        for evaluated in (True, False):  # annotations kept as text (``from __future__ import annotations``) read as types
+            try:
+                params = inspect.signature(built, eval_str=evaluated).parameters
+                break
+            except Exception:  # a name the annotation's module lacks (TYPE_CHECKING imports): the text, as it is
+                params = {}
     for name in node:
         try:
             value = node[name]  # interpolations resolved
@@ -210,8 +216,9 @@ def _misfit(key: str, node: Any) -> Optional[str]:
             rule = _SCALAR_ANNOTATIONS.get(param.annotation) if param is not None else None
         except TypeError:  # an unhashable annotation
             rule = None
-        # null passes where it is the parameter's own default (``seed: int = None``, sloppy but meant): it says "unset"
-        if rule is not None and not rule[1](value) and (value is not None or param.default not in (None, inspect.Parameter.empty)):
+        # null passes where it is the parameter's own default (``seed: int = None``, sloppy but meant): it says "unset";
+        # a required parameter gets no null (StepLR's step_size=null stopped the run at its first step)
+        if rule is not None and not rule[1](value) and (value is not None or param.default is not None):
             kind = rule[0]
             shown = "null" if value is None else repr(value)
             return f"{key}.{name}: {shown} is not {kind} ({target} takes {'a bool' if kind == 'true or false' else kind} there)"

@@ -200,6 +200,25 @@ def test_a_bug_in_a_users_constructor_is_shown_where_it_is_not_blamed_on_the_con
         "positional argument: 'width'" in out and "raised at" not in out, out[-2000:]
 
 
+def test_a_list_of_the_wrong_length_is_refused_where_the_annotation_is_text(tmp_path):
+    """A fixed-length tuple parameter of a model whose module says ``from __future__ import annotations`` (its
+    annotations kept as text) took a list of any length: refused only where the annotation was a real type."""
+    (tmp_path / "textnotes.py").write_text(
+        "from __future__ import annotations\nfrom typing import TYPE_CHECKING\nimport torch\n"
+        "if TYPE_CHECKING:\n    from collections.abc import Sequence\n\n\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self, sizes: tuple[int, int] = (64, 10), flag: bool = True, **unused):\n"
+        "        super().__init__()\n        self.lin = torch.nn.Linear(*sizes)\n\n\n"
+        "class Later(Net):\n    def __init__(self, names: Sequence[str] = (), sizes: tuple[int, int] = (64, 10), flag: bool = True, "
+        "**unused):\n        super().__init__(sizes)\n")
+    for target, words in [("Net", "Config error: model.sizes: [64, 10, 3] has 3 value(s); textnotes.Net takes 2 there, e.g. [64, 10]"),
+                          ("Later", "Config error: model.flag: 'maybe' is not true or false")]:  # a name it cannot read: as before
+        proc = run_cli([f"model._target_=textnotes.{target}", "+model.sizes=[64,10,3]", "+model.flag=maybe",
+                        "data=synthetic", "data.train.size=256", "trainer.max_epochs=1"], tmp_path)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and words in out and "Traceback" not in out, out[-3000:]
+
+
 def test_trainer_subclass_selected_with_one_override(project):
     proc = run_cli(["--config-dir", "conf", "model=bag_of_tokens", "data=parity", "hooks=minimal",
                     "trainer._target_=text_project.trainer.TextTrainer", *SHORT], project)
