@@ -50,6 +50,8 @@ class ParamSchedule(HookBase):
         accepted = [k for k, v in group.items() if k not in ("params", "lr", "initial_lr") and number(v)]
         accepted += [f"{k}.{i}" for k, v in group.items() if isinstance(v, (tuple, list)) and k != "params"
                      for i, x in enumerate(v) if number(x)]
+        if "momentum" not in group and "betas.0" in accepted:
+            accepted.insert(0, "momentum")  # Adam's: betas.0 (before_train)
         value = group.get(self._name)
         index = self._index
         if self._name == "lr":

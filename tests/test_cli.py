@@ -219,6 +219,9 @@ BAD_INPUTS = [
     (["hooks=[default,momentum_schedule]", "hooks.momentum_schedule.key=momentom"],
      ["Config error: hooks.momentum_schedule.key=momentom: the optimizer (SGD) has no 'momentom'; did you mean "
       "hooks.momentum_schedule.key=momentum? the optimizer's settings it can schedule: momentum, dampening, weight_decay"]),
+    (["optimizer=adamw", "hooks=[default,momentum_schedule]", "hooks.momentum_schedule.key=momentm"],  # momentum: betas.0 there
+     ["did you mean hooks.momentum_schedule.key=momentum? the optimizer's settings it can schedule: momentum, eps, "
+      "weight_decay, betas.0, betas.1"]),
     (["optimizer=adamw", "optimizer.betas=[0.9,0.999,0.5]"],
      ["Config error: optimizer.betas: [0.9, 0.999, 0.5] has 3 value(s); torch.optim.AdamW takes 2 there, e.g. [0.9, 0.999]"]),
     (["optimizer.nesterov=null"], ["Config error: optimizer.nesterov: null is not true or false"]),
