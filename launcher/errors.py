@@ -14,6 +14,22 @@ def did_you_mean(value: str, accepted, key: str) -> str:
     return f"; did you mean {key}={close[0]}?" if close else ""
 
 
+def describe(value: object) -> str:
+    """What a batch, or a model's output, is, in the words every message shows it with: a tensor's shape, a dict's
+    keys, a list's or tuple's length and its first parts, else its type."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {list(value.shape)}"
+    if isinstance(value, dict):
+        return f"a dict with keys {sorted(map(str, value))}" if value else "an empty dict"
+    if isinstance(value, (list, tuple)):
+        parts = ", ".join(describe(x) for x in value[:4]) + (", ..." if len(value) > 4 else "")
+        return f"a {type(value).__name__} of {len(value)}" + (f" ({parts})" if value else "")
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 def what_to_mend(err: BaseException) -> str:
     """What a run stopped at a boundary for ``err`` asks the user to mend: "the config" for a
     :class:`ConfigError`, else "the model" (its output in eval mode, say)."""

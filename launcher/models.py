@@ -39,17 +39,9 @@ class Classifier(nn.Module):
 
     def not_a_pair(self, batch: Any) -> BaseException:
         """The error for a batch that is no (inputs, labels) pair: what the loader gave, what to change."""
-        from launcher.errors import ModelInputError
+        from launcher.errors import ModelInputError, describe
 
-        def part(x: Any) -> str:
-            return f"a tensor of shape {list(x.shape)}" if isinstance(x, torch.Tensor) else f"a {type(x).__name__}"
-
-        if isinstance(batch, dict):
-            given = f"a dict with keys {sorted(map(str, batch))}"
-        elif isinstance(batch, (list, tuple)):
-            given = f"a {type(batch).__name__} of {len(batch)}" + (f" ({', '.join(part(x) for x in batch[:4])})" if batch else "")
-        else:
-            given = f"{part(batch)} alone (no labels)"
+        given = describe(batch) + ("" if isinstance(batch, (dict, list, tuple)) else " alone (no labels)")
         return ModelInputError(f"{type(self).__name__} takes batches of (inputs, labels); the data loader gave {given}: "
                                f"use a dataset whose items are (x, y) pairs, or a model of your own whose forward reads "
                                f"your batches (README: 'Model contract')")

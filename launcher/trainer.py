@@ -58,7 +58,7 @@ from hooks.base import EVENTS, HookBase
 from launcher import distributed
 from launcher.data import is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
-from launcher.errors import (CheckpointWriteError, ConfigError, HookStateError, ModelInputError, ModelOutputError,  # noqa: F401
+from launcher.errors import (CheckpointWriteError, ConfigError, HookStateError, ModelInputError, ModelOutputError, describe,  # noqa: F401
                              NonFiniteLoss, what_to_mend)
 
 # Errors a hook (or a validation) finds at a step's, epoch's or validation's end in the config or the model's
@@ -256,12 +256,7 @@ def _batch_misfit(model: nn.Module, batch: Any, err: BaseException) -> Optional[
     given_first = rf"\(position 1\) must be \w+, not {kind}\b|invalid combination of arguments - got \({kind}\b"
     if not re.search(rf"{given_first}|^'{kind}' object has no attribute", text):
         return None
-    if isinstance(batch, Mapping):
-        given = f"a dict with keys {sorted(map(str, batch))}"
-    else:
-        shapes = ", ".join(f"[{', '.join(map(str, x.shape))}]" if isinstance(x, torch.Tensor) else type(x).__name__
-                           for x in batch)
-        given = f"a {type(batch).__name__} of {len(batch)} ({shapes})"
+    given = describe(dict(batch) if isinstance(batch, Mapping) else batch)
     return ModelInputError(
         f"{type(model).__name__}.forward failed on the first batch: {type(err).__name__}: {text.splitlines()[0].rstrip(':')}. "
         f"The trainer calls model(batch) with the batch as the loader yields it, here {given}: forward takes the "
@@ -270,19 +265,13 @@ def _batch_misfit(model: nn.Module, batch: Any, err: BaseException) -> Optional[
 
 def _describe_output(out: Any, mode: str = "train") -> str:
     """What a model returned that is not a loss (or metrics), named so that the fix is plain."""
-    def what(v: Any) -> str:
-        if isinstance(v, torch.Tensor):
-            return f"a tensor of shape {tuple(v.shape)}"
-        name = type(v).__name__
-        return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
-
     if isinstance(out, Mapping):
         if not out:
             return "an empty dict"
-        bad = [f"{k!r}: {what(v)}" for k, v in out.items()
+        bad = [f"{k!r}: {describe(v)}" for k, v in out.items()
                if not (isinstance(v, torch.Tensor) and v.numel() == 1) and not (mode == "eval" and _is_number(v))]
         return f"a dict whose values are not all scalar tensors ({', '.join(bad)})"
-    return what(out)
+    return describe(out)
 
 
 class TrainerBase:

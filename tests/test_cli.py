@@ -519,12 +519,12 @@ CONTRACT_MODELS = {
                 "        super().__init__()\n        self.lin = torch.nn.Linear(in_features, num_classes)\n\n"
                 "    def forward(self, x):\n        return self.lin(x.flatten(1))\n",
 }
-BATCH = "here a list of 2 ([32, 1, 8, 8], [32]): forward takes the whole batch, unpacks it (x, y = batch) and returns the loss"
+BATCH = "here a list of 2 (a tensor of shape [32, 1, 8, 8], a tensor of shape [32]): forward takes the whole batch, unpacks it (x, y = batch) and returns the loss"
 
 
 @pytest.mark.parametrize("model, words", [
     # returns logits, not a loss
-    (["model._target_=logits.Logits"], ["Run failed: ModelOutputError: Logits.forward returned a tensor of shape (32, 1, 8, 10) "
+    (["model._target_=logits.Logits"], ["Run failed: ModelOutputError: Logits.forward returned a tensor of shape [32, 1, 8, 10] "
                                         "in train mode; the trainer accepts a scalar loss tensor"]),
     # torch's own module: its forward takes one tensor, and the batch is [x, y]
     (["model._target_=torch.nn.Linear", "~model.hidden", "~model.dropout", "~model.num_classes", "~model.in_features",
@@ -862,7 +862,7 @@ def test_a_model_whose_eval_output_the_trainer_cannot_take_stops_with_a_checkpoi
     env = {"PYTHONPATH": str(tmp_path)}
     proc = run_cli([*args, "hydra.run.dir=run"], tmp_path, env=env)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 1 and "Run failed: ModelOutputError: EvalOut.forward returned a tensor of shape (32,) in eval " \
+    assert proc.returncode == 1 and "Run failed: ModelOutputError: EvalOut.forward returned a tensor of shape [32] in eval " \
            "mode" in out, out[-3000:]
     assert "Stopped at iteration 8 for the error below, with a checkpoint: mend the model and run the same command" in out
     mended = {**env, "MENDED": "1"}

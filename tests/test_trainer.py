@@ -270,14 +270,14 @@ def test_model_returning_something_else_is_named_in_the_error():
         def forward(self, batch):
             return [self.lin(batch[0])]
 
-    with pytest.raises(TypeError, match=r"Logits.forward returned a list in train mode; the trainer accepts a scalar loss"):
+    with pytest.raises(TypeError, match=r"Logits.forward returned a list of 1 \(a tensor of shape \[\d+, 2\]\) in train mode; the trainer accepts a scalar loss"):
         make_trainer("iter", model=Logits()).train()
 
     class RawLogits(ToyModel):
         def forward(self, batch):
             return self.lin(batch[0])
 
-    with pytest.raises(TypeError, match=r"RawLogits.forward returned a tensor of shape \(4, 2\) in train mode; the trainer "
+    with pytest.raises(TypeError, match=r"RawLogits.forward returned a tensor of shape \[4, 2\] in train mode; the trainer "
                                         r"accepts .* \(outputs such as logits\? in train mode forward computes the loss "
                                         r"from the batch; README: 'Model contract'\)"):
         make_trainer("iter", model=RawLogits(), data=ToyData(n=40, batch=4)).train()
@@ -288,7 +288,7 @@ def test_model_returning_something_else_is_named_in_the_error():
             return {"cls": loss, "per_sample": self.lin(batch[0]).sum(1), "note": "x"}
 
     with pytest.raises(TypeError, match=r"returned a dict whose values are not all scalar tensors \('per_sample': a tensor "
-                                        r"of shape \(4,\), 'note': a str\) in train mode"):
+                                        r"of shape \[4\], 'note': a str\) in train mode"):
         make_trainer("iter", model=PerSample(), data=ToyData(n=40, batch=4)).train()
 
 
