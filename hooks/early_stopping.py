@@ -50,8 +50,8 @@ class EarlyStopping(HookBase):
         # rerun from its final.pt completes again rather than taking the decision as one that stopped it.
         self.stopped = self.trainer.status == "running"
         self.trainer.request_stop(
-            f"early stopping: {self.monitor} did not improve on {self.best:.6g} (iteration {self.best_iter}) "
-            f"by more than {self.min_delta} for {self.patience} validations"
+            f"early stopping: {self.monitor} did not improve on {self.best:.6g} (validated after {self.best_iter} steps: "
+            f"iter {self.best_iter - 1} in metrics.jsonl) by more than {self.min_delta} for {self.bad} validations"
         )
 
     def after_val(self) -> None:

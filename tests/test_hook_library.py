@@ -107,7 +107,10 @@ def test_early_stopping_stops_at_the_right_epoch_on_a_scripted_metric(tmp_path):
     trainer = make_trainer("epoch", hooks=[Evaluator(), Scripted(), stopper], max_epochs=20, work_dir=tmp_path)
     trainer.train()
     assert trainer.epoch == 5  # validations 3, 4, 5 did not beat 0.8 by more than 0.05
-    assert trainer.status == "stopped" and "early stopping: val/loss did not improve on 0.8" in trainer.stop_reason
+    steps = 2 * trainer.steps_per_epoch  # the best is epoch 2's: named as the files number its row, and the count is 3
+    assert trainer.status == "stopped" and trainer.stop_reason == (
+        f"early stopping: val/loss did not improve on 0.8 (validated after {steps} steps: iter {steps - 1} in "
+        f"metrics.jsonl) by more than 0.05 for 3 validations")
 
 
 def test_a_run_resumed_after_early_stopping_decided_to_stop_stops_again_at_once(tmp_path):
@@ -520,6 +523,8 @@ def test_a_run_stopped_early_and_then_lengthened_trains_on_to_its_next_validatio
     second = never_improving(tmp_path, max_epochs=30)
     second.train()
     assert second.resumed_from.name == "final.pt" and second.status == "stopped" and second.epoch == 4
+    # the validations since its best (epoch 1) count 3 now (the reason said "for 2", the patience, however many)
+    assert first.stop_reason.endswith("for 2 validations") and second.stop_reason.endswith("for 3 validations")
 
 
 @pytest.mark.parametrize("kind", ["epoch", "iter", "at_end"])
