@@ -607,7 +607,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Write summary.csv and summary.md for a sweep dir.")
     parser.add_argument("sweep_dir", type=Path)
     parser.add_argument("--objective", default=None, help="default: the sweep's own (its multirun.yaml or jobs' run.json)")
-    parser.add_argument("--mode", choices=("min", "max"), default=None, help="default: the sweep's objective_mode")
+    parser.add_argument("--mode", choices=("min", "max"), default=None, help="default: the sweep's objective_mode (given with --objective of another metric)")
     args = parser.parse_args()
     if not args.sweep_dir.is_dir():
         raise SystemExit(f"launcher.summary: {args.sweep_dir} is not a directory (expected outputs/multirun/<date>/<time>)")
@@ -633,6 +633,9 @@ def main() -> None:
             close = difflib.get_close_matches(args.objective, recorded, n=1)
             raise SystemExit(f"launcher.summary: --objective {args.objective} is no metric the jobs recorded"
                              + (f"; did you mean {close[0]}?" if close else "") + f" They recorded: {', '.join(recorded)}")
+        if args.mode is None and args.objective != objective:  # the sweep's mode is its objective's: it could rank the worst best
+            raise SystemExit(f"launcher.summary: --objective {args.objective} is not the sweep's objective ({objective}, "
+                             f"{mode}), so its direction is not known: add --mode min or --mode max")
     if (args.objective or objective, args.mode or mode) != (objective, mode):  # ranked another way: shown, not kept
         earlier: List[str] = []
         rows = jobs(args.sweep_dir, earlier)

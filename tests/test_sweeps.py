@@ -815,6 +815,18 @@ def test_the_summary_keeps_a_failed_runs_time_and_metrics_and_names_a_misspelled
     assert not (tmp_path / "summary.md").exists()
     proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path)], capture_output=True, text=True)
     assert "(log: x)" in proc.stdout and "(log: x) (log:" not in proc.stdout
+    # another metric, no --mode: ranked by the sweep's own direction, it marked the highest loss the best
+    (tmp_path / "0" / "run.json").write_text(json.dumps({
+        "status": "completed", "overrides": ["seed=0"], "metrics": {"val/accuracy": 0.9, "train/loss": 0.1}}))
+    (tmp_path / "1" / "run.json").write_text(json.dumps({
+        "status": "completed", "overrides": ["seed=1"], "metrics": {"val/accuracy": 0.5, "train/loss": 2.0}}))
+    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path), "--objective", "train/loss"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "--objective train/loss is not the sweep's objective (val/accuracy, max), so its " \
+        "direction is not known: add --mode min or --mode max" in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path), "--objective", "train/loss", "--mode",
+                           "min"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "best: job 0" in proc.stdout, proc.stdout
 
 
 def test_a_dead_job_is_interrupted_only_on_its_own_attempts_record(tmp_path):
