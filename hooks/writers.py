@@ -278,6 +278,13 @@ class JSONWriter(BufferedFileWriter):
             self._file = None
 
 
+def _inside(path: Path, directory: Path) -> bool:
+    try:
+        return Path(path).resolve().is_relative_to(Path(directory).resolve())
+    except OSError:
+        return False
+
+
 class TensorBoardWriter(BufferedFileWriter):
     """Writes every scalar at its own iteration to TensorBoard event files in the run dir."""
 
@@ -338,8 +345,19 @@ class TensorBoardWriter(BufferedFileWriter):
             if sep and not key.startswith("hydra."):
                 hparams[key] = _hparam_value(value)
         metrics = {f"hparam/{k}": v for k, v in self.trainer.final_metrics(sync=False).items() if k.startswith(("val/", "train/"))}
-        if metrics:
-            self._writer.add_hparams(hparams, metrics, run_name="hparams")
+        if not metrics:
+            return
+        # One entry per run: an attempt that trained on (max_epochs raised) replaces the last one's, which TensorBoard
+        # showed with the first config and every attempt's metrics. Only in the run's own dir: a log_dir outside it
+        # may be shared.
+        hparams_dir = Path(self._writer.log_dir) / "hparams"
+        earlier = list(hparams_dir.glob("events.out.tfevents.*")) if _inside(hparams_dir, self.trainer.work_dir) else []
+        self._writer.add_hparams(hparams, metrics, run_name="hparams")
+        for path in earlier:
+            try:
+                path.unlink()
+            except OSError:
+                pass
 
     def close(self) -> None:
         if self._writer is not None:

@@ -335,6 +335,25 @@ def test_each_run_logs_its_hyperparameters_and_final_metrics_to_tensorboard_hpar
         assert abs(accuracy - read_run(sweep / job)["metrics"]["val/accuracy"]) < 1e-6
 
 
+def test_a_run_trained_on_has_one_hparams_entry_with_its_new_config_and_metrics(tmp_path):
+    """Lengthened (max_epochs 1 -> 2), the run kept its first attempt's hparams file beside the new one: TensorBoard's
+    HParams tab showed trainer.max_epochs 1 beside the longer run's metrics, and each hparam/* tag had two points."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    run = tmp_path / "run"
+    for epochs in (1, 2):
+        proc = run_cli([f"trainer.max_epochs={epochs}", "hydra.run.dir=run", *FAST], tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(list((run / "hparams").glob("events.out.tfevents.*"))) == 1
+    acc = EventAccumulator(str(run / "hparams"))
+    acc.Reload()
+    data = plugin_data_pb2.HParamsPluginData.FromString(acc.PluginTagToContent("hparams")["_hparams_/session_start_info"])
+    assert data.session_start_info.hparams["trainer.max_epochs"].number_value == 2
+    (point,) = acc.Scalars("hparam/val/accuracy")
+    assert abs(point.value - read_run(run)["metrics"]["val/accuracy"]) < 1e-6
+
+
 def test_local_launcher_runs_at_most_max_parallel_jobs_at_once(tmp_path):
     """3 jobs, max_parallel=2: the third starts only once one of the first two has ended. Each job trains
     for about 3 s (a paced hook), longer than a job process takes to start, so jobs started together
