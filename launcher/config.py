@@ -4,6 +4,10 @@ The YAML files in ``conf/`` name these schemas in their defaults lists (``/schem
 so a misspelled key (``trainer.max_epoch=3``) or a wrong type (``trainer.max_epochs=ten``)
 fails while Hydra composes the config, before anything is built, naming the key.
 Models, optimizers and datasets take free-form keys: their constructors check them.
+
+The hooks' true/false settings are typed ``Any`` here, not ``bool``: OmegaConf takes any integer and words such as
+``yes`` as a bool (``by_epoch=2`` ran as true); left as given, the build refuses anything but true or false, naming
+the key, as it does for every parameter annotated ``bool``.
 """
 from __future__ import annotations
 
@@ -72,29 +76,29 @@ class IterationTimerConf(HookConf):
 class LRSchedulerConf(HookConf):
     _target_: str = "hooks.lr_scheduler.LRScheduler"
     scheduler: Any = MISSING  # a _partial_ torch.optim.lr_scheduler config; its horizon is filled in when left out
-    by_epoch: bool = False  # step once per epoch instead of once per iteration
+    by_epoch: Any = False  # step once per epoch instead of once per iteration
     monitor: str = "val/loss"  # metric for ReduceLROnPlateau
     warmup_iters: int = 0  # iterations of warmup before the schedule
     warmup: str = "linear"  # linear | constant
     warmup_factor: float = 0.001  # the lr at the start of warmup, as a fraction of the base lr
-    log_all_groups: bool = False  # also record lr/groupN for every parameter group
+    log_all_groups: Any = False  # also record lr/groupN for every parameter group
 
 
 @dataclass
 class EvaluatorConf(HookConf):
     _target_: str = "hooks.evaluator.Evaluator"
     period: int = 1  # validate every `period` epochs (iterations when by_epoch is false)
-    by_epoch: bool = True
-    at_end: bool = True  # validate after training unless the last validation is current
+    by_epoch: Any = True
+    at_end: Any = True  # validate after training unless the last validation is current
 
 
 @dataclass
 class PeriodicCheckpointerConf(HookConf):
     _target_: str = "hooks.checkpoint.PeriodicCheckpointer"
     period: int = 1  # save every `period` epochs (iterations when by_epoch is false)
-    by_epoch: bool = True
+    by_epoch: Any = True
     keep_last: int = 3  # periodic checkpoints kept; 0 keeps all
-    save_final: bool = True  # checkpoints/final.pt when the run ends normally
+    save_final: Any = True  # checkpoints/final.pt when the run ends normally
 
 
 @dataclass
@@ -129,7 +133,7 @@ class OptimizerStepConf(HookConf):
     clip_grad_norm: Optional[float] = None  # clip the total gradient norm to this
     norm_type: float = 2.0
     clip_grad_value: Optional[float] = None  # or clip each gradient value to +-this
-    log_grad_norm: bool = False  # record grad_norm even without clipping
+    log_grad_norm: Any = False  # record grad_norm even without clipping
     amp: Optional[str] = None  # null | fp16 (with GradScaler) | bf16
     nonfinite: str = "raise"  # raise | skip: what a non-finite loss does
 
@@ -138,9 +142,9 @@ class OptimizerStepConf(HookConf):
 class EMAConf(HookConf):
     _target_: str = "hooks.ema.EMA"
     decay: float = 0.99
-    eval_with_ema: bool = True  # validate with the EMA weights
-    final_weights_ema: bool = True  # end the run (final.pt) with the EMA weights
-    use_buffers: bool = True  # average buffers (BatchNorm statistics) too
+    eval_with_ema: Any = True  # validate with the EMA weights
+    final_weights_ema: Any = True  # end the run (final.pt) with the EMA weights
+    use_buffers: Any = True  # average buffers (BatchNorm statistics) too
 
 
 @dataclass
@@ -156,7 +160,7 @@ class EarlyStoppingConf(HookConf):
 class ProgressBarConf(HookConf):
     _target_: str = "hooks.progress.ProgressBar"
     refresh_per_second: float = 4.0
-    force: bool = False  # also when stdout is not a terminal
+    force: Any = False  # also when stdout is not a terminal
 
 
 @dataclass
@@ -165,8 +169,8 @@ class ProfilerConf(HookConf):
     wait: int = 5  # steps skipped first
     warmup: int = 2  # steps profiled but discarded
     active: int = 5  # steps recorded
-    record_shapes: bool = False
-    profile_memory: bool = False
+    record_shapes: Any = False
+    profile_memory: Any = False
     dirname: str = "profiler"  # inside the run dir
 
 

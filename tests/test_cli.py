@@ -225,6 +225,10 @@ BAD_INPUTS = [
     (["optimizer=adamw", "optimizer.betas=[0.9,0.999,0.5]"],
      ["Config error: optimizer.betas: [0.9, 0.999, 0.5] has 3 value(s); torch.optim.AdamW takes 2 there, e.g. [0.9, 0.999]"]),
     (["optimizer.nesterov=null"], ["Config error: optimizer.nesterov: null is not true or false"]),
+    # OmegaConf's bool took them as true: the lr held for the epoch
+    (["hooks.lr_scheduler.by_epoch=2"], ["Config error: hooks.lr_scheduler.by_epoch: 2 is not true or false "
+                                         "(hooks.lr_scheduler.LRScheduler takes a bool there)"]),
+    (["hooks.checkpointer.save_final=yes"], ["Config error: hooks.checkpointer.save_final: 'yes' is not true or false"]),
     (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.StepLR", "+hooks.lr_scheduler.scheduler.step_size=null"],
      ["Config error: hooks.lr_scheduler.scheduler.step_size: null is not an integer"]),  # a required one: at its first step
     # Hydra's internal option names (_dummy_empty_config_), or "Could not override ''"
