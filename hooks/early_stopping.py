@@ -25,7 +25,11 @@ class EarlyStopping(HookBase):
             raise ValueError(f"EarlyStopping: mode should be min or max, got {mode!r}")
         if not isinstance(patience, int) or patience < 1:
             raise ValueError(f"EarlyStopping: patience should be an integer >= 1, got {patience!r}")
-        self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, abs(min_delta)
+        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not 0 <= min_delta < math.inf:
+            # a negative one was taken as its absolute value, nan made every validation no improvement
+            raise ValueError(f"EarlyStopping: min_delta should be a number >= 0 (how much a validation must beat "
+                             f"the best by), got {min_delta!r}")
+        self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, min_delta
         self.best = math.inf if mode == "min" else -math.inf
         self.best_iter = -1
         self.bad = 0

@@ -22,6 +22,10 @@ class ProgressBar(HookBase):
 
     def __init__(self, refresh_per_second: float = 4.0, force: bool = False, priority: Optional[int] = None) -> None:
         super().__init__(priority)
+        if isinstance(refresh_per_second, bool) or not isinstance(refresh_per_second, (int, float)) or \
+                not 0 < refresh_per_second < float("inf"):
+            raise ValueError(f"ProgressBar: refresh_per_second should be a number greater than zero, got "
+                             f"{refresh_per_second!r}")
         self.refresh_per_second = refresh_per_second
         self.force = force
         self.bar: Any = None

@@ -23,6 +23,9 @@ class IterationTimer(HookBase):
 
     def __init__(self, warmup: int = 3, priority: Optional[int] = None) -> None:
         super().__init__(priority)
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"IterationTimer: warmup should be an integer >= 0 (the first steps left out of the "
+                             f"speed), got {warmup!r}")
         self.warmup = warmup
         self._step_start = 0.0
         self._train_start = 0.0

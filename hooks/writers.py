@@ -34,6 +34,9 @@ class PeriodicWriter(HookBase):
         super().__init__(priority)
         if not isinstance(period, int) or period <= 0:
             raise ValueError(f"{type(self).__name__}: period should be an integer greater than zero, got {period!r}")
+        if isinstance(window, bool) or not isinstance(window, int) or window <= 0:  # 0 failed at the first write
+            raise ValueError(f"{type(self).__name__}: window should be an integer greater than zero (the steps a "
+                             f"median is taken over; 1: each step's own value), got {window!r}")
         self.period = period
         self.window = window
         self._written: Dict[str, int] = {}  # key -> iteration of the last value written
@@ -168,7 +171,7 @@ class BufferedFileWriter(PeriodicWriter):
 
     def __init__(self, period: int = 20, window: int = 20, flush_secs: float = 1.0, priority: Optional[int] = None) -> None:
         super().__init__(period, window, priority)
-        if not isinstance(flush_secs, (int, float)) or flush_secs < 0:
+        if isinstance(flush_secs, bool) or not isinstance(flush_secs, (int, float)) or not flush_secs >= 0:  # nan too
             raise ValueError(f"{type(self).__name__}: flush_secs should be a number of seconds >= 0, got {flush_secs!r}")
         self.flush_secs = float(flush_secs)
         self._due = 0.0  # time.monotonic() after which the next write goes to the file

@@ -572,3 +572,24 @@ def test_a_run_stopped_early_and_killed_just_after_its_final_checkpoint_stops_ag
     assert again.resumed_from.name == "final.pt" and not again.lengthened
     assert again.status == "stopped" and again.epoch == 3 and again.iter == first.iter
     assert all(torch.equal(v, again.model.state_dict()[k]) for k, v in weights.items())
+
+
+def test_settings_that_mean_nothing_are_refused_as_the_hook_is_made():
+    """Each was taken: window=0 failed at the first write (IndexError), min_delta=-1 ran as 1, nan and 0 rates ran."""
+    from hooks.progress import ProgressBar
+    from hooks.timer import IterationTimer
+    from hooks.writers import ConsoleWriter, JSONWriter, TensorBoardWriter
+
+    for make, words in [
+        (lambda: ConsoleWriter(window=0), "window should be an integer greater than zero"),
+        (lambda: TensorBoardWriter(window=-1), "window should be an integer greater than zero"),
+        (lambda: JSONWriter(flush_secs=float("nan")), "flush_secs should be a number of seconds >= 0, got nan"),
+        (lambda: IterationTimer(warmup=-1), "warmup should be an integer >= 0"),
+        (lambda: ProgressBar(refresh_per_second=0), "refresh_per_second should be a number greater than zero, got 0"),
+        (lambda: ProgressBar(refresh_per_second=float("nan")), "refresh_per_second should be a number greater than zero"),
+        (lambda: EarlyStopping(min_delta=-1), "min_delta should be a number >= 0"),
+        (lambda: EarlyStopping(min_delta=float("nan")), "min_delta should be a number >= 0"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            make()
+    ConsoleWriter(window=1), JSONWriter(flush_secs=0), IterationTimer(warmup=0), EarlyStopping(min_delta=0.5)
