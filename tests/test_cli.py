@@ -229,6 +229,12 @@ BAD_INPUTS = [
     (["hooks.lr_scheduler.by_epoch=2"], ["Config error: hooks.lr_scheduler.by_epoch: 2 is not true or false "
                                          "(hooks.lr_scheduler.LRScheduler takes a bool there)"]),
     (["hooks.checkpointer.save_final=yes"], ["Config error: hooks.checkpointer.save_final: 'yes' is not true or false"]),
+    # wrote to the filesystem's root, or to the day's dir all runs share; a traceback after the build (IsADirectoryError)
+    (["hooks.tensorboard.log_dir=/"], ["hooks.tensorboard", "log_dir should be a directory inside the run dir, relative to it"]),
+    (["hooks.jsonl.filename=../x.jsonl"], ["filename should be a file's path inside the run dir, relative to it (e.g. "
+                                           "metrics.jsonl), got '../x.jsonl'"]),
+    (["hooks.jsonl.filename="], ["filename should be a file's path inside the run dir"]),
+    (["hooks.jsonl.filename=run.json"], ["filename='run.json' is a file the launcher keeps in the run dir"]),
     (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.StepLR", "+hooks.lr_scheduler.scheduler.step_size=null"],
      ["Config error: hooks.lr_scheduler.scheduler.step_size: null is not an integer"]),  # a required one: at its first step
     # Hydra's internal option names (_dummy_empty_config_), or "Could not override ''"

@@ -164,6 +164,13 @@ def test_timer_records_step_time_and_the_part_spent_waiting_for_data(tmp_path):
     assert all(0.03 <= w <= s for w, s in zip(waits, steps))
 
 
+def test_a_writers_file_in_a_subdir_of_the_run_dir_is_made_there(tmp_path):
+    """hooks.jsonl.filename=logs/metrics.jsonl ended in a FileNotFoundError once the run had started."""
+    trainer = make_trainer("iter", hooks=[JSONWriter(filename="logs/metrics.jsonl", period=2)], max_iters=4, work_dir=tmp_path)
+    trainer.train()
+    assert [json.loads(line)["iter"] for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()] == [1, 3]
+
+
 def test_writers_write_every_period_after_validation_and_at_the_end(tmp_path):
     hooks = [IterationTimer(), Evaluator(), JSONWriter(period=3), TensorBoardWriter(period=3), ConsoleWriter(period=3)]
     trainer = make_trainer("epoch", hooks=hooks, max_epochs=2, work_dir=tmp_path)
