@@ -16,6 +16,24 @@ from launcher.errors import ConfigError, did_you_mean
 _HORIZON_PARAMS = ("T_max", "total_steps", "total_iters")
 
 
+_INF = float("inf")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# Arguments torch's schedules take without a word that make no schedule: eta_min=-1 trained with a negative lr,
+# T_max=-1 with the lr jumping between its base and 0 each step. What each must be, and the test.
+_BOUNDS = {
+    "eta_min": ("a number >= 0 (the lowest lr)", lambda v: 0 <= v < float("inf")),
+    "T_max": ("an integer >= 1 (steps or epochs)", lambda v: isinstance(v, int) and v >= 1),
+    "T_0": ("an integer >= 1 (steps or epochs)", lambda v: isinstance(v, int) and v >= 1),
+    "step_size": ("an integer >= 1 (steps or epochs)", lambda v: isinstance(v, int) and v >= 1),
+    "gamma": ("a number greater than zero", lambda v: 0 < v < float("inf")),
+}
+
+
 class LRScheduler(HookBase):
     """Builds ``scheduler(optimizer)`` and steps it after each step (or epoch with ``by_epoch``).
 
@@ -94,6 +112,11 @@ class LRScheduler(HookBase):
                             f"iteration (by_epoch=false)")
                     factory = functools.partial(factory, **{name: max(horizon, 1)})
                     break
+            for name, value in given.items():
+                bound = _BOUNDS.get(name) if name in params else None
+                if bound is not None and _number(value) and not bound[1](value):
+                    raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.scheduler.{name}={value!r}: {name} should be "
+                                      f"{bound[0]}")
             optimizer = self.trainer.optimizer
             try:
                 main = factory(optimizer)
@@ -155,6 +178,10 @@ class LRScheduler(HookBase):
     def _step(self) -> None:
         try:
             self.scheduler.step()
+            for group in self.trainer.optimizer.param_groups:  # the lr of the next step, before it is taken
+                lr = group["lr"]
+                if lr.__class__ is float and not 0.0 <= lr < _INF:  # a tensor lr (capturable) would sync here
+                    raise ValueError(f"it set lr={lr!r} for the next step; an lr is a finite number >= 0")
         except (ZeroDivisionError, ValueError, TypeError, OverflowError) as err:
             # torch checks few of a schedule's arguments when it is built (StepLR(step_size=0) divides by zero here)
             resumed = self.trainer.resumed_from

@@ -20,6 +20,9 @@ class ParamSchedule(HookBase):
         super().__init__(priority)
         if schedule not in ("linear", "cosine"):
             raise ValueError(f"ParamSchedule: schedule should be linear or cosine, got {schedule!r}")
+        for name, value in (("start", start), ("end", end)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"ParamSchedule: {name} should be a finite number, got {value!r}")
         self.key, self.start, self.end, self.schedule = key, start, end, schedule
         name, _, index = str(key).partition(".")
         if index and not index.isdigit():
@@ -67,9 +70,21 @@ class ParamSchedule(HookBase):
         elif not number(value if index is None else value[index]):
             why = f"{self.key} is {value!r}, not a number to schedule"
         else:
+            self._check_range()
             return
         raise ConfigError(f"hooks.{self.name}.key={self.key}: {why}{' ' if why.endswith('?') else '; '}the optimizer's "
                           f"settings it can schedule: {', '.join(accepted) or 'none'}")
+
+    def _check_range(self) -> None:
+        """A ConfigError where ``start`` or ``end`` is out of the setting's range (torch checks it only as the optimizer
+        is made: a momentum of -1 or 2, a beta of 2, trained)."""
+        from launcher.errors import ConfigError
+
+        fraction = self._name in ("momentum", "dampening", "betas")
+        for name, value in (("start", self.start), ("end", self.end)):
+            if value < 0 or (fraction and value > 1) or (self._name == "betas" and value == 1):
+                accepted = "in [0, 1)" if self._name == "betas" else "in [0, 1]" if fraction else ">= 0"
+                raise ConfigError(f"hooks.{self.name}.{name}={value}: {self.key} should be {accepted}")
 
     def before_step(self) -> None:
         value = self.value_at(self.trainer.iter)

@@ -235,6 +235,16 @@ BAD_INPUTS = [
                                            "metrics.jsonl), got '../x.jsonl'"]),
     (["hooks.jsonl.filename="], ["filename should be a file's path inside the run dir"]),
     (["hooks.jsonl.filename=run.json"], ["filename='run.json' is a file the launcher keeps in the run dir"]),
+    # each trained: a negative lr, an lr jumping between its base and 0, a momentum of -1, AdamW's beta1 at 2
+    (["+hooks.lr_scheduler.scheduler.eta_min=-1"], ["Config error: hooks.lr_scheduler.scheduler.eta_min=-1: eta_min should "
+                                                    "be a number >= 0"]),
+    (["+hooks.lr_scheduler.scheduler.T_max=-1"], ["scheduler.T_max=-1: T_max should be an integer >= 1"]),
+    (["hooks=[default,momentum_schedule]", "hooks.momentum_schedule.start=-1"],
+     ["Config error: hooks.momentum_schedule.start=-1.0: momentum should be in [0, 1]"]),
+    (["optimizer=adamw", "hooks=[default,momentum_schedule]", "hooks.momentum_schedule.key=betas.0",
+      "hooks.momentum_schedule.end=2"], ["hooks.momentum_schedule.end=2.0: betas.0 should be in [0, 1)"]),
+    # "Loss became infinite or NaN", naming no key
+    (["hooks=[default,momentum_schedule]", "hooks.momentum_schedule.end=nan"], ["end should be a finite number, got nan"]),
     (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.StepLR", "+hooks.lr_scheduler.scheduler.step_size=null"],
      ["Config error: hooks.lr_scheduler.scheduler.step_size: null is not an integer"]),  # a required one: at its first step
     # Hydra's internal option names (_dummy_empty_config_), or "Could not override ''"

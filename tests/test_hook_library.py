@@ -593,3 +593,25 @@ def test_settings_that_mean_nothing_are_refused_as_the_hook_is_made():
         with pytest.raises(ValueError, match=re.escape(words)):
             make()
     ConsoleWriter(window=1), JSONWriter(flush_secs=0), IterationTimer(warmup=0), EarlyStopping(min_delta=0.5)
+
+
+def test_a_schedule_that_sets_a_negative_or_nan_lr_is_stopped_before_a_step_takes_it():
+    from launcher.errors import ConfigError
+
+    for factor, shown in ((-1.0, "lr=-0.1"), (float("nan"), "lr=nan")):
+        schedule = functools.partial(torch.optim.lr_scheduler.MultiplicativeLR, lr_lambda=lambda epoch, f=factor: f)
+        trainer = make_trainer("iter", hooks=[LRScheduler(schedule)], max_iters=5)
+        with pytest.raises(ConfigError, match=re.escape(f"stepping the schedule failed with ValueError: it set {shown} for "
+                                                        f"the next step; an lr is a finite number >= 0")):
+            trainer.train()
+        assert trainer.iter == 1  # the step that would have taken it never ran
+
+
+def test_schedule_arguments_torch_takes_but_that_make_no_schedule_are_refused_naming_the_key():
+    from launcher.errors import ConfigError
+
+    for kwargs, words in (({"T_max": -1}, "scheduler.T_max=-1: T_max should be an integer >= 1"),
+                          ({"eta_min": -1.0}, "scheduler.eta_min=-1.0: eta_min should be a number >= 0")):
+        schedule = functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR, **kwargs)
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            make_trainer("iter", hooks={"lr_scheduler": LRScheduler(schedule)}, max_iters=5).train()
