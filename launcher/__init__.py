@@ -136,6 +136,9 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     # Built on the model's parameters before the trainer moves the model: Module.to keeps them.
     optimizer = call("optimizer", cfg.optimizer, factory, model.parameters())
     check_optimizer_numbers(optimizer)
+    from launcher.data import check_splits
+
+    check_splits(cfg.data)
     data = build("data", cfg.data)
     if not callable(getattr(data, "train_loader", None)):
         raise ConfigError(

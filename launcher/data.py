@@ -88,6 +88,43 @@ def synthetic(
     return TensorDataset(x[idx], y[idx])
 
 
+# The built-in datasets cut train and val from one draw: these settings make the draw (and its labels), so both
+# splits must share them, and split says which part each takes. (A val shape of other numbers of features is not
+# an overlap: the model's check names it as the val data not fitting.)
+_DRAW_KEYS = {"launcher.data.synthetic": ("size", "num_classes", "val_fraction", "split_seed"),
+              "launcher.data.digits": ("val_fraction", "split_seed")}
+
+
+def check_splits(data: Any) -> None:
+    """A ConfigError where ``data.train`` and ``data.val`` are the two splits of one built-in dataset but would
+    overlap: a draw setting given to one alone (``data.val.val_fraction=0.5`` validated on 77 of 128 training
+    samples, ``data.val.size=512`` on inputs the teacher labelled anew), or the same split twice."""
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    from launcher.errors import ConfigError
+
+    train, val = (data.get(k) if OmegaConf.is_dict(data) else None for k in ("train", "val"))
+    if not (OmegaConf.is_dict(train) and OmegaConf.is_dict(val)):
+        return
+    target = train.get("_target_")
+    if target not in _DRAW_KEYS or val.get("_target_") != target:
+        return
+    defaults = inspect.signature(synthetic if target.endswith("synthetic") else digits).parameters
+    for key in ("split", *_DRAW_KEYS[target]):
+        mine, theirs = (node.get(key, defaults[key].default) for node in (train, val))
+        mine, theirs = (OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for v in (mine, theirs))
+        if key == "split" and mine == theirs:
+            raise ConfigError(f"data.val.split={theirs}: data.train takes the {mine} split too, so the run would validate "
+                              f"on the data it trains on; give data.train.split=train and "
+                              f"data.val.split=val")
+        if key != "split" and mine != theirs and not (isinstance(mine, (list, tuple)) and list(mine) == list(theirs or [])):
+            raise ConfigError(f"data.val.{key}={theirs} differs from data.train.{key}={mine}: both splits are cut from "
+                              f"one draw that {key} makes, so they would overlap (or label the same inputs apart); set "
+                              f"data.train.{key} alone (data.val follows it)")
+
+
 def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float32") -> TensorDataset:
     """Your own data from a file: a NumPy ``.npz`` or a ``torch.save``'d dict, holding ``inputs`` and ``targets``."""
     import numpy as np

@@ -243,6 +243,11 @@ BAD_INPUTS = [
      ["Config error: hooks.momentum_schedule.start=-1.0: momentum should be in [0, 1]"]),
     (["optimizer=adamw", "hooks=[default,momentum_schedule]", "hooks.momentum_schedule.key=betas.0",
       "hooks.momentum_schedule.end=2"], ["hooks.momentum_schedule.end=2.0: betas.0 should be in [0, 1)"]),
+    # validated on 77 of 128 training samples, or on inputs labelled anew, with a good-looking accuracy
+    (["data.val.val_fraction=0.5"], ["Config error: data.val.val_fraction=0.5 differs from data.train.val_fraction=0.2: "
+                                     "both splits are cut from one draw"]),
+    (["data.val.size=512"], ["data.val.size=512 differs from data.train.size="]),
+    (["data.val.split=train"], ["data.val.split=train: data.train takes the train split too"]),
     # "Loss became infinite or NaN", naming no key
     (["hooks=[default,momentum_schedule]", "hooks.momentum_schedule.end=nan"], ["end should be a finite number, got nan"]),
     (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.StepLR", "+hooks.lr_scheduler.scheduler.step_size=null"],
