@@ -56,7 +56,12 @@ class Classifier(nn.Module):
         from launcher.errors import ConfigError
 
         shape = list(inputs.shape) if isinstance(inputs, torch.Tensor) else None
-        why = self.input_misfit(inputs) if isinstance(inputs, torch.Tensor) else None
+        why = None
+        if isinstance(inputs, torch.Tensor) and not inputs.is_floating_point():
+            why = (f"the inputs are {str(inputs.dtype).replace('torch.', '')}: {type(self).__name__} takes floating-point "
+                   f"inputs", "load them as floats (data=arrays: dtype float32, its default)")
+        elif isinstance(inputs, torch.Tensor):
+            why = self.input_misfit(inputs)
         if why is None and isinstance(labels, torch.Tensor) and self.num_classes:
             if labels.is_floating_point():
                 why = (f"the labels are {str(labels.dtype).replace('torch.', '')}: cross-entropy takes class numbers "

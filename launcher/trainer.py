@@ -79,6 +79,8 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
         dev = torch.device(device)
     except RuntimeError as e:
         raise ConfigError(f"trainer.device: {device!r} is not a device; use auto, cpu, cuda or cuda:N") from e
+    if dev.type == "meta":  # tensors without data: the first loss.item() failed with torch's traceback
+        raise ConfigError(f"trainer.device: {device!r} holds no data and cannot train; use auto, cpu, cuda or cuda:N")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"trainer.device: {device!r} was asked for but CUDA is not available here; use auto or cpu")
     if dev.type not in ("cpu", "cuda"):  # CUDA was checked above; probing it here would start its context early

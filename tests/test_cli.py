@@ -152,6 +152,7 @@ BAD_INPUTS = [
     (["trainer.max_epochs=${nope}"], ["trainer", "Interpolation key 'nope' not found", "max_epochs=${nope}"]),
     (["model.hidden=256"], ["model.hidden should be a list of positive integers", "got 256"]),
     (["trainer.device=mps"], ["trainer.device: 'mps' is not usable here", "use auto, cpu, cuda or cuda:N"]),
+    (["trainer.device=meta"], ["trainer.device: 'meta' holds no data and cannot train; use auto, cpu, cuda or cuda:N"]),
     (["objective_mode=maximum"], ["objective_mode", "maximum", "[max, min]"]),
     (["data=arrays"], ["data.train.path: no value given"]),
     (["model=null"], ["model=null: model is a config group; give one of its options: cnn, mlp"]),
@@ -296,6 +297,9 @@ MISFITS = [
     (["data=arrays", "data.train.path=labels.npz", "data.val.path=labels.npz", "model.in_features=4"],
      ["'y' holds non-integer values (0.5)", "store them as integers"]),
     (["data=arrays", "data.train.path=.", "data.val.path=."], ["is a directory (expected a .npz or .pt file, relative to the current directory"]),
+    # torch's "mat1 and mat2 must have the same dtype" traceback
+    (["data=arrays", "data.train.path=onehot.npz", "data.val=null", "model.in_features=4", "data.train.dtype=int64",
+      "data.train.targets=z"], ["the inputs are int64: MLP takes floating-point inputs; load them as floats"]),
     # a traceback from the first step, each
     (["data=arrays", "data.train.path=onehot.npz", "data.val=null", "model.in_features=4"],
      ["'y' has shape (8, 2); targets are one class number per sample, shape (8,) (one-hot rows? store y.argmax(1))"]),
@@ -318,7 +322,8 @@ def test_data_that_does_not_fit_the_model_is_one_line_naming_the_key_to_change(o
     import numpy as np
 
     np.savez(tmp_path / "labels.npz", x=np.zeros((8, 4), dtype=np.float32), y=np.array([0, 1, 0.5, 1, 0, 1, 0, 1]))
-    np.savez(tmp_path / "onehot.npz", x=np.zeros((8, 4), dtype=np.float32), y=np.zeros((8, 2), dtype=np.int64))
+    np.savez(tmp_path / "onehot.npz", x=np.zeros((8, 4), dtype=np.float32), y=np.zeros((8, 2), dtype=np.int64),
+             z=np.zeros(8, dtype=np.int64))
     np.savez(tmp_path / "flat.npz", x=np.zeros(8, dtype=np.float32), y=np.zeros(8, dtype=np.int64))
     np.savez(tmp_path / "empty.npz", x=np.zeros((0, 4), dtype=np.float32), y=np.zeros(0, dtype=np.int64))
     torch.save({"x": torch.zeros(8, 4), "y": torch.zeros(8)}, tmp_path / "arrays.pt")
