@@ -80,6 +80,14 @@ def synthetic(
     """Gaussian inputs labelled by a fixed random linear teacher: learnable, made in memory."""
     if size <= 1:
         raise ValueError(f"synthetic: size should be greater than 1, got {size!r}")
+    where = f"data.{split}" if split in ("train", "val") else "synthetic"
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or not shape or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
+        # [0] asked for a model of 0 features; abc, [] and -8 ended in torch's errors
+        raise ValueError(f"{where}.shape should be a list of positive integers, one sample's shape (e.g. [64] or "
+                         f"[1, 8, 8]), got {shape!r}")
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+        raise ValueError(f"{where}.num_classes should be an integer of at least 2, got {num_classes!r}")
     gen = torch.Generator().manual_seed(split_seed)
     x = torch.randn(size, *shape, generator=gen)
     teacher = torch.randn(x[0].numel(), num_classes, generator=gen)
@@ -409,6 +417,14 @@ class DataLoaders:
                 raise ValueError(f"data.{key} should be true or false, got {value!r}")
         if not isinstance(seed, int):
             raise ValueError(f"data.seed should be an integer, got {seed!r}")
+        for key, dataset in (("train", train), ("val", val)):
+            if key == "val" and dataset is None:
+                continue
+            if isinstance(dataset, (str, bytes, int, float, dict)) or dataset is None or \
+                    not (hasattr(dataset, "__getitem__") or hasattr(dataset, "__iter__")):
+                # data.val=3 failed in the trainer's build (no len()), data.val=abc validated on its letters
+                raise ValueError(f"data.{key} should be a dataset (a config with a _target_ that builds one)"
+                                 f"{' or null for none' if key == 'val' else ''}, got {dataset!r}")
         self.train, self.val = train, val
         self.batch_size = batch_size
         self.val_batch_size = batch_size if val_batch_size is None else val_batch_size

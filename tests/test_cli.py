@@ -249,6 +249,12 @@ BAD_INPUTS = [
                                      "both splits are cut from one draw"]),
     (["data.val.size=512"], ["data.val.size=512 differs from data.train.size="]),
     (["data.val.split=train"], ["data.val.split=train: data.train takes the train split too"]),
+    # the trainer blamed (no len()), or validation on the letters of 'abc', or "set model.in_features=0"
+    (["data.val=3"], ["Config error: data.val should be a dataset (a config with a _target_ that builds one) or null for "
+                      "none, got 3"]),
+    (["data.val=abc"], ["data.val should be a dataset", "got 'abc'"]),
+    (["data.train.shape=[0]"], ["data.train.shape should be a list of positive integers, one sample's shape"]),
+    (["data.train.num_classes=0"], ["data.train.num_classes should be an integer of at least 2, got 0"]),
     # "Loss became infinite or NaN", naming no key
     (["hooks=[default,momentum_schedule]", "hooks.momentum_schedule.end=nan"], ["end should be a finite number, got nan"]),
     (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.StepLR", "+hooks.lr_scheduler.scheduler.step_size=null"],
