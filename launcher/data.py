@@ -183,6 +183,14 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
     y = y.long()
     if len(x) != len(y):
         raise ValueError(f"data file {str(file)!r}: {inputs!r} has {len(x)} samples but {targets!r} has {len(y)}")
+    if x.is_floating_point():  # a nan input ended the run at its first step, its loss nan, naming no file
+        bad = [int((~torch.isfinite(chunk)).flatten(1).any(1).sum()) for chunk in x.split(65536)]
+        if sum(bad):
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "data file %r: %d of %d samples of %r hold nan or infinite values; a model given them will likely "
+                "return a nan loss (which stops the run)", str(file), sum(bad), len(x), inputs)
     return TensorDataset(x, y)
 
 

@@ -343,6 +343,19 @@ def test_data_that_does_not_fit_the_model_is_one_line_naming_the_key_to_change(o
         assert read_run(d)["status"] == "failed" and read_run(d)["exit_code"] == 2
 
 
+def test_a_data_file_with_nan_inputs_is_named_before_the_nan_loss_stops_the_run(tmp_path):
+    """It said "Loss became infinite or NaN at iteration 0", naming no file."""
+    import numpy as np
+
+    x = np.zeros((8, 4), dtype=np.float32)
+    x[3, 1] = np.nan
+    np.savez(tmp_path / "nan.npz", x=x, y=np.zeros(8, dtype=np.int64))
+    proc = run_cli(["data=arrays", "data.train.path=nan.npz", "data.val=null", "model.in_features=4", "trainer.max_epochs=1"],
+                   tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "data file 'nan.npz': 1 of 8 samples of 'x' hold nan or infinite values" in out, out[-3000:]
+
+
 def test_a_config_file_that_is_not_yaml_and_a_run_dir_that_is_a_file_are_one_line_each(tmp_path):
     (tmp_path / "conf" / "model").mkdir(parents=True)
     (tmp_path / "conf" / "model" / "broken.yaml").write_text("_target_: launcher.models.MLP\nin_features: [64\n")
