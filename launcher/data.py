@@ -129,8 +129,8 @@ def check_splits(data: Any) -> None:
                               f"data.val.split=val")
         if key != "split" and mine != theirs and not (isinstance(mine, (list, tuple)) and list(mine) == list(theirs or [])):
             raise ConfigError(f"data.val.{key}={theirs} differs from data.train.{key}={mine}: both splits are cut from "
-                              f"one draw that {key} makes, so they would overlap (or label the same inputs apart); set "
-                              f"data.train.{key} alone (data.val follows it)")
+                              f"one draw that {key} makes, so they would overlap (or label the same inputs apart); give "
+                              f"both splits the same {key}")
 
 
 def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float32") -> TensorDataset:
@@ -426,9 +426,9 @@ class DataLoaders:
         if not isinstance(seed, int):
             raise ValueError(f"data.seed should be an integer, got {seed!r}")
         for key, dataset in (("train", train), ("val", val)):
-            if key == "val" and dataset is None:
+            if dataset is None:  # no val set; no train set where a finished run's loader settings alone are checked
                 continue
-            if isinstance(dataset, (str, bytes, int, float, dict)) or dataset is None or \
+            if isinstance(dataset, (str, bytes, int, float, dict)) or \
                     not (hasattr(dataset, "__getitem__") or hasattr(dataset, "__iter__")):
                 # data.val=3 failed in the trainer's build (no len()), data.val=abc validated on its letters
                 raise ValueError(f"data.{key} should be a dataset (a config with a _target_ that builds one)"
