@@ -232,13 +232,13 @@ class JSONWriter(BufferedFileWriter):
         """
         kept: List[bytes] = []
         last = None
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for raw in path.read_bytes().splitlines():
             try:
-                row = json.loads(line)
-            except ValueError:  # a line cut short by a kill
+                row = json.loads(raw)
+            except ValueError:  # a line cut short by a kill, or bytes that are no text (a UnicodeDecodeError)
                 continue
             if isinstance(row, dict) and isinstance(row.get("iter"), int) and row["iter"] < resume_iter:
-                kept.append((line + "\n").encode("utf-8"))
+                kept.append(raw + b"\n")
                 last = row
         atomic_write(path, b"".join(kept))
         return (sum(map(len, kept[:-1])), last) if last is not None else None

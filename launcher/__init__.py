@@ -301,7 +301,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     DDP after the ranks have met, so that no rank checks against a record another rank rewrote.
     ``checked``: the run dir was checked already (a worker of ``trainer.devices=N``).
     """
-    from launcher.files import resume_off
+    from launcher.files import candidates as saved_checkpoints, resume_off
     from launcher.rundir import (LENGTH, ConfigFilesBefore, check_resume_source, check_rerun, describe_changes, finished_result,
                                  ignore_outputs_in_git, lengthens, save_config_files, training_here_now)
 
@@ -347,11 +347,21 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
                 logger.warning("The run of %s was started with other settings; continuing with: %s", resume,
                                describe_changes(elsewhere))
         done = finished_result(run_dir) if cfg.trainer.get("resume", "auto") in ("auto", True) else None
+        checkpoints = run_dir / "checkpoints"
+        gone = done is not None and not saved_checkpoints(checkpoints)  # its results stand in its record alone
+        if gone and lengthens(changes):
+            raise ConfigError(f"{describe_changes([c for c in changes if c[0] in LENGTH])}: this run finished "
+                              f"({done['status']} at iteration {done.get('iter')}), and {checkpoints} holds no checkpoint "
+                              f"to train it on from (its results stay in run.json); train it again from the start with "
+                              f"trainer.resume=false (which rewrites its metrics.jsonl and run.json), or choose a new "
+                              f"hydra.run.dir")
         if done is not None and not lengthens(changes):  # an explicit checkpoint path always trains on
             check_values_not_applied(cfg, changes)
             recorded = done["metrics"].get(cfg.objective)
-            logger.info("This run already finished (%s): %s = %s; not training again", done["status"], cfg.objective,
-                        f"{recorded:.4f}" if isinstance(recorded, float) else recorded)
+            logger.info("This run already finished (%s): %s = %s; not training again%s", done["status"], cfg.objective,
+                        f"{recorded:.4f}" if isinstance(recorded, float) else recorded,
+                        f" (its checkpoints are gone from {checkpoints}: trainer.resume=false trains it again from the "
+                        f"start)" if gone else "")
             if changes:
                 logger.warning("Not applied, as the run is over: %s. Raise trainer.max_epochs (or max_iters) to train "
                                "it on, or choose a new hydra.run.dir", describe_changes(changes))
@@ -360,8 +370,6 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
         if done is not None:
             logger.warning("This run finished (%s) at iteration %s; training it on to the new length (its LR schedule "
                            "goes on from its saved state, made for the old length)", done["status"], done.get("iter"))
-        else:
-            warn_if_finished_run_lost_its_checkpoints(run_dir, cfg.trainer.get("resume", "auto"))
         if changes:
             length = any(k in LENGTH for k, _, _ in changes) and done is None
             logger.warning("This run dir's run was started with other settings; continuing with: %s%s", describe_changes(changes),
@@ -406,27 +414,6 @@ def _run_or_spawn(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]]
         raise
     distributed.shutdown()
     return result
-
-
-def warn_if_finished_run_lost_its_checkpoints(run_dir: Path, resume: Any) -> None:
-    """A run dir whose ``run.json`` says its run finished, but whose ``checkpoints/`` holds none to resume from
-    (deleted, or another disk): the run trains again from the start, which the log must say (its
-    ``metrics.jsonl`` is written anew)."""
-    import json
-
-    from launcher.files import candidates, resume_off
-
-    if resume_off(resume) or resume not in ("auto", True):
-        return
-    try:
-        record = json.loads((Path(run_dir) / "run.json").read_text())
-    except (OSError, ValueError):
-        return
-    if isinstance(record, dict) and record.get("status") in ("completed", "stopped") \
-            and not candidates(Path(run_dir) / "checkpoints"):
-        logger.warning("run.json says this run finished (%s at iteration %s), but %s holds no checkpoint to resume "
-                       "from: training it again from the start", record["status"], record.get("iter"),
-                       Path(run_dir) / "checkpoints")
 
 
 def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool,
@@ -494,8 +481,12 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         # a Ctrl-C that aborts ends the process by SIGINT (130, as a shell reports it)
         code = 2 if isinstance(err, ConfigError) else 130 if isinstance(err, KeyboardInterrupt) else 1
         trained = trainer is not None and trainer.started_at is not None and trainer.iter != trainer.started_at
-        if trained or not record.keep_earlier():  # one that trained nothing keeps a finished run's record
-            record.finish(status, code, _metrics_of_a_failed_run(trainer), error=f"{type(err).__name__}: {err}")
+        try:
+            if trained or not record.keep_earlier():  # one that trained nothing keeps a finished run's record
+                record.finish(status, code, _metrics_of_a_failed_run(trainer), error=f"{type(err).__name__}: {err}")
+        except OSError as unrecorded:  # a full disk refuses the record too: the error is the run's, not this one
+            logger.warning("Could not record how the run ended in %s (%s: %s); its status there is stale",
+                           record.path, type(unrecorded).__name__, unrecorded.strerror or unrecorded)
         raise
     objective = metrics.get(cfg.objective)
     if objective is None:

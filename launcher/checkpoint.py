@@ -233,15 +233,19 @@ class BackgroundWriter:
 
 def _write_failed(what: str, directory: Path, err: BaseException) -> CheckpointWriteError:
     """The error of a failed checkpoint write (or retention), naming the file, the reason and the way on."""
+    from launcher.files import candidates
     from launcher.rundir import same_command
 
-    rerun = f"run {same_command(directory.parent)} to resume from the newest"  # the run dir holds checkpoints/
+    earlier = bool(candidates(directory))
+    rerun = f"run {same_command(directory.parent)} to " + ("resume from the newest" if earlier else "start it again")
     if isinstance(err, OSError):
-        why = f"{type(err).__name__}: {err.strerror or err}"
+        where = err.filename2 or err.filename  # the file in the way: checkpoints/last made a directory, say
+        why = f"{type(err).__name__}: {err.strerror or err}" + (f": {where}" if where and str(where) not in what else "")
         advice = f"free space, or make {directory} a directory you can write to, then {rerun}"
     else:
         why, advice = f"{type(err).__name__}: {err}", rerun
-    return CheckpointWriteError(f"{what} failed ({why}); the checkpoints written before it are kept: {advice}")
+    kept = "the checkpoints written before it are kept" if earlier else "no checkpoint was written before it"
+    return CheckpointWriteError(f"{what} failed ({why}); {kept}: {advice}")
 
 
 class UntrustedCheckpointError(RuntimeError):

@@ -64,7 +64,8 @@ def candidates(directory: PathLike) -> List[Path]:
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    files = sorted(directory.glob("*.pt"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    # files only: a directory named like one (final.pt made a dir) failed the resume as "does not exist"
+    files = sorted((p for p in directory.glob("*.pt") if p.is_file()), key=lambda p: p.stat().st_mtime_ns, reverse=True)
     pointer = directory / "last"
     if pointer.is_file():
         named = directory / pointer.read_text().strip()

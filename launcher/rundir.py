@@ -105,14 +105,21 @@ def override_for_shell(key: str, value: str) -> str:
 
 
 def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:
-    """The recorded ``run.json`` of a run that already finished in ``run_dir``, else None."""
+    """The recorded ``run.json`` of a run that already finished in ``run_dir``, else None.
+
+    Finished: its record says so, and its ``final.pt`` is whole, or its ``checkpoints/`` holds no checkpoint at all
+    (deleted to free the disk, or a run without a checkpointer): its results are in its record, and training it
+    again from the start cut its ``metrics.jsonl`` and rewrote its record before it had saved anything. A damaged
+    ``final.pt`` beside other checkpoints is not finished: the run trains on from the newest readable one."""
     path = Path(run_dir) / "run.json"
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    done = data.get("status") in ("completed", "stopped") and readable_archive(Path(run_dir) / "checkpoints" / "final.pt")
-    return data if done else None
+    if not isinstance(data, dict) or data.get("status") not in ("completed", "stopped"):
+        return None
+    checkpoints = Path(run_dir) / "checkpoints"
+    return data if readable_archive(checkpoints / "final.pt") or not candidates(checkpoints) else None
 
 
 def readable_archive(path: Path) -> bool:

@@ -413,3 +413,47 @@ def test_a_failed_runs_record_says_failed_even_where_its_last_metrics_cannot_be_
         launcher.run(cfg, tmp_path)
     record = json.loads((tmp_path / "run.json").read_text())
     assert record["status"] == "failed" and record["error"] == "RuntimeError: this hook broke", record
+
+
+def test_a_record_the_full_disk_refuses_leaves_the_runs_own_error_to_say_what_happened(tmp_path, monkeypatch, caplog):
+    """The disk full, the failed run's record could not be written either: its OSError replaced the run's error (a
+    chained traceback, the real error mid-way through it)."""
+    import errno
+
+    import launcher
+    from launcher.rundir import RunRecord
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(RunRecord, "finish", full)
+    cfg = launcher.compose(["data=synthetic", "data.train.size=320", "data.batch_size=32", "hooks=minimal",
+                            "+hooks.broken._target_=test_hooks.BreaksAtStep"])
+    with pytest.raises(RuntimeError, match="this hook broke"):
+        launcher.run(cfg, tmp_path)
+    assert f"Could not record how the run ended in {tmp_path / 'run.json'} (OSError: No space left on device)" in caplog.text
+
+
+def test_a_metrics_file_with_bytes_that_are_no_text_and_a_checkpoint_that_is_a_directory_do_not_stop_a_resume(tmp_path):
+    """A UnicodeDecodeError traceback for the first; "checkpoint .../final.pt does not exist" for the second."""
+    from launcher.files import candidates
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"iter": 1, "a": 1}\n\x00\xff\xfe garbage\n{"iter": 3, "a": 2}\n{"iter": 9, "a": 3}\n')
+    kept = JSONWriter._drop_rows_after(path, 5)
+    assert path.read_bytes() == b'{"iter": 1, "a": 1}\n{"iter": 3, "a": 2}\n' and kept == (20, {"iter": 3, "a": 2})
+    (tmp_path / "checkpoints" / "final.pt").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "epoch_0001.pt").write_bytes(b"x")
+    assert candidates(tmp_path / "checkpoints") == [tmp_path / "checkpoints" / "epoch_0001.pt"]
+
+
+def test_a_checkpoint_write_failure_names_the_file_in_the_way(tmp_path):
+    """checkpoints/last made a directory: the error named the checkpoint just written, which was fine."""
+    from launcher.checkpoint import _write_failed, write_checkpoint
+
+    (tmp_path / "checkpoints" / "last").mkdir(parents=True)
+    path = tmp_path / "checkpoints" / "epoch_0001.pt"
+    with pytest.raises(OSError) as info:
+        write_checkpoint(b"x", path)
+    message = str(_write_failed(f"writing checkpoint {path}", path.parent, info.value))
+    assert f"(IsADirectoryError: Is a directory: {tmp_path / 'checkpoints' / 'last'})" in message, message

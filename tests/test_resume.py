@@ -323,18 +323,30 @@ def test_a_finished_run_whose_final_checkpoint_is_damaged_trains_on_to_a_readabl
     assert "already finished" not in out and f"Checkpoint {final} is unreadable" in out
     assert_same_final_state(run_dir, reference)
 
-def test_a_finished_run_whose_checkpoints_are_gone_says_it_trains_again_from_the_start(tmp_path, references, tmp_path_factory):
+def test_a_finished_run_whose_checkpoints_are_gone_keeps_its_results_and_trains_again_only_when_asked(
+        tmp_path, references, tmp_path_factory):
+    """Its checkpoints deleted (to free the disk), the rerun trained it again from the start: it cut metrics.jsonl and
+    rewrote run.json before saving anything, so a rerun that then failed (the disk full again) lost the results."""
     reference = reference_for(references, tmp_path_factory, "iter", 0)
     run_dir = tmp_path / "run"
     shutil.copytree(reference, run_dir)
     shutil.rmtree(run_dir / "checkpoints")
+    (run_dir / "checkpoints").write_text("")  # a file in its place: no checkpoint either
+    kept = {name: (run_dir / name).read_bytes() for name in ("run.json", "metrics.jsonl")}
     proc = run_to_end(command(run_dir, "iter", 0), tmp_path)
     out = proc.stdout + proc.stderr
-    assert "already finished" not in out
-    assert (f"run.json says this run finished (completed at iteration {read_run(reference)['iter']}), but "
-            f"{run_dir / 'checkpoints'} holds no checkpoint to resume from: training it again from the start") in out
+    assert proc.returncode == 0 and "already finished" in out and (
+        f"(its checkpoints are gone from {run_dir / 'checkpoints'}: trainer.resume=false trains it again from the start)") in out
+    assert {name: (run_dir / name).read_bytes() for name in kept} == kept
+    proc = subprocess.run([*command(run_dir, "iter", 0), "trainer.max_iters=110"], cwd=tmp_path, env=ENV, capture_output=True,
+                          text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "holds no checkpoint to train it on from (its results stay in run.json); train it " \
+        "again from the start with trainer.resume=false" in out and "Traceback" not in out, out[-3000:]
+    assert {name: (run_dir / name).read_bytes() for name in kept} == kept
+    (run_dir / "checkpoints").unlink()
+    proc = run_to_end([*command(run_dir, "iter", 0), "trainer.resume=false"], tmp_path)
     assert_same_final_state(run_dir, reference)
-
 
 
 def test_explicit_resume_path_trains_on_even_when_the_run_finished(tmp_path, references, tmp_path_factory):
