@@ -31,6 +31,13 @@ _BOUNDS = {
     "T_0": ("an integer >= 1 (steps or epochs)", lambda v: isinstance(v, int) and v >= 1),
     "step_size": ("an integer >= 1 (steps or epochs)", lambda v: isinstance(v, int) and v >= 1),
     "gamma": ("a number greater than zero", lambda v: 0 < v < float("inf")),
+    "total_iters": ("an integer >= 1 (steps or epochs)", lambda v: isinstance(v, int) and v >= 1),
+    "max_lr": ("a number greater than zero (the peak lr)", lambda v: 0 < v < float("inf")),  # 0: trained nothing
+    "div_factor": ("a number greater than zero", lambda v: 0 < v < float("inf")),  # 0: a ZeroDivisionError
+    "final_div_factor": ("a number greater than zero", lambda v: 0 < v < float("inf")),
+    "factor": ("a number greater than zero", lambda v: 0 < v < float("inf")),  # ReduceLROnPlateau's 0: an lr of 0
+    "patience": ("an integer >= 0 (validations)", lambda v: isinstance(v, int) and v >= 0),
+    "min_lr": ("a number >= 0 (the lowest lr)", lambda v: 0 <= v < float("inf")),
 }
 
 
@@ -102,6 +109,10 @@ class LRScheduler(HookBase):
             accumulate = self._every = self._accumulate()
             warmup = -(-self.warmup_iters // accumulate)  # in optimizer steps, as the schedule is stepped
             horizon = self.trainer.max_epochs if self.by_epoch else -(-self.trainer.max_iters // accumulate) - warmup
+            if warmup and horizon is not None and horizon < 1:  # the whole run at the warmup's first, tiny lr
+                raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.warmup_iters={self.warmup_iters}: not less than "
+                                  f"the run's {self.trainer.max_iters} iterations, so the schedule would never start; use "
+                                  f"0 to {self.trainer.max_iters - 1}")
             for name in _HORIZON_PARAMS:
                 if name in params and name not in given:
                     if horizon is None:  # by epoch, over a stream of unknown length: no count of epochs to give

@@ -82,6 +82,12 @@ class OptimizerStep(HookBase):
         self._pending_grads: Optional[list] = None
 
     def before_train(self) -> None:
+        if self.accumulate > self.trainer.max_iters:  # no optimizer step would run: the weights never changed
+            from launcher.errors import ConfigError
+
+            raise ConfigError(f"hooks.{self.name or 'optimizer_step'}.accumulate={self.accumulate}: more micro-batches "
+                              f"than the run's {self.trainer.max_iters} iterations, so no optimizer step would run; use "
+                              f"1 to {self.trainer.max_iters}")
         device = self.trainer.device.type
         if self.amp == "fp16":
             self.scaler = torch.amp.GradScaler(device)

@@ -176,6 +176,13 @@ def check_objective(cfg: DictConfig) -> None:
                           f"summary ranks by), e.g. objective=val/accuracy, or objective=train/loss objective_mode=min")
 
 
+def warn_if_a_loss_is_maximized(cfg: DictConfig) -> None:
+    mode = getattr(cfg.get("objective_mode"), "value", cfg.get("objective_mode"))
+    if "loss" in cfg.objective.rsplit("/", 1)[-1].lower() and mode == "max":
+        logger.warning("objective=%s with objective_mode=max: a sweep ranks the highest %s best; set objective_mode=min",
+                       cfg.objective, cfg.objective)
+
+
 def check_optimizer_numbers(optimizer: Any) -> None:
     """Raise :class:`ConfigError` for a NaN or infinite hyperparameter (``optimizer.lr=nan``), which torch
     accepts and which would end the run at its first steps with a NaN loss that does not name the key."""
@@ -185,8 +192,13 @@ def check_optimizer_numbers(optimizer: Any) -> None:
         for key, value in group.items():
             numbers = value if isinstance(value, (tuple, list)) and key != "params" else (value,)
             if key != "params" and any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
-                raise ConfigError(f"optimizer.{key}={value!r}: not a finite number; give a finite value (e.g. "
-                                  f"optimizer.lr=0.01)")
+                raise ConfigError(f"optimizer.{key}={value!r}: not a finite number; give a finite value")
+            # torch checks only that they are >= 0: a momentum of 2 trained, diverging
+            if key in ("momentum", "dampening") and isinstance(value, (int, float)) and not 0 <= value <= 1:
+                raise ConfigError(f"optimizer.{key}={value!r}: should be in [0, 1]")
+    lr = getattr(optimizer, "param_groups", [{}])[0].get("lr") if getattr(optimizer, "param_groups", None) else None
+    if isinstance(lr, (int, float)) and lr == 0:
+        logger.warning("optimizer.lr=0: the weights will not change (a schedule scales this lr)")
 
 
 def check_trainer_config(cfg: DictConfig) -> None:
@@ -469,6 +481,8 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
                                                               "The run will return NaN unless something records it later"))
 
             trainer.register_hooks({"objective_check": ObjectiveCheck()})
+        if main:
+            warn_if_a_loss_is_maximized(cfg)
         logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters, trainer.device, run_dir)
         with GracefulStop(trainer) as stopper:
             metrics = trainer.train()

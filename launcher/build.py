@@ -208,8 +208,10 @@ def _misfit(key: str, node: Any) -> Optional[str]:
             continue
         param = params.get(str(name))
         arity = _tuple_length(param.annotation) if param is not None else None
+        example = f", e.g. {list(param.default)}" if param is not None and isinstance(param.default, tuple) else ""
+        if arity is not None and isinstance(value, (int, float, str)):  # betas=0.9: "'float' object is not subscriptable"
+            return f"{key}.{name}: {value!r} is one value; {target} takes a list of {arity} there{example}"
         if arity is not None and isinstance(value, ListConfig) and len(value) != arity:  # AdamW's betas: a ValueError at step 0
-            example = f", e.g. {list(param.default)}" if isinstance(param.default, tuple) else ""
             return (f"{key}.{name}: {OmegaConf.to_container(value)} has {len(value)} value(s); {target} takes {arity} "
                     f"there{example}")
         try:

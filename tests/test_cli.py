@@ -223,6 +223,16 @@ BAD_INPUTS = [
     (["optimizer=adamw", "hooks=[default,momentum_schedule]", "hooks.momentum_schedule.key=momentm"],  # momentum: betas.0 there
      ["did you mean hooks.momentum_schedule.key=momentum? the optimizer's settings it can schedule: momentum, eps, "
       "weight_decay, betas.0, betas.1"]),
+    (["optimizer=adamw", "optimizer.betas=0.9"], ["Config error: optimizer.betas: 0.9 is one value; torch.optim.AdamW takes a "
+                                                  "list of 2 there, e.g. [0.9, 0.999]"]),
+    # each trained: weights that never moved (no optimizer step; the lr never past the warmup's first), a diverging
+    # momentum, a loss ranked highest-best without a word; a ZeroDivisionError traceback
+    (["trainer=iter", "trainer.max_iters=8", "hooks=[default,optimizer_step]", "hooks.optimizer_step.accumulate=9"],
+     ["Config error: hooks.optimizer_step.accumulate=9: more micro-batches than the run's 8 iterations"]),
+    (["hooks.lr_scheduler.warmup_iters=1000000"], ["warmup_iters=1000000: not less than the run's"]),
+    (["optimizer.momentum=2"], ["Config error: optimizer.momentum=2: should be in [0, 1]"]),
+    (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.OneCycleLR", "+hooks.lr_scheduler.scheduler.max_lr=0.1",
+      "+hooks.lr_scheduler.scheduler.div_factor=0"], ["scheduler.div_factor=0: div_factor should be a number greater than zero"]),
     (["optimizer=adamw", "optimizer.betas=[0.9,0.999,0.5]"],
      ["Config error: optimizer.betas: [0.9, 0.999, 0.5] has 3 value(s); torch.optim.AdamW takes 2 there, e.g. [0.9, 0.999]"]),
     (["optimizer.nesterov=null"], ["Config error: optimizer.nesterov: null is not true or false"]),
@@ -999,3 +1009,13 @@ def test_a_run_dir_whose_log_file_cannot_be_opened_is_one_config_error(tmp_path)
     assert proc.stderr.strip() == (f"Config error: cannot write the run's log file {tmp_path / 'run' / 'train.log'}: Is a "
                                    f"directory; hydra.run.dir (hydra.sweep.dir with -m) must name a directory this user "
                                    f"can write to")
+
+
+def test_a_loss_ranked_highest_best_and_an_lr_of_zero_are_told(tmp_path):
+    """Each ran without a word: a sweep of objective=val/loss (objective_mode max, the default) marked the worst job
+    best; optimizer.lr=0 trained nothing."""
+    proc = run_cli([*FAST, "trainer.max_epochs=1", "objective=val/loss", "optimizer.lr=0"], tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and out.count("objective=val/loss with objective_mode=max: a sweep ranks the highest "
+                                              "val/loss best; set objective_mode=min") == 1, out[-3000:]
+    assert "optimizer.lr=0: the weights will not change" in out
