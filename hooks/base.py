@@ -114,18 +114,15 @@ class HookBase:
         """Restore what :meth:`state_dict` returned."""
 
 
-def inside_run_dir(owner: str, key: str, value: Any, example: str, file: bool = False) -> str:
-    """``value``, a path the hook writes to relative to the run dir, or a ValueError naming ``key``: an absolute
-    path or one that climbs out (``../x.jsonl``) would write where other runs do (``hooks.tensorboard.log_dir=/``
-    wrote to the filesystem's root), and a file's path must name a file."""
+def run_file_name(owner: str, key: str, value: Any, example: str) -> str:
+    """``value``, the name of a file the hook writes in the run dir, or a ValueError naming ``key``: one that names no
+    file (``''``, ``/``: an IsADirectoryError once the run had started) or one of the launcher's own files there."""
     import posixpath
 
-    text = str(value) if isinstance(value, str) else None
+    text = value if isinstance(value, str) else None
     normal = posixpath.normpath(text.replace("\\", "/")) if text else "."
-    if text is None or normal.startswith(("/", "../")) or normal == ".." or (file and normal == ".") or \
-            (len(normal) > 1 and normal[1] == ":"):
-        what = "a file's path" if file else "a directory"
-        raise ValueError(f"{owner}: {key} should be {what} inside the run dir, relative to it (e.g. {example}), got {value!r}")
-    if file and (normal in ("run.json", "submitted.json", "failure.json") or normal.startswith((".hydra/", "checkpoints/"))):
+    if text is None or normal in (".", "/", "..") or text.endswith(("/", "\\")):
+        raise ValueError(f"{owner}: {key} should name a file in the run dir (e.g. {example}), got {value!r}")
+    if normal in ("run.json", "submitted.json", "failure.json") or normal.startswith((".hydra/", "checkpoints/")):
         raise ValueError(f"{owner}: {key}={value!r} is a file the launcher keeps in the run dir; name another (e.g. {example})")
     return text

@@ -35,7 +35,7 @@ _BOUNDS = {
     "max_lr": ("a number greater than zero (the peak lr)", lambda v: 0 < v < float("inf")),  # 0: trained nothing
     "div_factor": ("a number greater than zero", lambda v: 0 < v < float("inf")),  # 0: a ZeroDivisionError
     "final_div_factor": ("a number greater than zero", lambda v: 0 < v < float("inf")),
-    "factor": ("a number greater than zero", lambda v: 0 < v < float("inf")),  # ReduceLROnPlateau's 0: an lr of 0
+    "factor": ("a number >= 0", lambda v: 0 <= v < float("inf")),
     "patience": ("an integer >= 0 (validations)", lambda v: isinstance(v, int) and v >= 0),
     "min_lr": ("a number >= 0 (the lowest lr)", lambda v: 0 <= v < float("inf")),
 }
@@ -109,10 +109,11 @@ class LRScheduler(HookBase):
             accumulate = self._every = self._accumulate()
             warmup = -(-self.warmup_iters // accumulate)  # in optimizer steps, as the schedule is stepped
             horizon = self.trainer.max_epochs if self.by_epoch else -(-self.trainer.max_iters // accumulate) - warmup
-            if warmup and horizon is not None and horizon < 1:  # the whole run at the warmup's first, tiny lr
-                raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.warmup_iters={self.warmup_iters}: not less than "
-                                  f"the run's {self.trainer.max_iters} iterations, so the schedule would never start; use "
-                                  f"0 to {self.trainer.max_iters - 1}")
+            if warmup and horizon is not None and horizon < 1:  # the whole run in its warmup: the schedule never starts
+                most = (-(-self.trainer.max_iters // accumulate) - 1) * accumulate  # whole optimizer steps, in iterations
+                raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.warmup_iters={self.warmup_iters}: the warmup "
+                                  f"would last the whole run ({self.trainer.max_iters} iterations), so the schedule would "
+                                  f"never start; use 0 to {most}")
             for name in _HORIZON_PARAMS:
                 if name in params and name not in given:
                     if horizon is None:  # by epoch, over a stream of unknown length: no count of epochs to give
@@ -180,16 +181,17 @@ class LRScheduler(HookBase):
         # With gradient accumulation the schedule moves with the optimizer steps, not the micro-batches:
         # it then matches the same run on batches `accumulate` times larger (and torch's order of steps).
         if not self.by_epoch and not self._plateau and (self._every == 1 or (self.trainer.iter + 1) % self._every == 0):
-            self._step()
+            self._step(self.trainer.iter + 1 < self.trainer.max_iters)
 
     def after_epoch(self) -> None:
         if self.by_epoch and not self._plateau:
-            self._step()
+            self._step(self.trainer.iter < self.trainer.max_iters)
 
-    def _step(self) -> None:
+    def _step(self, more: bool = True) -> None:
+        """Step the schedule; where a step follows (``more``), the lr it set for it must be a finite number >= 0."""
         try:
             self.scheduler.step()
-            for group in self.trainer.optimizer.param_groups:  # the lr of the next step, before it is taken
+            for group in self.trainer.optimizer.param_groups if more else ():  # the lr of the next step, before it is taken
                 lr = group["lr"]
                 if lr.__class__ is float and not 0.0 <= lr < _INF:  # a tensor lr (capturable) would sync here
                     raise ValueError(f"it set lr={lr!r} for the next step; an lr is a finite number >= 0")

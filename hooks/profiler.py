@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hooks.base import HookBase, Priority, inside_run_dir
+from hooks.base import HookBase, Priority
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +33,7 @@ class Profiler(HookBase):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"Profiler: {key} should be an integer of at least {least} (steps), got {value!r}")
         self.wait, self.warmup, self.active = wait, warmup, active
-        self.record_shapes, self.profile_memory = record_shapes, profile_memory
-        self.dirname = inside_run_dir("Profiler", "dirname", dirname, "profiler")
+        self.record_shapes, self.profile_memory, self.dirname = record_shapes, profile_memory, dirname
         self.profiler: Any = None
         self.trace_path: Optional[Path] = None  # the trace written, once it is
         self._first = 0  # 0-based iteration of the first step recorded

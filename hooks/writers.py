@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from hooks.base import HookBase, Priority, inside_run_dir
+from hooks.base import HookBase, Priority, run_file_name
 from launcher.files import atomic_write
 
 logger = logging.getLogger("launcher")
@@ -207,7 +207,7 @@ class JSONWriter(BufferedFileWriter):
     def __init__(self, filename: str = "metrics.jsonl", period: int = 20, window: int = 20, flush_secs: float = 1.0,
                  priority: Optional[int] = None) -> None:
         super().__init__(period, window, flush_secs, priority)
-        self.filename = inside_run_dir("JSONWriter", "filename", filename, "metrics.jsonl", file=True)
+        self.filename = run_file_name("JSONWriter", "filename", filename, "metrics.jsonl")
         self._file: Any = None
         self._rows: List[Dict[str, Any]] = []
         # The last row in the file and where it starts: a validation at its iteration rewrites it, joined
@@ -218,6 +218,12 @@ class JSONWriter(BufferedFileWriter):
         if not self.trainer.is_main:
             return
         path = self.trainer.work_dir / self.filename
+        if not _inside(path, self.trainer.work_dir):  # ../x.jsonl: a file runs would share, each resume cutting it
+            from launcher.errors import ConfigError
+
+            raise ConfigError(f"hooks.{self.name or 'jsonl'}.filename={self.filename}: {path} is outside the run dir "
+                              f"{self.trainer.work_dir}; each run keeps its own rows (a resume rewrites them): give a "
+                              f"path inside it, e.g. metrics.jsonl")
         path.parent.mkdir(parents=True, exist_ok=True)  # logs/metrics.jsonl
         if path.exists():
             self._last = self._drop_rows_after(path, self.trainer.iter)
@@ -295,7 +301,7 @@ class TensorBoardWriter(BufferedFileWriter):
     def __init__(self, log_dir: str = ".", period: int = 20, window: int = 20, flush_secs: float = 1.0,
                  priority: Optional[int] = None) -> None:
         super().__init__(period, window, flush_secs, priority)
-        self.log_dir = inside_run_dir("TensorBoardWriter", "log_dir", log_dir, "tb")
+        self.log_dir = log_dir
         self._writer: Any = None
         self._events: List[Tuple[int, str, float, float]] = []  # (iteration, tag, value, wall time) not yet sent
 

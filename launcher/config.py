@@ -122,7 +122,7 @@ class JSONWriterConf(WriterConf):
 @dataclass
 class TensorBoardWriterConf(WriterConf):
     _target_: str = "hooks.writers.TensorBoardWriter"
-    log_dir: str = "."  # inside the run dir, relative to it
+    log_dir: str = "."  # relative to the run dir
     flush_secs: float = 1.0  # events reach the file at least this often (and at each validation, checkpoint, end)
 
 

@@ -515,9 +515,11 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
     from launcher.errors import ConfigError
 
     saved = candidates(Path(run_dir) / "checkpoints")
-    if not saved:
+    if not saved and finished_result(run_dir) is None:
         return []  # nothing trained here yet (or a first attempt that failed to build): nothing to protect
     resume = cfg.trainer.get("resume", "auto") if "trainer" in cfg else "auto"
+    if resume_off(resume) and not saved:
+        return []  # a finished run whose checkpoints are gone, trained again from the start as asked
     if resume_off(resume):
         raise ConfigError(
             f"trainer.resume={str(resume).lower() if isinstance(resume, bool) or resume is None else resume}: run dir {str(run_dir)!r} holds checkpoints of an earlier run "

@@ -615,3 +615,11 @@ def test_schedule_arguments_torch_takes_but_that_make_no_schedule_are_refused_na
         schedule = functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR, **kwargs)
         with pytest.raises(ConfigError, match=re.escape(words)):
             make_trainer("iter", hooks={"lr_scheduler": LRScheduler(schedule)}, max_iters=5).train()
+
+
+def test_a_schedule_may_go_below_zero_after_the_runs_last_step():
+    """A linear decay to 0 at the last step steps once more, past it: the run failed, finished, with no final.pt."""
+    schedule = functools.partial(torch.optim.lr_scheduler.LambdaLR, lr_lambda=lambda step: 1 - step / 9)
+    trainer = make_trainer("iter", hooks=[LRScheduler(schedule)], max_iters=10)
+    trainer.train()
+    assert trainer.iter == 10 and trainer.status == "completed"
