@@ -161,7 +161,7 @@ BAD_INPUTS = [
      ["hooks.lr_scheduler.scheduler (torch.optim.lr_scheduler.StepLR)", "missing 1 required positional argument: 'step_size'",
       "add +hooks.lr_scheduler.scheduler.step_size=<value>"]),
     (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.StepLR", "+hooks.lr_scheduler.scheduler.step_size=0"],
-     ["hooks.lr_scheduler.scheduler (torch.optim.lr_scheduler.StepLR, given step_size=0)", "ZeroDivisionError"]),
+     ["Config error: hooks.lr_scheduler.scheduler.step_size=0: step_size should be an integer >= 1"]),  # before training
     (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.ReduceLROnPlateau", "hooks.lr_scheduler.warmup_iters=10"],
      ["hooks.lr_scheduler.warmup_iters=10: a warmup cannot go in front of ReduceLROnPlateau", "set warmup_iters=0"]),
     (["+hooks._target_=hooks.timer.IterationTimer"], ["hooks._target_: hooks.timer.IterationTimer is not under a hook's name",
