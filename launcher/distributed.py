@@ -417,20 +417,19 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
         if threading.current_thread() is not threading.main_thread():  # nothing to forward, nothing to ignore
             context = start()
         else:
-            # The workers start with the stop signals ignored (a disposition they inherit across exec, on
-            # Linux), so that one sent to every process of a SLURM step cannot kill a worker still importing
-            # torch; this process's own copy waits, blocked, until the handlers below take it, and is passed
-            # on once the worker holds it. Blocked and ignored, a signal stays pending on Linux only.
+            # The workers start with the stop signals blocked (a mask they inherit across exec), so that one
+            # sent to every process of a SLURM step waits, pending, until the worker holds it
+            # (worker_started) instead of killing one still importing torch. This process takes its own
+            # copy in the handlers below, set before they are unblocked: a signal that arrives meanwhile
+            # is taken by any thread that does not block it, and was lost while the handler was SIG_IGN;
+            # it is passed on to each worker once the worker holds it.
             from multiprocessing import resource_tracker
 
             resource_tracker.ensure_running()  # starting it unblocks SIGINT and SIGTERM: before they are blocked
             mask = signal.pthread_sigmask(signal.SIG_BLOCK, list(handlers)) if hasattr(signal, "pthread_sigmask") else None
             try:
-                if mask is not None and sys.platform.startswith("linux"):
-                    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SignalLatch.SIGNALS}
+                previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
                 context = start()
-                for sig, handler in handlers.items():
-                    previous.setdefault(sig, signal.signal(sig, handler))
                 for sig, old in previous.items():  # a signal held while this run started (a SLURM job's): pass it on
                     if isinstance(old, SignalLatch) and old.take(sig):
                         forward(sig, None)

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -296,18 +297,46 @@ def test_a_sigterm_to_the_launcher_while_it_starts_its_workers_reaches_each_of_t
     from ddp_probe import latch_worker
 
     start = mp.start_processes
+    other = threading.Event()  # a thread of this process that does not block the signal: the kernel hands it that one
+    threading.Thread(target=other.wait, daemon=True).start()
 
     def start_then_signal(*args, **kwargs):
         context = start(*args, **kwargs)
         os.kill(os.getpid(), signal.SIGTERM)  # inside the window
+        time.sleep(0.3)  # for the other thread to take it: it was lost while this process ignored the signal
         return context
 
     monkeypatch.setattr(mp, "start_processes", start_then_signal)
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)}
-    received, _ = distributed.spawn(latch_worker, (str(tmp_path),), 2)
+    try:
+        received, _ = distributed.spawn(latch_worker, (str(tmp_path),), 2)
+    finally:
+        other.set()
     assert received == signal.SIGTERM
     assert [(tmp_path / f"rank{r}").read_text() for r in (0, 1)] == [str(int(signal.SIGTERM))] * 2
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_sigterm_to_the_workers_themselves_while_they_start_waits_until_each_holds_it(tmp_path, monkeypatch):
+    """A SLURM step's signal reaches every process of it: a worker still importing torch keeps it pending
+    (the stop signals are blocked from its start) until it can hold it, instead of dying of it."""
+    import torch.multiprocessing as mp
+
+    from launcher import distributed
+    from ddp_probe import latch_worker
+
+    start = mp.start_processes
+
+    def start_then_signal_workers(*args, **kwargs):
+        context = start(*args, **kwargs)
+        for process in context.processes:
+            os.kill(process.pid, signal.SIGTERM)
+        return context
+
+    monkeypatch.setattr(mp, "start_processes", start_then_signal_workers)
+    received, _ = distributed.spawn(latch_worker, (str(tmp_path),), 2)
+    assert received is None  # none was sent to the launcher
+    assert [(tmp_path / f"rank{r}").read_text() for r in (0, 1)] == [str(int(signal.SIGTERM))] * 2
 
 
 def test_workers_that_fail_to_start_leave_the_signal_handlers_as_they_were(monkeypatch):
