@@ -593,6 +593,39 @@ def _missing_key_listing(path: str) -> Optional[str]:
     return ""
 
 
+# An example value for the list keys of the built-in schema, in a message refusing one value where a list goes.
+_LIST_EXAMPLES = {"trainer.workflow": "[[train,2],[val,1]]", "model.hidden": "[128,64]"}
+
+
+def _override_value(full_key: str, overrides: Sequence[str]) -> Optional[str]:
+    """The value ``full_key`` was given on the command line, as typed (the last override of it), or None."""
+    given = None
+    for item in overrides:
+        key, eq, value = item.partition("=")
+        if eq and key.lstrip("+~") == full_key:
+            given = value
+    return given
+
+
+def _shape_message(full_key: str, msg: str, cause: BaseException, overrides: Sequence[str]) -> Optional[str]:
+    """OmegaConf's words for a value of the wrong shape (one value for a list, a list for a string, a list for a
+    group of settings), said as the key, the value given and what the key takes; None for its other refusals."""
+    given = _override_value(full_key, overrides)
+    value = getattr(cause, "value", None)
+    shown = given if given is not None else repr(value)
+    if "is not a ListConfig, list or tuple" in msg:
+        return (f"{full_key}={shown}: this key takes a list, e.g. "
+                f"{full_key}={_LIST_EXAMPLES.get(full_key, '[' + shown + ']')}")
+    converted = re.match(r"Cannot convert '(\w+)' to string", msg)
+    if converted:
+        kind = {"list": "a list", "dict": "a group of settings"}.get(converted.group(1), converted.group(1))
+        return f"{full_key}={shown}: this key takes one string (a path, a name), not {kind}"
+    if re.match(r"Cannot merge DictConfig with (ListConfig|\w+)", msg):
+        return (f"{full_key}={shown}: {full_key} is a group of settings, not a single value or a list; set its keys "
+                f"({full_key}.<key>=...)" + (", or drop it with null" if full_key == "data.val" else ""))
+    return None
+
+
 def composition_message(err: BaseException, overrides: Sequence[str] = ()) -> str:
     """Any error Hydra raises while composing the config (before anything runs), in one line that
     names the key and the value and says what is accepted there; ``overrides``: those it was composed with."""
@@ -608,7 +641,8 @@ def composition_message(err: BaseException, overrides: Sequence[str] = ()) -> st
     if full_key and getattr(cause, "msg", None):  # a value the schema refuses: trainer.max_epochs=ten
         if "is not Optional" in str(cause.msg):  # OmegaConf's words for null where the schema wants a value
             return f"{full_key}=null: this key needs a value; give one, e.g. {full_key}=<value>, or leave the override out"
-        return f"{full_key}: {str(cause.msg).strip().splitlines()[0]}"
+        shaped = _shape_message(full_key, str(cause.msg), cause, overrides)
+        return shaped or f"{full_key}: {str(cause.msg).strip().splitlines()[0]}"
     deleted = re.match(r"Could not delete from config\. '([^']+)' does not exist", text)
     if deleted:
         path = deleted.group(1)

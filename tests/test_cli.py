@@ -171,6 +171,11 @@ BAD_INPUTS = [
     (["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}"], ["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}: Environment variable 'LAUNCHER_NO_SUCH_VAR' not found"]),
     (["model.in_features=???"], ["model.in_features: no value given (??? in the config)"]),
     (["trainer.max_epochs=null"], ["trainer.max_epochs=null: this key needs a value; give one"]),
+    # OmegaConf's words ("str is not a ListConfig", "Cannot convert 'list' to string", "Cannot merge DictConfig with ListConfig")
+    (["trainer.workflow=train"], ["Config error: trainer.workflow=train: this key takes a list, e.g. trainer.workflow=[[train,2],[val,1]]\n"]),
+    (["trainer.load_from=[a]"], ["Config error: trainer.load_from=[a]: this key takes one string (a path, a name), not a list\n"]),
+    (["data.val=[]"], ["Config error: data.val=[]: data.val is a group of settings, not a single value or a list; "
+                       "set its keys (data.val.<key>=...), or drop it with null\n"]),
     (["hooks.lr_scheduler.scheduler._target_=torch.nn.Linear"],
      ["hooks.lr_scheduler.scheduler._target_: torch.nn.modules.linear.Linear is not a learning-rate schedule"]),
     (["--config-dir", "no/such/dir"], ["no/such/dir' not found; --config-dir takes a directory"]),
