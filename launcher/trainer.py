@@ -906,7 +906,11 @@ class TrainerBase:
 
     def _raise_non_finite(self, iteration: int, losses: Mapping[str, torch.Tensor]) -> None:
         values = ", ".join(f"{k}={v.item()}" for k, v in losses.items())
-        raise NonFiniteLoss(f"Loss became infinite or NaN at iteration {iteration} (epoch {self.epoch}): {values}")
+        groups = getattr(getattr(self, "optimizer", None), "param_groups", None) or []
+        lrs = sorted({f"{float(g['lr']):.3g}" for g in groups if "lr" in g})
+        hint = (f"; the lr was {'/'.join(lrs)}: a lower optimizer.lr, or the optimizer_step hook's clip_grad_norm or "
+                f"nonfinite=skip, may carry the run past it") if lrs else ""
+        raise NonFiniteLoss(f"Loss became infinite or NaN at iteration {iteration} (epoch {self.epoch}): {values}{hint}")
 
     @torch.no_grad()
     def validate(self) -> Dict[str, float]:

@@ -553,6 +553,7 @@ def test_a_nan_loss_ends_a_run_in_one_line_and_a_sweep_with_its_report_not_a_tra
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("Run failed: NonFiniteLoss: Loss became infinite or NaN at iteration ") and \
         last.endswith(f"(traceback in {run_dir / 'train.log'})"), last
+    assert re.search(r"; the lr was [0-9.]+e\+1[12]: a lower optimizer\.lr, or the optimizer_step hook", last), last  # named no key
     log = (run_dir / "train.log").read_text()
     assert "Traceback" in log and "in _raise_non_finite" in log
     assert read_run(run_dir)["status"] == "failed"
