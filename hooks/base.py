@@ -27,6 +27,7 @@ PeriodicCheckpointer        90        save after every other hook's update
 from __future__ import annotations
 
 import enum
+import numbers
 from typing import Any, Dict, Mapping, Optional
 
 
@@ -112,6 +113,11 @@ class HookBase:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
+
+
+def is_number(value: Any) -> bool:
+    """A real number, not true/false (a bool is an int to Python: ``window=true`` is not a window of 1)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def run_file_name(owner: str, key: str, value: Any, example: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Mapping, Optional
 
-from hooks.base import HookBase, Priority
+from hooks.base import HookBase, Priority, is_number
 from launcher.errors import ConfigError, did_you_mean
 
 
@@ -25,7 +25,7 @@ class EarlyStopping(HookBase):
             raise ValueError(f"EarlyStopping: mode should be min or max, got {mode!r}")
         if not isinstance(patience, int) or patience < 1:
             raise ValueError(f"EarlyStopping: patience should be an integer >= 1, got {patience!r}")
-        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not 0 <= min_delta < math.inf:
+        if not is_number(min_delta) or not 0 <= min_delta < math.inf:
             # a negative one was taken as its absolute value, nan made every validation no improvement
             raise ValueError(f"EarlyStopping: min_delta should be a number >= 0 (how much a validation must beat "
                              f"the best by), got {min_delta!r}")

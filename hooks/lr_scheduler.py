@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 
-from hooks.base import HookBase, Priority
+from hooks.base import HookBase, Priority, is_number
 from launcher.errors import ConfigError, did_you_mean
 
 # Parameters that hold a scheduler's horizon; filled in from the run's length when left out.
@@ -19,25 +19,21 @@ _HORIZON_PARAMS = ("T_max", "total_steps", "total_iters")
 _INF = float("inf")
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 # Arguments torch's schedules take without a word that make no schedule: eta_min=-1 trained with a negative lr,
 # T_max=-1 with the lr jumping between its base and 0 each step. What each must be, and the test.
 _BOUNDS = {
-    "eta_min": ("a number >= 0 (the lowest lr)", lambda v: 0 <= v < float("inf")),
+    "eta_min": ("a number >= 0 (the lowest lr)", lambda v: 0 <= v < _INF),
     "T_max": ("an integer >= 1 (steps or epochs)", lambda v: isinstance(v, int) and v >= 1),
     "T_0": ("an integer >= 1 (steps or epochs)", lambda v: isinstance(v, int) and v >= 1),
     "step_size": ("an integer >= 1 (steps or epochs)", lambda v: isinstance(v, int) and v >= 1),
-    "gamma": ("a number greater than zero", lambda v: 0 < v < float("inf")),
+    "gamma": ("a number greater than zero", lambda v: 0 < v < _INF),
     "total_iters": ("an integer >= 1 (steps or epochs)", lambda v: isinstance(v, int) and v >= 1),
-    "max_lr": ("a number greater than zero (the peak lr)", lambda v: 0 < v < float("inf")),  # 0: trained nothing
-    "div_factor": ("a number greater than zero", lambda v: 0 < v < float("inf")),  # 0: a ZeroDivisionError
-    "final_div_factor": ("a number greater than zero", lambda v: 0 < v < float("inf")),
-    "factor": ("a number >= 0", lambda v: 0 <= v < float("inf")),
+    "max_lr": ("a number greater than zero (the peak lr)", lambda v: 0 < v < _INF),  # 0: trained nothing
+    "div_factor": ("a number greater than zero", lambda v: 0 < v < _INF),  # 0: a ZeroDivisionError
+    "final_div_factor": ("a number greater than zero", lambda v: 0 < v < _INF),
+    "factor": ("a number >= 0", lambda v: 0 <= v < _INF),
     "patience": ("an integer >= 0 (validations)", lambda v: isinstance(v, int) and v >= 0),
-    "min_lr": ("a number >= 0 (the lowest lr)", lambda v: 0 <= v < float("inf")),
+    "min_lr": ("a number >= 0 (the lowest lr)", lambda v: 0 <= v < _INF),
 }
 
 
@@ -72,7 +68,7 @@ class LRScheduler(HookBase):
             raise ValueError(f"LRScheduler: warmup should be linear or constant, got {warmup!r}")
         if isinstance(warmup_iters, bool) or not isinstance(warmup_iters, int) or warmup_iters < 0:
             raise ValueError(f"LRScheduler: warmup_iters should be an integer >= 0 (0: no warmup), got {warmup_iters!r}")
-        if isinstance(warmup_factor, bool) or not isinstance(warmup_factor, (int, float)) or not 0 < warmup_factor <= 1:
+        if not is_number(warmup_factor) or not 0 < warmup_factor <= 1:
             # torch's LinearLR and ConstantLR refuse it only as the run starts, with a traceback that names no key
             raise ValueError(f"LRScheduler: warmup_factor should be a number in (0, 1] (the warmup's first lr as a "
                              f"fraction of the schedule's), got {warmup_factor!r}")
@@ -126,7 +122,7 @@ class LRScheduler(HookBase):
                     break
             for name, value in given.items():
                 bound = _BOUNDS.get(name) if name in params else None
-                if bound is not None and _number(value) and not bound[1](value):
+                if bound is not None and is_number(value) and not bound[1](value):
                     raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.scheduler.{name}={value!r}: {name} should be "
                                       f"{bound[0]}")
             optimizer = self.trainer.optimizer

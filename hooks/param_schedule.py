@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from hooks.base import HookBase, Priority
+from hooks.base import HookBase, Priority, is_number
 
 
 class ParamSchedule(HookBase):
@@ -21,7 +21,7 @@ class ParamSchedule(HookBase):
         if schedule not in ("linear", "cosine"):
             raise ValueError(f"ParamSchedule: schedule should be linear or cosine, got {schedule!r}")
         for name, value in (("start", start), ("end", end)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if not is_number(value) or not math.isfinite(value):
                 raise ValueError(f"ParamSchedule: {name} should be a finite number, got {value!r}")
         self.key, self.start, self.end, self.schedule = key, start, end, schedule
         name, _, index = str(key).partition(".")
@@ -47,12 +47,9 @@ class ParamSchedule(HookBase):
         is none of them (a typo, the lr, a true/false setting, ``betas`` without its index or past its end)."""
         from launcher.errors import ConfigError, did_you_mean
 
-        def number(v: object) -> bool:
-            return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-        accepted = [k for k, v in group.items() if k not in ("params", "lr", "initial_lr") and number(v)]
+        accepted = [k for k, v in group.items() if k not in ("params", "lr", "initial_lr") and is_number(v)]
         accepted += [f"{k}.{i}" for k, v in group.items() if isinstance(v, (tuple, list)) and k != "params"
-                     for i, x in enumerate(v) if number(x)]
+                     for i, x in enumerate(v) if is_number(x)]
         if "momentum" not in group and "betas.0" in accepted:
             accepted.insert(0, "momentum")  # Adam's: betas.0 (before_train)
         value = group.get(self._name)
@@ -67,7 +64,7 @@ class ParamSchedule(HookBase):
         elif index is not None and not (isinstance(value, (tuple, list)) and 0 <= index < len(value)):
             why = f"{self._name} holds " + (f"{len(value)} values (.0 to .{len(value) - 1})" if isinstance(value, (tuple, list))
                                             else "one value: name it without an index")
-        elif not number(value if index is None else value[index]):
+        elif not is_number(value if index is None else value[index]):
             why = f"{self.key} is {value!r}, not a number to schedule"
         else:
             self._check_range()

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from typing import Any, Callable, List, Optional, TextIO, Tuple
 
-from hooks.base import HookBase, Priority
+from hooks.base import HookBase, Priority, is_number
 
 
 class ProgressBar(HookBase):
@@ -22,8 +23,7 @@ class ProgressBar(HookBase):
 
     def __init__(self, refresh_per_second: float = 4.0, force: bool = False, priority: Optional[int] = None) -> None:
         super().__init__(priority)
-        if isinstance(refresh_per_second, bool) or not isinstance(refresh_per_second, (int, float)) or \
-                not 0 < refresh_per_second < float("inf"):
+        if not is_number(refresh_per_second) or not 0 < refresh_per_second < math.inf:
             raise ValueError(f"ProgressBar: refresh_per_second should be a number greater than zero, got "
                              f"{refresh_per_second!r}")
         self.refresh_per_second = refresh_per_second

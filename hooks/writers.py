@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from hooks.base import HookBase, Priority, run_file_name
+from hooks.base import HookBase, Priority, is_number, run_file_name
 from launcher.files import atomic_write
 
 logger = logging.getLogger("launcher")
@@ -171,7 +171,7 @@ class BufferedFileWriter(PeriodicWriter):
 
     def __init__(self, period: int = 20, window: int = 20, flush_secs: float = 1.0, priority: Optional[int] = None) -> None:
         super().__init__(period, window, priority)
-        if isinstance(flush_secs, bool) or not isinstance(flush_secs, (int, float)) or not flush_secs >= 0:  # nan too
+        if not is_number(flush_secs) or not flush_secs >= 0:  # nan too
             raise ValueError(f"{type(self).__name__}: flush_secs should be a number of seconds >= 0, got {flush_secs!r}")
         self.flush_secs = float(flush_secs)
         self._due = 0.0  # time.monotonic() after which the next write goes to the file

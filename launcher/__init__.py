@@ -561,7 +561,29 @@ def check_unresolvable(cfg: DictConfig) -> None:
             return
         reason = str(getattr(err, "msg", "") or err).splitlines()[0]
         reason = reason.replace("KeyError raised while resolving interpolation: ", "").strip('"')
-        raise ConfigError(f"{key}={raw}: {reason}") from None
+        raise ConfigError(f"{key}={raw}: {_not_a_container(cfg, str(key), raw, reason) or reason}") from None
+
+
+def _not_a_container(cfg: DictConfig, key: str, raw: Any, reason: str) -> Optional[str]:
+    """For an interpolation through a key that holds a value where it should hold settings (``data.train=abc``
+    under ``data.val.size=${..train.size}``): that key and its value, not OmegaConf's words about a node."""
+    import re
+
+    from omegaconf import OmegaConf
+
+    node = re.search(r"node `([^`]+)` is not a container", reason)
+    ref = re.fullmatch(r"\$\{(\.*)([\w.]+)\}", raw) if isinstance(raw, str) else None
+    if node is None or ref is None:
+        return None
+    dots, path = len(ref.group(1)), ref.group(2).split(".")
+    base = key.split(".")[:-1]
+    base = base[:len(base) - (dots - 1)] if dots else []
+    if node.group(1) not in path:
+        return None
+    where = ".".join(base + path[:path.index(node.group(1)) + 1])
+    value = OmegaConf.select(cfg, where, default=None, throw_on_resolution_failure=False)
+    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    return f"{where} is {'null' if value is None else repr(value)}, which holds no {'.'.join(path[path.index(node.group(1)) + 1:])}: {where} takes a group of settings"
 
 
 def _metrics_of_a_failed_run(trainer: Any) -> Dict[str, Any]:
@@ -711,7 +733,8 @@ def _after_worker_failure(err: Exception, run_dir: Path, kept: bool = False) -> 
     message = distributed.describe_worker_failure(err)
     forwarded = getattr(err, "forwarded", None)
     if forwarded and finished_result(run_dir) is not None:
-        logger.warning("%s, after the run had finished: its record and final checkpoint stand", message)
+        stands = "its record and final checkpoint stand" if (run_dir / "checkpoints" / "final.pt").is_file() else "its record stands"
+        logger.warning("%s, after the run had finished: %s", message, stands)
         return int(forwarded[0])
     config_error = re.match(r"rank \d+ failed: (?:launcher\.errors\.)?ConfigError: (.*)", message)
     if config_error:  # the config, as a single process would report it

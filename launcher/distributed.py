@@ -414,7 +414,7 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
         return context
 
     try:
-        if threading.current_thread() is not threading.main_thread():  # nothing to forward, nothing to ignore
+        if threading.current_thread() is not threading.main_thread():  # no handlers to set, no signals to block
             context = start()
         else:
             # The workers start with the stop signals blocked (a mask they inherit across exec), so that one
@@ -500,8 +500,8 @@ def worker_logging(rank: int, run_dir: "Path") -> None:
 
 
 def worker_started(rank: int, parent: int, ready: Any) -> None:
-    """First thing in a worker of :func:`spawn`. The worker started with the stop signals ignored
-    and blocked (:func:`spawn`); from here they are held until training starts, where they stop the
+    """First thing in a worker of :func:`spawn`. The worker started with the stop signals blocked
+    (:func:`spawn`); from here they are held until training starts, where they stop the
     run at its first step (:class:`~launcher.signals.SignalLatch`), and the parent passes on those
     it held for this worker (``ready``). A process group of its own, so that a Ctrl-C in the
     terminal reaches the parent alone (which passes it on once); and, on Linux, killed when the

@@ -39,7 +39,6 @@ import difflib
 import inspect
 import logging
 import math
-import numbers
 import os
 import random
 import re
@@ -54,7 +53,7 @@ import torch
 from torch.utils.data import IterableDataset
 from torch import nn
 
-from hooks.base import EVENTS, HookBase
+from hooks.base import EVENTS, HookBase, is_number
 from launcher import distributed
 from launcher.data import is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
@@ -224,10 +223,6 @@ def _positive_length(key: str, value: Any) -> int:
     return value
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
-
-
 def _as_tensor_dict(out: Any, model: nn.Module, mode: str) -> Dict[str, torch.Tensor]:
     """``out`` as a dict of scalar tensors; in eval mode a metric may also be a plain number (``acc.item()``)."""
     if isinstance(out, torch.Tensor):
@@ -236,7 +231,7 @@ def _as_tensor_dict(out: Any, model: nn.Module, mode: str) -> Dict[str, torch.Te
     elif isinstance(out, Mapping) and out:
         if all(isinstance(v, torch.Tensor) and v.numel() == 1 for v in out.values()):
             return dict(out)
-        if mode == "eval" and all((isinstance(v, torch.Tensor) and v.numel() == 1) or _is_number(v) for v in out.values()):
+        if mode == "eval" and all((isinstance(v, torch.Tensor) and v.numel() == 1) or is_number(v) for v in out.values()):
             return {k: v if isinstance(v, torch.Tensor) else torch.tensor(float(v)) for k, v in out.items()}
     raise ModelOutputError(f"{type(model).__name__}.forward returned {_describe_output(out, mode)} in {mode} mode; the trainer "
                     f"accepts a scalar loss tensor or a non-empty dict of scalar tensors"
@@ -271,7 +266,7 @@ def _describe_output(out: Any, mode: str = "train") -> str:
         if not out:
             return "an empty dict"
         bad = [f"{k!r}: {describe(v)}" for k, v in out.items()
-               if not (isinstance(v, torch.Tensor) and v.numel() == 1) and not (mode == "eval" and _is_number(v))]
+               if not (isinstance(v, torch.Tensor) and v.numel() == 1) and not (mode == "eval" and is_number(v))]
         return f"a dict whose values are not all scalar tensors ({', '.join(bad)})"
     return describe(out)
 

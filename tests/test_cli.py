@@ -173,6 +173,8 @@ BAD_INPUTS = [
     (["trainer.max_epochs=null"], ["trainer.max_epochs=null: this key needs a value; give one"]),
     # OmegaConf's words ("str is not a ListConfig", "Cannot convert 'list' to string", "Cannot merge DictConfig with ListConfig")
     (["trainer.workflow=train"], ["Config error: trainer.workflow=train: this key takes a list, e.g. trainer.workflow=[[train,2],[val,1]]\n"]),
+    (["data.train=abc"], ["Config error: data.val.size=${..train.size}: data.train is 'abc', which holds no size: data.train "
+                          "takes a group of settings\n"]),  # OmegaConf's "node `train` is not a container"
     (["trainer.load_from=[a]"], ["Config error: trainer.load_from=[a]: this key takes one string (a path, a name), not a list\n"]),
     (["data.val=[]"], ["Config error: data.val=[]: data.val is a group of settings, not a single value or a list; "
                        "set its keys (data.val.<key>=...), or drop it with null\n"]),
