@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import random
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -42,6 +43,13 @@ class RunResult:
     metrics: Dict[str, float] = field(default_factory=dict)
     status: str = "completed"
     run_dir: Optional[Path] = None
+    stop_reason: Optional[str] = None  # why a run ended early ("received SIGTERM", early stopping's reason), as run.json has it
+
+
+# One run at a time in a process through the Python API: torch's random state, its threads and the loggers are the
+# process's, so two runs in threads at once drew from one generator (a seeded run did not repeat) and logged into
+# each other's train.log. Processes (a sweep) run side by side.
+_ONE_RUN_AT_A_TIME = threading.Lock()
 
 
 def compose(overrides: Sequence[str] = (), config_dir: Optional[str] = None) -> DictConfig:
@@ -312,10 +320,35 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     dir. ``on_start`` is called once the run will train (the CLI records its config there); under
     DDP after the ranks have met, so that no rank checks against a record another rank rewrote.
     ``checked``: the run dir was checked already (a worker of ``trainer.devices=N``).
+
+    From Python (no ``on_start``), one run at a time per process (another thread's run is refused: they would
+    share torch's random state), the run dir in the result is absolute, and a Ctrl-C stops the run with a
+    checkpoint as on the CLI and then raises ``KeyboardInterrupt``, so that a notebook cell or a loop of runs
+    stops too; ``run(cfg, result.run_dir)`` (the dir named in the message) resumes it.
     """
+    if checked or on_start is not None:  # the CLI, a spawned worker
+        return _run(cfg, run_dir, overrides, on_start, checked)
+    if not _ONE_RUN_AT_A_TIME.acquire(blocking=False):
+        raise RuntimeError("launcher.run: another run is training in this process now (in another thread); torch's "
+                           "random state and the loggers are the process's, so runs side by side would not repeat "
+                           "their results and would log into each other's train.log. Run them one after the other, "
+                           "or in processes (python -m launcher -m ... runs a sweep's jobs in parallel)")
+    try:
+        result = _run(cfg, Path(run_dir).absolute() if run_dir is not None else new_run_dir().absolute(), overrides,
+                      None, False)
+    finally:
+        _ONE_RUN_AT_A_TIME.release()
+    if result.status == "interrupted" and result.stop_reason == "received SIGINT":
+        raise KeyboardInterrupt(f"the run stopped with a checkpoint in {result.run_dir}: launcher.run(cfg, "
+                                f"{str(result.run_dir)!r}) resumes it")
+    return result
+
+
+def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[List[str]],
+         on_start: Optional[Callable[[], None]], checked: bool) -> RunResult:
     from launcher.files import candidates as saved_checkpoints, resume_off
     from launcher.rundir import (LENGTH, ConfigFilesBefore, check_resume_source, check_rerun, describe_changes, finished_result,
-                                 ignore_outputs_in_git, lengthens, save_config_files, training_here_now)
+                                 ignore_outputs_in_git, lengthens, new_dir_advice, save_config_files, training_here_now)
 
     check_unresolvable(cfg)
     check_objective(cfg)  # also where a finished run returns its result without building anything
@@ -333,7 +366,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     run_dir.mkdir(parents=True, exist_ok=True)
     if not checked and on_start is None:  # the Python API (the CLI passes on_start; spawned workers, checked)
         with _log_to_run_dir(run_dir):  # train.log and .hydra/ as the CLI leaves them
-            return run(cfg, run_dir, overrides, checked=False, on_start=lambda: save_config_files(
+            return _run(cfg, run_dir, overrides, checked=False, on_start=lambda: save_config_files(
                 run_dir, {"config.yaml": cfg, "overrides.yaml": list(overrides or [])}))
     ignore_outputs_in_git(run_dir)
     env = distributed.from_environment()
@@ -344,7 +377,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
                 else "kill -TERM its pid"
             raise ConfigError(f"{run_dir}: a run is training in this dir now ({other}); a second one would overwrite "
                               f"its checkpoints and logs. Wait for it to end, stop it ({stop}: it saves a "
-                              f"checkpoint to resume from), or give this run another hydra.run.dir")
+                              f"checkpoint to resume from), or give this run {new_dir_advice()}")
         if env is None or env.is_main:  # no other run writes here now: a killed one's half-written record goes
             from launcher.checkpoint import remove_stale_temporaries
 
@@ -365,8 +398,8 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
             raise ConfigError(f"{describe_changes([c for c in changes if c[0] in LENGTH])}: this run finished "
                               f"({done['status']} at iteration {done.get('iter')}), and {checkpoints} holds no checkpoint "
                               f"to train it on from (its results stay in run.json); train it again from the start with "
-                              f"trainer.resume=false (which rewrites its metrics.jsonl and run.json), or choose a new "
-                              f"hydra.run.dir")
+                              f"trainer.resume=false (which rewrites its metrics.jsonl and run.json), or choose "
+                              f"{new_dir_advice()}")
         if done is not None and not lengthens(changes):  # an explicit checkpoint path always trains on
             check_values_not_applied(cfg, changes)
             recorded = done["metrics"].get(cfg.objective)
@@ -376,9 +409,10 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
                         f"start)" if gone else "")
             if changes:
                 logger.warning("Not applied, as the run is over: %s. Raise trainer.max_epochs (or max_iters) to train "
-                               "it on, or choose a new hydra.run.dir", describe_changes(changes))
+                               "it on, or choose %s", describe_changes(changes), new_dir_advice())
             value = done["metrics"].get(cfg.objective, float("nan"))
-            return RunResult(objective=float(value), metrics=done["metrics"], status=done["status"], run_dir=run_dir)
+            return RunResult(objective=float(value), metrics=done["metrics"], status=done["status"], run_dir=run_dir,
+                             stop_reason=done.get("stop_reason"))
         if done is not None:
             logger.warning("This run finished (%s) at iteration %s; training it on to the new length (its LR schedule "
                            "goes on from its saved state, made for the old length)", done["status"], done.get("iter"))
@@ -497,7 +531,9 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         trained = trainer is not None and trainer.started_at is not None and trainer.iter != trainer.started_at
         try:
             if trained or not record.keep_earlier():  # one that trained nothing keeps a finished run's record
-                record.finish(status, code, _metrics_of_a_failed_run(trainer), error=f"{type(err).__name__}: {err}")
+                text = str(err) or ("stopped by Ctrl-C" if isinstance(err, KeyboardInterrupt) else "")  # as a DDP run's
+                record.finish(status, code, _metrics_of_a_failed_run(trainer),
+                              error=f"{type(err).__name__}: {text}" if text else type(err).__name__)
         except OSError as unrecorded:  # a full disk refuses the record too: the error is the run's, not this one
             logger.warning("Could not record how the run ended in %s (%s: %s); its status there is stale",
                            record.path, type(unrecorded).__name__, unrecorded.strerror or unrecorded)
@@ -525,7 +561,8 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
             stopper.chain()  # e.g. submitit's handler, which requeues the job: the checkpoint is on disk now
     else:
         logger.info("Finished (%s): %s = %.4f", trainer.status, cfg.objective, objective)
-    return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=run_dir)
+    return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=run_dir,
+                     stop_reason=trainer.stop_reason if trainer.status != "completed" else None)
 
 
 def check_unresolvable(cfg: DictConfig) -> None:
@@ -716,7 +753,8 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     value = metrics.get(cfg.objective, float("nan"))
     if status == "interrupted" and callable(previous) and previous is not signal.default_int_handler:
         chain_to(previous, received)  # e.g. submitit's handler, which requeues the job: rank 0's checkpoint is on disk
-    return RunResult(objective=float(value), metrics=metrics, status=status, run_dir=run_dir)
+    return RunResult(objective=float(value), metrics=metrics, status=status, run_dir=run_dir,
+                     stop_reason=data.get("stop_reason"))
 
 
 def _after_worker_failure(err: Exception, run_dir: Path, kept: bool = False) -> int:

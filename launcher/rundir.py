@@ -61,7 +61,8 @@ def _now() -> str:
 def same_command(run_dir: Path) -> str:
     """How to run ``run_dir``'s run again in that dir, for the advice to resume: "the same command", or with
     the dir named when it came from a ``${now:...}`` pattern (the default ``outputs/<date>/<time>``), where
-    the same command makes a new dir and starts over (``hydra.sweep.dir`` for a sweep's job)."""
+    the same command makes a new dir and starts over (``hydra.sweep.dir`` for a sweep's job); for a run of
+    the Python API (no ``.hydra/hydra.yaml``), the ``launcher.run`` call that names the dir."""
     from omegaconf import OmegaConf
 
     try:
@@ -71,9 +72,18 @@ def same_command(run_dir: Path) -> str:
         where = Path(run_dir).absolute()
         if sweep:  # the sweep dir: the job dir less its subdir's levels
             where = where.parents[str(node.get("subdir", "")).strip("/").count("/")]
-    except Exception:  # noqa: BLE001 -- no Hydra record (the Python API, a test's run dir): the command is the user's
-        return "the same command"
+    except Exception:  # noqa: BLE001 -- no Hydra record: the Python API's run (a trainer built by hand, too)
+        return f"launcher.run(cfg, {str(Path(run_dir).absolute())!r})"
     return "the same command" + _naming_dated_dir(node, "hydra.sweep.dir" if sweep else "hydra.run.dir", where)
+
+
+def new_dir_advice() -> str:
+    """Where to give a run a dir of its own, for advice: Hydra's setting on the CLI (a sweep's job too), the
+    argument of ``launcher.run`` from Python (no Hydra job runs there)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return "a new hydra.run.dir (hydra.sweep.dir for a sweep)" if HydraConfig.initialized() else \
+        "another run_dir for launcher.run()"
 
 
 def same_sweep(config: Any) -> str:
@@ -524,14 +534,14 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
         raise ConfigError(
             f"trainer.resume={str(resume).lower() if isinstance(resume, bool) or resume is None else resume}: run dir {str(run_dir)!r} holds checkpoints of an earlier run "
             f"({', '.join(p.name for p in saved[:3])}{', ...' if len(saved) > 3 else ''}) that a fresh start would "
-            f"overwrite; choose a new hydra.run.dir (hydra.sweep.dir for a sweep), or delete "
+            f"overwrite; choose {new_dir_advice()}, or delete "
             f"{str(Path(run_dir) / 'checkpoints')!r} to start over there (trainer.resume=auto resumes them)")
     changes, defining = _changes_since(run_dir, cfg)
     if defining:
         raise ConfigError(
             f"run dir {str(run_dir)!r} holds a run made with another config ({describe_changes(defining)}); its "
             f"checkpoints belong to that run. Rerun with that run's overrides (.hydra/overrides.yaml there) to "
-            f"resume it, or choose a new hydra.run.dir (hydra.sweep.dir for a sweep) for this one")
+            f"resume it, or choose {new_dir_advice()} for this one")
     return changes
 
 

@@ -719,7 +719,7 @@ def test_a_second_run_in_a_dir_where_one_is_training_is_refused(tmp_path):
         second = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         out = second.stdout + second.stderr
         assert second.returncode == 2 and "Traceback" not in out, out[-3000:]
-        assert f"a run is training in this dir now (pid {first.pid} on this host" in out and "another hydra.run.dir" in out
+        assert f"a run is training in this dir now (pid {first.pid} on this host" in out and "give this run a new hydra.run.dir (hydra.sweep.dir for a sweep)" in out
         assert first.poll() is None and read_run(tmp_path / "run")["pid"] == first.pid  # the first one goes on
     finally:
         first.send_signal(signal.SIGTERM)

@@ -5,10 +5,12 @@ import json
 import logging
 import re
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 
+from hooks.base import HookBase
 from conftest import REPO, read_run, run_cli, run_dirs
 
 EXAMPLE = REPO / "examples" / "text_project"
@@ -112,6 +114,57 @@ def test_compose_refuses_hydras_own_settings_which_would_have_no_effect():
     assert launcher.compose(["hydra.searchpath=[]", "data=synthetic"]).data.train._target_.endswith("synthetic")
 
 
+class Gate(HookBase):
+    """Holds its run before training until released (test_a_second_python_api_run_...)."""
+    started, release = threading.Event(), threading.Event()
+
+    def before_train(self):
+        Gate.started.set()
+        Gate.release.wait(120)
+
+
+def test_a_second_python_api_run_while_one_trains_in_another_thread_is_refused(tmp_path):
+    """Two runs side by side in threads drew from torch's one random state (a seeded run did not repeat) and logged
+    into each other's train.log: the second is refused, naming why, before it makes its dir; one at a time run."""
+    import launcher
+
+    quick = ["hooks=minimal", "data=synthetic", "data.train.size=256", "trainer.max_epochs=1"]
+    results = []
+    first = threading.Thread(target=lambda: results.append(launcher.run(launcher.compose(
+        [*quick, "+hooks.gate._target_=test_extend.Gate"]), tmp_path / "a")))
+    first.start()
+    try:
+        assert Gate.started.wait(120)
+        with pytest.raises(RuntimeError, match=r"^launcher.run: another run is training in this process now \(in another "
+                                               r"thread\); torch's random state"):
+            launcher.run(launcher.compose(quick), tmp_path / "b")
+        assert not (tmp_path / "b").exists()
+    finally:
+        Gate.release.set()
+        first.join(120)
+    assert results[0].status == "completed"
+    assert launcher.run(launcher.compose(quick), tmp_path / "b").status == "completed"
+
+
+def test_a_ctrl_c_to_a_python_api_run_stops_it_with_a_checkpoint_then_raises_and_its_dir_resumes(tmp_path, monkeypatch):
+    """A Ctrl-C stopped the run and run() returned 'interrupted': a notebook cell or a loop of runs went on to the
+    next. Now it raises KeyboardInterrupt once the checkpoint is on disk, naming the absolute dir that resumes it."""
+    import launcher
+
+    monkeypatch.chdir(tmp_path)
+    cfg = launcher.compose(["hooks=default", "data=synthetic", "data.train.size=320", "data.batch_size=32", "trainer=iter",
+                            "trainer.max_iters=30", "+hooks.sig._target_=test_hooks.SignalAt", "+hooks.sig.at=9",
+                            "+hooks.sig.sig=SIGINT"])
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        launcher.run(cfg)
+    (run_dir,) = run_dirs(tmp_path / "outputs")
+    assert str(stopped.value) == f"the run stopped with a checkpoint in {run_dir}: launcher.run(cfg, '{run_dir}') resumes it"
+    record = read_run(run_dir)
+    assert record["status"] == "interrupted" and record["iter"] == 10 and record["stop_reason"] == "received SIGINT"
+    again = launcher.run(cfg, run_dir)
+    assert again.status == "completed" and again.stop_reason is None and read_run(run_dir)["iter"] == 30
+
+
 def test_python_api_runs_started_at_once_get_their_own_default_run_dirs(tmp_path, monkeypatch):
     import threading
 
@@ -128,7 +181,7 @@ def test_python_api_runs_started_at_once_get_their_own_default_run_dirs(tmp_path
     cfg = launcher.compose(["hooks=minimal", "data=synthetic", "data.train.size=256", "trainer.max_epochs=1"])
     handlers = list(logging.getLogger("launcher").handlers)
     first, second = launcher.run(cfg), launcher.run(cfg, overrides=["hooks=minimal"])
-    assert first.run_dir != second.run_dir and first.run_dir.parent.parent == Path("outputs")
+    assert first.run_dir != second.run_dir and first.run_dir.parent.parent == (tmp_path / "outputs").resolve()  # absolute
     assert read_run(second.run_dir)["attempt"] == 1 and second.status == "completed"
     # the run dir as the CLI leaves it: train.log and .hydra/, and the process's logging as it was
     log = (second.run_dir / "train.log").read_text()

@@ -321,16 +321,16 @@ def test_signal_stops_at_a_boundary_then_chains_the_previous_handler_after_the_c
 
 
 class SignalAt(HookBase):
-    def __init__(self, at: int):
+    def __init__(self, at: int, sig: str = "SIGUSR2"):
         super().__init__()
-        self.at = at
+        self.at, self.sig = at, sig
 
     def after_step(self):
         if self.trainer.iter == self.at:
             import os
             import signal
 
-            os.kill(os.getpid(), signal.SIGUSR2)
+            os.kill(os.getpid(), getattr(signal, self.sig))
 
 
 class SignalWhenBuilt(HookBase):

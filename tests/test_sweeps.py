@@ -929,6 +929,7 @@ def test_a_ctrl_c_that_aborts_a_basic_sweep_still_leaves_its_summary(tmp_path):
     assert (sweep / "summary.md").is_file() and "summary.md" in proc.stdout + proc.stderr
     record = json.loads((sweep / "0" / "run.json").read_text())
     assert (record["status"], record["exit_code"]) == ("aborted", 130)  # as the process ended: by SIGINT
+    assert record["error"] == "KeyboardInterrupt: stopped by Ctrl-C", record["error"]  # it said "KeyboardInterrupt: "
 
 
 def test_the_summary_of_a_dir_holding_several_sweeps_names_them_instead_of_merging_their_jobs(tmp_path):
