@@ -334,8 +334,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
                            "their results and would log into each other's train.log. Run them one after the other, "
                            "or in processes (python -m launcher -m ... runs a sweep's jobs in parallel)")
     try:
-        result = _run(cfg, Path(run_dir).absolute() if run_dir is not None else new_run_dir().absolute(), overrides,
-                      None, False)
+        result = _run(cfg, run_dir, overrides, None, False)  # a new dir once the config's own checks pass
     finally:
         _ONE_RUN_AT_A_TIME.release()
     if result.status == "interrupted" and result.stop_reason == "received SIGINT":
@@ -362,7 +361,7 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
                             spawned=distributed.from_environment() is None)
     if run_dir is None:
         run_dir = new_run_dir()
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).absolute()  # the result's: a resume from another directory finds it
     run_dir.mkdir(parents=True, exist_ok=True)
     if not checked and on_start is None:  # the Python API (the CLI passes on_start; spawned workers, checked)
         with _log_to_run_dir(run_dir):  # train.log and .hydra/ as the CLI leaves them
@@ -615,12 +614,15 @@ def _not_a_container(cfg: DictConfig, key: str, raw: Any, reason: str) -> Option
     dots, path = len(ref.group(1)), ref.group(2).split(".")
     base = key.split(".")[:-1]
     base = base[:len(base) - (dots - 1)] if dots else []
-    if node.group(1) not in path:
+    # the node OmegaConf names: the first segments of the interpolation's path (train, or data.train for ${data.train.x})
+    upto = next((k for k in range(1, len(path)) if ".".join(path[:k]) == node.group(1) or
+                 ".".join(path[:k]).endswith("." + node.group(1))), None)
+    if upto is None:
         return None
-    where = ".".join(base + path[:path.index(node.group(1)) + 1])
+    where = ".".join(base + path[:upto])
     value = OmegaConf.select(cfg, where, default=None, throw_on_resolution_failure=False)
     value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    return f"{where} is {'null' if value is None else repr(value)}, which holds no {'.'.join(path[path.index(node.group(1)) + 1:])}: {where} takes a group of settings"
+    return f"{where} is {'null' if value is None else repr(value)}, which holds no {'.'.join(path[upto:])}: {where} takes a group of settings"
 
 
 def _metrics_of_a_failed_run(trainer: Any) -> Dict[str, Any]:

@@ -594,7 +594,7 @@ def _missing_key_listing(path: str) -> Optional[str]:
 
 
 # An example value for the list keys of the built-in schema, in a message refusing one value where a list goes.
-_LIST_EXAMPLES = {"trainer.workflow": "[[train,2],[val,1]]", "model.hidden": "[128,64]"}
+_LIST_EXAMPLES = {"trainer.workflow": "[[train,2],[val,1]]"}
 
 
 def _override_value(full_key: str, overrides: Sequence[str]) -> Optional[str]:
@@ -613,14 +613,15 @@ def _shape_message(full_key: str, msg: str, cause: BaseException, overrides: Seq
     given = _override_value(full_key, overrides)
     value = getattr(cause, "value", None)
     shown = given if given is not None else repr(value)
-    if "is not a ListConfig, list or tuple" in msg:
+    # OmegaConf's "Cannot merge DictConfig with ListConfig" goes both ways: a list key given a mapping says object_type=list
+    if "is not a ListConfig, list or tuple" in msg or (msg.startswith("Cannot merge") and "object_type=list" in msg):
         return (f"{full_key}={shown}: this key takes a list, e.g. "
                 f"{full_key}={_LIST_EXAMPLES.get(full_key, '[' + shown + ']')}")
     converted = re.match(r"Cannot convert '(\w+)' to string", msg)
     if converted:
         kind = {"list": "a list", "dict": "a group of settings"}.get(converted.group(1), converted.group(1))
         return f"{full_key}={shown}: this key takes one string (a path, a name), not {kind}"
-    if re.match(r"Cannot merge DictConfig with (ListConfig|\w+)", msg):
+    if msg.startswith("Cannot merge DictConfig with"):
         return (f"{full_key}={shown}: {full_key} is a group of settings, not a single value or a list; set its keys "
                 f"({full_key}.<key>=...)" + (", or drop it with null" if full_key == "data.val" else ""))
     return None

@@ -381,8 +381,9 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
     held: List[Tuple[int, int]] = []  # (rank, signal) for workers still starting, who would not see it yet
 
     def send(rank: int, signum: int) -> None:
-        if signum in SignalLatch.SIGNALS and (rank >= len(processes) or not ready[rank]):
-            held.append((rank, signum))  # a stop: passed on once the worker holds it (a Ctrl-C goes now: an abort)
+        if rank >= len(processes) or (signum in SignalLatch.SIGNALS and not ready[rank]):
+            # a stop: passed on once the worker holds it; a Ctrl-C as soon as the worker is started (an abort)
+            held.append((rank, signum))
         elif rank < len(processes) and processes[rank].is_alive() and processes[rank].pid:
             try:
                 os.kill(processes[rank].pid, signum)
@@ -430,6 +431,9 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
             try:
                 previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
                 context = start()
+                for rank, signum in [h for h in held if h[1] not in SignalLatch.SIGNALS]:  # a Ctrl-C while they started
+                    held.remove((rank, signum))
+                    send(rank, signum)
                 for sig, old in previous.items():  # a signal held while this run started (a SLURM job's): pass it on
                     if isinstance(old, SignalLatch) and old.take(sig):
                         forward(sig, None)

@@ -317,6 +317,32 @@ def test_a_sigterm_to_the_launcher_while_it_starts_its_workers_reaches_each_of_t
     assert {s: signal.getsignal(s) for s in before} == before
 
 
+def test_a_ctrl_c_to_the_launcher_while_it_starts_its_workers_aborts_them(tmp_path, monkeypatch):
+    """Taken by another thread while the workers started, the launcher's handler ran before it knew them: a SIGTERM
+    was held for them, a Ctrl-C dropped, and the workers trained on while the launcher reported SIGINT."""
+    import torch.multiprocessing as mp
+
+    from launcher import distributed
+    from ddp_probe import latch_worker
+
+    start = mp.start_processes
+    other = threading.Event()
+    threading.Thread(target=other.wait, daemon=True).start()
+
+    def start_then_interrupt(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # before the workers are known
+        time.sleep(0.3)
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(mp, "start_processes", start_then_interrupt)
+    try:
+        received, _ = distributed.spawn(latch_worker, (str(tmp_path),), 2)  # (torch's worker exits 0 on the Ctrl-C)
+    finally:
+        other.set()
+    assert received == signal.SIGINT
+    assert not list(tmp_path.glob("rank*"))  # each worker was aborted as it started: none got as far as its end
+
+
 def test_a_sigterm_to_the_workers_themselves_while_they_start_waits_until_each_holds_it(tmp_path, monkeypatch):
     """A SLURM step's signal reaches every process of it: a worker still importing torch keeps it pending
     (the stop signals are blocked from its start) until it can hold it, instead of dying of it."""

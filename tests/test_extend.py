@@ -150,11 +150,15 @@ def test_a_ctrl_c_to_a_python_api_run_stops_it_with_a_checkpoint_then_raises_and
     """A Ctrl-C stopped the run and run() returned 'interrupted': a notebook cell or a loop of runs went on to the
     next. Now it raises KeyboardInterrupt once the checkpoint is on disk, naming the absolute dir that resumes it."""
     import launcher
+    from launcher.errors import ConfigError
 
     monkeypatch.chdir(tmp_path)
     cfg = launcher.compose(["hooks=default", "data=synthetic", "data.train.size=320", "data.batch_size=32", "trainer=iter",
                             "trainer.max_iters=30", "+hooks.sig._target_=test_hooks.SignalAt", "+hooks.sig.at=9",
                             "+hooks.sig.sig=SIGINT"])
+    with pytest.raises(ConfigError, match=r"seed=\$\{nope\}"):  # refused before a run dir is made for it
+        launcher.run(launcher.compose(["data=synthetic", "seed=${nope}"]))
+    assert not (tmp_path / "outputs").exists()
     with pytest.raises(KeyboardInterrupt) as stopped:
         launcher.run(cfg)
     (run_dir,) = run_dirs(tmp_path / "outputs")
