@@ -337,9 +337,12 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
         result = _run(cfg, run_dir, overrides, None, False)  # a new dir once the config's own checks pass
     finally:
         _ONE_RUN_AT_A_TIME.release()
-    if result.status == "interrupted" and result.stop_reason == "received SIGINT":
-        raise KeyboardInterrupt(f"the run stopped with a checkpoint in {result.run_dir}: launcher.run(cfg, "
-                                f"{str(result.run_dir)!r}) resumes it")
+    if result.status == "interrupted" and result.stop_reason == "received SIGINT" and result.run_dir is not None:
+        if (result.run_dir / "checkpoints" / "last").is_file():
+            raise KeyboardInterrupt(f"the run stopped with a checkpoint in {result.run_dir}: launcher.run(cfg, "
+                                    f"{str(result.run_dir)!r}) resumes it")
+        raise KeyboardInterrupt(f"the run in {result.run_dir} stopped without a checkpoint (no checkpointer hook): a "
+                                f"rerun starts over")
     return result
 
 

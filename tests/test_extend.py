@@ -167,6 +167,11 @@ def test_a_ctrl_c_to_a_python_api_run_stops_it_with_a_checkpoint_then_raises_and
     assert record["status"] == "interrupted" and record["iter"] == 10 and record["stop_reason"] == "received SIGINT"
     again = launcher.run(cfg, run_dir)
     assert again.status == "completed" and again.stop_reason is None and read_run(run_dir)["iter"] == 30
+    bare = launcher.compose(["hooks=none", "data=synthetic", "data.train.size=320", "trainer=iter", "trainer.max_iters=30",
+                             "+hooks.sig._target_=test_hooks.SignalAt", "+hooks.sig.at=9", "+hooks.sig.sig=SIGINT"])
+    with pytest.raises(KeyboardInterrupt, match=r"stopped without a checkpoint \(no checkpointer hook\): a rerun starts over"):
+        launcher.run(bare, tmp_path / "bare")
+    assert read_run(tmp_path / "bare")["status"] == "interrupted"
 
 
 def test_python_api_runs_started_at_once_get_their_own_default_run_dirs(tmp_path, monkeypatch):
