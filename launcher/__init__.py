@@ -740,7 +740,10 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
             mark_failed(run_dir, "KeyboardInterrupt: stopped by Ctrl-C", status="aborted", exit_code=130)
 
     try:
-        received, previous = distributed.spawn(_spawned_worker, (config, str(run_dir), list(overrides or [])), devices)
+        root = logging.getLogger()  # the console's level here: the CLI's INFO; from Python, warnings unless configured
+        console_level = root.getEffectiveLevel() if root.handlers else logging.WARNING
+        received, previous = distributed.spawn(_spawned_worker, (config, str(run_dir), list(overrides or []), console_level),
+                                               devices)
     except KeyboardInterrupt:
         mark_aborted()
         raise
@@ -792,7 +795,7 @@ def _after_worker_failure(err: Exception, run_dir: Path, kept: bool = False) -> 
 
 
 def _spawned_worker(rank: int, world_size: int, port: int, parent: int, ready: Any, config: dict, run_dir: str,
-                    overrides: List[str]) -> None:
+                    overrides: List[str], console_level: int = logging.INFO) -> None:
     """One worker of ``trainer.devices=N``: joins the process group and trains its share."""
     import signal
 
@@ -804,7 +807,7 @@ def _spawned_worker(rank: int, world_size: int, port: int, parent: int, ready: A
     try:
         distributed.worker_started(rank, parent, ready)
         distributed.worker_environment(rank, world_size, port)
-        distributed.worker_logging(rank, Path(run_dir))
+        distributed.worker_logging(rank, Path(run_dir), console_level)
         register_configs()
         run(OmegaConf.create(config), run_dir, overrides, checked=True)  # the parent checked the run dir
     except KeyboardInterrupt:  # torch's worker wrapper would exit 0 on it, and the parent wait for its peers

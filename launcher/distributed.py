@@ -490,14 +490,16 @@ def rank_log_files(rank: int, run_dir: Path) -> None:
             root.addHandler(moved)
 
 
-def worker_logging(rank: int, run_dir: "Path") -> None:
-    """A spawned worker's log: the console, tagged with its rank, and its file in the run dir."""
+def worker_logging(rank: int, run_dir: "Path", console_level: int = logging.INFO) -> None:
+    """A spawned worker's log: the console, tagged with its rank, and its file in the run dir. ``console_level``:
+    the launcher's own console's (warnings only from Python with logging left unconfigured)."""
     fmt = logging.Formatter(f"[%(asctime)s][%(levelname)s][rank {rank}] %(message)s", "%H:%M:%S")
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     name = "train.log" if rank == 0 else f"train_rank{rank}.log"
     console, file = logging.StreamHandler(), logging.FileHandler(run_dir / name)
-    console.setLevel(logging.INFO if rank == 0 else logging.WARNING)  # one console voice; every rank's file in full
+    # one console voice; every rank's file in full
+    console.setLevel(max(console_level, logging.INFO if rank == 0 else logging.WARNING))
     for handler in (console, file):
         handler.setFormatter(fmt)
         root.addHandler(handler)

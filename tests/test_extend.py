@@ -201,13 +201,15 @@ def test_python_api_runs_started_at_once_get_their_own_default_run_dirs(tmp_path
     assert logging.getLogger("launcher").handlers == handlers and logging.getLogger("launcher").level == logging.NOTSET
 
 
-def test_python_api_warnings_reach_stderr_when_logging_is_left_unconfigured(tmp_path):
-    """Python prints warnings of an unconfigured program on stderr; the run's train.log must not swallow them."""
+@pytest.mark.parametrize("devices", [1, 2])
+def test_python_api_warnings_reach_stderr_when_logging_is_left_unconfigured(tmp_path, devices):
+    """Python prints warnings of an unconfigured program on stderr; the run's train.log must not swallow them.
+    Under DDP the workers' consoles printed every INFO line, where one process prints none."""
     import subprocess
     import sys
 
     script = ("import launcher; launcher.run(launcher.compose(['hooks=minimal', 'data=synthetic', 'data.train.size=256', "
-              "'trainer.max_epochs=1']), 'run')")
+              f"'trainer.max_epochs=1', 'trainer.devices={devices}']), 'run')")
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "objective 'val/accuracy' will not be recorded" in proc.stderr  # a warning
