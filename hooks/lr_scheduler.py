@@ -4,6 +4,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import logging
 import re
 from typing import Any, Callable, Dict, Mapping, Optional
 
@@ -17,6 +18,7 @@ _HORIZON_PARAMS = ("T_max", "total_steps", "total_iters")
 
 
 _INF = float("inf")
+logger = logging.getLogger(__name__)
 
 
 # Arguments torch's schedules take without a word that make no schedule: eta_min=-1 trained with a negative lr,
@@ -154,6 +156,9 @@ class LRScheduler(HookBase):
                 main = sched.SequentialLR(optimizer, [first, main], milestones=[warmup])
             self.scheduler = main
             self._plateau = isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+            if not self._plateau and self.monitor != "val/loss" and getattr(self.trainer, "is_main", True):
+                logger.warning("hooks.%s.monitor=%s is not used: only ReduceLROnPlateau steps on a metric, and %s "
+                               "follows its own schedule", self.name or "lr_scheduler", self.monitor, type(main).__name__)
         return self.scheduler
 
     def _accumulate(self) -> int:

@@ -179,6 +179,21 @@ class StreamPass:
         return batch
 
 
+def _check_capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """``capturable=true`` (a CUDA-graph optimizer) on a device it does not run on failed in torch after the first step."""
+    if not any(group.get("capturable") for group in optimizer.param_groups):
+        return
+    try:
+        from torch.optim.optimizer import _get_capturable_supported_devices  # private: the list torch checks against
+
+        supported = list(_get_capturable_supported_devices())
+    except ImportError:
+        supported = ["cuda"]
+    if device.type not in supported:
+        raise ConfigError(f"optimizer.capturable=true: {type(optimizer).__name__} captures its steps on "
+                          f"{', '.join(supported)} only, and this run trains on {device}; leave capturable out here")
+
+
 def _check_forward_takes_a_batch(model: nn.Module) -> None:
     """A ``forward(self, x, y)`` cannot take ``model(batch)``: say so before training, not as a TypeError at step 0.
     (Only for the trainer's own step and validation: a subclass's ``run_step`` may call the model otherwise.)"""
@@ -312,6 +327,7 @@ class TrainerBase:
             _check_forward_takes_a_batch(model)
         self.model = model.to(self.device)
         self.optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else optimizer(self.model.parameters())
+        _check_capturable(self.optimizer, self.device)
         # What the step calls: the model itself, or its DistributedDataParallel wrapper. Hooks and
         # checkpoints use ``model``, so a checkpoint loads the same with or without DDP.
         self.train_model: nn.Module = self.model

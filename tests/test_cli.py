@@ -175,6 +175,8 @@ BAD_INPUTS = [
     (["trainer.workflow=train"], ["Config error: trainer.workflow=train: this key takes a list, e.g. trainer.workflow=[[train,2],[val,1]]\n"]),
     (["data.train=abc"], ["Config error: data.val.size=${..train.size}: data.train is 'abc', which holds no size: data.train "
                           "takes a group of settings\n"]),  # OmegaConf's "node `train` is not a container"
+    (["optimizer=adamw", "+optimizer.capturable=true"], ["Config error: optimizer.capturable=true: AdamW captures its steps on "
+                                                         "cuda", "this run trains on cpu"]),  # torch's AssertionError
     (["trainer.workflow={a:1}"], ["Config error: trainer.workflow={a:1}: this key takes a list, e.g. trainer.workflow="]),
     (["trainer.load_from=[a]"], ["Config error: trainer.load_from=[a]: this key takes one string (a path, a name), not a list\n"]),
     (["data.val=[]"], ["Config error: data.val=[]: data.val is a group of settings, not a single value or a list; "

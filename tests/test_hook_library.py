@@ -38,6 +38,20 @@ def test_accumulating_4_micro_batches_of_16_equals_one_batch_of_64():
     assert not torch.equal(model.lin.weight, ToyModel().lin.weight)
 
 
+def test_a_monitor_given_to_a_schedule_that_steps_on_no_metric_is_said_to_be_unused(caplog):
+    """hooks.lr_scheduler.monitor=val/accuracy beside CosineAnnealingLR was ignored without a word."""
+    caplog.set_level(logging.WARNING, logger="hooks.lr_scheduler")
+    cosine = LRScheduler(functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR), monitor="val/accuracy")
+    make_trainer("iter", data=ToyData(n=64, batch=16, val=False), max_iters=4, hooks=[cosine]).train()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"hooks.{cosine.name}.monitor=val/accuracy is not used: only ReduceLROnPlateau steps on a metric, and "
+        "CosineAnnealingLR follows its own schedule"]
+    caplog.clear()
+    plain = LRScheduler(functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR))  # the default monitor: no word
+    make_trainer("iter", data=ToyData(n=64, batch=16, val=False), max_iters=4, hooks=[plain]).train()
+    assert not caplog.records
+
+
 def test_with_accumulation_the_lr_schedule_moves_with_the_optimizer_steps():
     """2 micro-batches of 16 under a cosine schedule with 4 iterations of warmup train as batches of 32 do
     with 2 (warmup counts iterations, as the run's length does), and torch
