@@ -13,6 +13,7 @@ timeout, and the trainer wraps the model in ``DistributedDataParallel``.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
@@ -22,7 +23,7 @@ import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from hydra.experimental.callback import Callback
 
@@ -503,6 +504,25 @@ def worker_logging(rank: int, run_dir: "Path", console_level: int = logging.INFO
     for handler in (console, file):
         handler.setFormatter(fmt)
         root.addHandler(handler)
+
+
+@contextlib.contextmanager
+def warnings_in_main_log(run_dir: "Path", env: Optional[DistEnv]) -> Iterator[None]:
+    """On a rank other than 0, its warnings and errors also in the run's ``train.log``, tagged with the rank, beside
+    rank 0's lines (its own ``train_rank<N>.log`` has them all): the run's log tells everything that went wrong."""
+    if env is None or env.is_main:
+        yield
+        return
+    handler = logging.FileHandler(Path(run_dir) / "train.log")  # appended to, as rank 0's handler does
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter(f"[%(asctime)s][%(levelname)s][rank {env.rank}] %(message)s", "%H:%M:%S"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
 
 
 def worker_started(rank: int, parent: int, ready: Any) -> None:

@@ -6,6 +6,7 @@ weights, or kill one rank mid-training.
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import socket
@@ -160,6 +161,8 @@ def test_a_validation_error_on_one_rank_fails_the_run_at_once_naming_it(tmp_path
     assert proc.returncode == 1 and "rank 1 failed: " in out and "ModelOutputError" in out, out[-3000:]
     assert time.monotonic() - started < 60, out[-3000:]
     assert read_run(tmp_path / "run")["status"] == "failed"
+    # the run's log says what went wrong on rank 1 too (it was in train_rank1.log alone)
+    assert re.search(r"\]\[ERROR\]\[rank 1\] Run failed: ModelOutputError", (tmp_path / "run" / "train.log").read_text())
     assert not list((tmp_path / "tmp").glob("pytorch-errorfile-*")), out[-3000:]
 
 
