@@ -196,6 +196,8 @@ def check_optimizer_numbers(optimizer: Any) -> None:
     accepts and which would end the run at its first steps with a NaN loss that does not name the key."""
     import math
 
+    from launcher import distributed
+
     for group in getattr(optimizer, "param_groups", []):
         for key, value in group.items():
             numbers = value if isinstance(value, (tuple, list)) and key != "params" else (value,)
@@ -205,7 +207,7 @@ def check_optimizer_numbers(optimizer: Any) -> None:
             if key in ("momentum", "dampening") and isinstance(value, (int, float)) and not 0 <= value <= 1:
                 raise ConfigError(f"optimizer.{key}={value!r}: should be in [0, 1]")
     lr = getattr(optimizer, "param_groups", [{}])[0].get("lr") if getattr(optimizer, "param_groups", None) else None
-    if isinstance(lr, (int, float)) and lr == 0:
+    if isinstance(lr, (int, float)) and lr == 0 and distributed.is_main_process():  # said once, not by each rank
         logger.warning("optimizer.lr=0: the weights will not change (a schedule scales this lr)")
 
 

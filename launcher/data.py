@@ -185,7 +185,9 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
         raise ValueError(f"data file {str(file)!r}: {inputs!r} has {len(x)} samples but {targets!r} has {len(y)}")
     if x.is_floating_point():  # a nan input ended the run at its first step, its loss nan, naming no file
         bad = [int((~torch.isfinite(chunk)).flatten(1).any(1).sum()) for chunk in x.split(65536)]
-        if sum(bad):
+        from launcher.distributed import is_main_process
+
+        if sum(bad) and is_main_process():  # said once, not by each rank
             import logging
 
             logging.getLogger(__name__).warning(

@@ -54,6 +54,12 @@ class DistEnv:
         return self.rank == 0
 
 
+def is_main_process() -> bool:
+    """Whether this process is rank 0 of its distributed run, or runs alone: the one that says what all ranks would."""
+    env = from_environment()
+    return env is None or env.is_main
+
+
 def from_environment() -> Optional[DistEnv]:
     """The distributed set-up this process was started in, or None for a single process."""
     env = os.environ

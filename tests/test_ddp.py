@@ -176,6 +176,16 @@ def test_an_objective_no_rank_records_is_warned_of_once_by_rank_0(tmp_path):
     assert "not among" not in (tmp_path / "run" / "train_rank1.log").read_text()
 
 
+def test_a_warning_about_the_config_is_said_once_not_by_each_rank(tmp_path):
+    """optimizer.lr=0 was warned of by every rank, on the console and (with the ranks' warnings there) in train.log."""
+    proc = launch(cli("data=synthetic", "data.train.size=320", "trainer.max_epochs=1", "hooks=minimal", "trainer.devices=2",
+                      "objective=train/loss", "objective_mode=min", "optimizer.lr=0", "hydra.run.dir=run"), tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert out.count("optimizer.lr=0: the weights will not change") == 1, out[-3000:]
+    assert (tmp_path / "run" / "train.log").read_text().count("optimizer.lr=0: the weights will not change") == 1
+
+
 # 704 train samples: 11 steps per epoch. The writers' period (7) divides neither that nor the checkpoints'
 # period (20), so a checkpoint holds values recorded since the last write (a read averages them over the ranks).
 RESUMABLE = ["data=synthetic", "data.train.size=880", "+hooks.dump._target_=ddp_probe.DumpWeights", "data.batch_size=32",
