@@ -296,6 +296,7 @@ class TrainerBase:
 
     FINITE_CHECK_PERIOD = 20  # steps between finiteness checks of losses on an accelerator
     SYNC_FREE_DEVICES = ("cpu",)  # reading a scalar there costs no device sync: check every step
+    LENGTH_KEY = "max_iters"  # the trainer.* setting that gives the run's length
 
     @classmethod
     def check_config(cls, config: Mapping[str, Any]) -> None:
@@ -567,8 +568,16 @@ class TrainerBase:
                 logger.warning("trainer.load_from=%s is not used: this run resumes from its own checkpoint %s (load_from "
                                "only starts a run that has none; give a new hydra.run.dir to start from it)", self.load_from, path)
             if self.iter > self.max_iters:
-                logger.warning("The checkpoint is at iteration %d, past this run's length (%d iterations): nothing is "
-                               "trained and the run ends there", self.iter, self.max_iters)
+                # an attempt that lengthened a run stopped, and it is rerun at the old length: ending it there replaced
+                # the old length's final.pt and record with the longer attempt's model, labelled with the old config
+                key, have = self.LENGTH_KEY, getattr(self, self.LENGTH_KEY, self.max_iters)
+                per = 1 if key == "max_iters" else max(getattr(self, "steps_per_epoch", 1) or 1, 1)  # iterations per unit
+                need, unit = -(-self.iter // per), "iterations" if key == "max_iters" else "epochs"
+                made = f" (to {self._resumed_length // per} {unit})" if self._resumed_length and self._resumed_length % per == 0 else ""
+                then = "to end it there (more trains it on)" if need * per == self.iter else "or more to train it on from there"
+                raise ConfigError(f"trainer.{key}={have}: this run's checkpoint {path.name} is at iteration {self.iter}, "
+                                  f"past this run's length: an attempt before lengthened it{made}, and a run cannot "
+                                  f"train back. Set trainer.{key}={need} {then}, or use another run dir")
         elif self.load_from:
             self.load_weights(self.load_from)
 
@@ -1109,6 +1118,7 @@ class EpochTrainer(TrainerBase):
     """
 
     PHASES = ("train", "val")
+    LENGTH_KEY = "max_epochs"
 
     def __init__(
         self, *args: Any, max_epochs: int, workflow: Sequence[Sequence[Any]] = (("train", 1),), **kwargs: Any

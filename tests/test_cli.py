@@ -815,14 +815,26 @@ def test_the_advice_to_resume_a_run_in_a_dated_dir_names_the_dir(sweep, tmp_path
     assert run_dirs(cwd / "outputs") == [found] and read_run(found)["status"] == "completed"
 
 
-def test_the_resume_line_names_the_checkpoints_own_epoch_when_the_rerun_is_shorter(tmp_path):
-    """Stopped at the end of epoch 3 and rerun with trainer.max_epochs=2, it said "(the end of epoch 2/2)"."""
+def test_a_lengthened_run_stopped_and_rerun_at_its_old_length_is_refused_and_keeps_its_final_checkpoint(tmp_path):
+    """A finished 2-epoch run, lengthened to 6 and stopped at the end of epoch 3, then rerun at 2 epochs: it "ended
+    there", replacing the 2-epoch final.pt and its record with the epoch-3 model under the 2-epoch config (and the
+    resume line said "(the end of epoch 2/2)")."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
     args = [*FAST, "hydra.run.dir=run", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0"]
+    assert run_cli([*args, "trainer.max_epochs=2"], tmp_path, env=env).returncode == 0
+    final = (tmp_path / "run" / "checkpoints" / "final.pt").read_bytes()
     assert run_cli([*args, "trainer.max_epochs=6", "+hooks.pace.signal_after=23"], tmp_path, env=env).returncode == 75
+    record = (tmp_path / "run" / "run.json").read_text()
     proc = run_cli([*args, "trainer.max_epochs=2"], tmp_path, env=env)
     out = proc.stdout + proc.stderr
-    assert "at iteration 24 (the end of epoch 3/2)" in out and "past this run's length" in out, out[-3000:]
+    assert proc.returncode == 2 and "at iteration 24 (the end of epoch 3/2)" in out, out[-3000:]
+    assert "Config error: trainer.max_epochs=2: this run's checkpoint iter_0000024.pt is at iteration 24, past this run's " \
+           "length: an attempt before lengthened it (to 6 epochs), and a run cannot train back. Set trainer.max_epochs=3 " \
+           "to end it there (more trains it on), or use another run dir" in out, out[-3000:]
+    assert (tmp_path / "run" / "checkpoints" / "final.pt").read_bytes() == final
+    assert (tmp_path / "run" / "run.json").read_text() == record
+    again = run_cli([*args, "trainer.max_epochs=3"], tmp_path, env=env)
+    assert again.returncode == 0 and read_run(tmp_path / "run")["iter"] == 24, (again.stdout + again.stderr)[-3000:]
 
 
 PLATEAU = ["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.ReduceLROnPlateau",
