@@ -1027,10 +1027,20 @@ class TrainerBase:
         self.phase_index = state.get("phase_index", 0)
         self.storage.load_state_dict(state["storage"])
         self.last_val = dict(state.get("last_val", {}))
+        saved_hooks = state["hooks"]
+        unused = sorted(name for name, saved in saved_hooks.items()
+                        if name not in {h.name for h in self._hooks} and not (isinstance(saved, dict) and not saved))
+        added = sorted(h.name for h in self._hooks if h.name not in saved_hooks)
+        if unused and added and self.is_main:  # a hook renamed since: its state (a count, an average) would start afresh
+            logger.warning("The checkpoint holds the state of hook(s) %s, which this run does not have, and this run's "
+                           "hook(s) %s have none there: a hook renamed starts afresh (its state stays under its old "
+                           "name: the old name resumes it)", ", ".join(unused), ", ".join(added))
         for h in self._hooks:
-            if h.name in state["hooks"]:
+            saved = saved_hooks.get(h.name)
+            # a hook that held no state when checkpointed (or was not there) starts afresh, as a hook added now does
+            if saved is not None and not (isinstance(saved, dict) and not saved):
                 try:
-                    h.load_state_dict(state["hooks"][h.name])
+                    h.load_state_dict(saved)
                 except ConfigError:
                     raise  # the hook's config, named as such (e.g. the LR hook rebuilding its schedule)
                 except Exception as err:

@@ -649,3 +649,47 @@ def test_a_hook_state_a_checkpoint_cannot_hold_is_named_before_training_or_at_th
         trainer.train()
     assert isinstance(err.value, RunError)  # the CLI's one line
     assert trainer.iter == (0 if after is None else 8)  # 4 steps an epoch: epoch 1's checkpoint was whole, epoch 2's not
+
+
+class _Counter(HookBase):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def after_step(self):
+        self.count += 1
+
+    def state_dict(self):
+        return {"count": self.count}
+
+    def load_state_dict(self, state):
+        self.count = state["count"]
+
+
+class _StateGainedSince(HookBase):
+    """Held no state when the checkpoint was taken; reads one now."""
+
+    def load_state_dict(self, state):
+        self.count = state["count"]
+
+
+def test_a_hook_renamed_since_the_checkpoint_is_named_and_one_that_held_no_state_starts_afresh(caplog):
+    """A renamed hook's state was dropped without a word (a count restarted at 0); a hook that had no state when
+    checkpointed and reads one now failed with KeyError, where a hook added since starts afresh."""
+    import logging
+
+    first = make_trainer("iter", hooks={"cnt": _Counter(), "late": HookBase()}, max_iters=4)
+    first.train()
+    state = first.state_dict()
+    caplog.set_level(logging.WARNING, logger="launcher.trainer")
+    renamed = make_trainer("iter", hooks={"cnt2": _Counter(), "late": _StateGainedSince()}, max_iters=4)
+    renamed.load_state_dict(state)
+    hooks = {h.name: h for h in renamed._hooks}
+    assert hooks["cnt2"].count == 0 and not hasattr(hooks["late"], "count")
+    assert [r.getMessage() for r in caplog.records] == [
+        "The checkpoint holds the state of hook(s) cnt, which this run does not have, and this run's hook(s) cnt2 have "
+        "none there: a hook renamed starts afresh (its state stays under its old name: the old name resumes it)"]
+    caplog.clear()
+    same = make_trainer("iter", hooks={"cnt": _Counter()}, max_iters=4)  # one removed: said by the config's changes
+    same.load_state_dict(state)
+    assert {h.name: h for h in same._hooks}["cnt"].count == 4 and not caplog.records
