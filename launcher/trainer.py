@@ -1004,6 +1004,7 @@ class TrainerBase:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            "optimizer_params": self._optimizer_param_names(),  # torch's state goes by position: a rerun matches by name
             "optimizer_class": _qualified(type(self.optimizer)),
             "iter": self.iter,
             "max_iters": self.max_iters,  # the run's length, so a rerun knows whether it was lengthened
@@ -1020,9 +1021,15 @@ class TrainerBase:
             "rng_ranks": distributed.all_gather_object(rng) if self.dist is not None else None,
         }
 
+    def _optimizer_param_names(self) -> Optional[List[List[str]]]:
+        """The model's name of each parameter the optimizer holds, group by group (None where one is not the model's)."""
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        groups = [[names.get(id(p)) for p in group["params"]] for group in self.optimizer.param_groups]
+        return groups if all(n is not None for group in groups for n in group) else None  # type: ignore[return-value]
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(_by_name(state["optimizer"], state.get("optimizer_params"), self._optimizer_param_names()))
         self.iter, self.epoch, self.inner_iter = state["iter"], state["epoch"], state["inner_iter"]
         self.phase_index = state.get("phase_index", 0)
         self.storage.load_state_dict(state["storage"])
@@ -1049,6 +1056,24 @@ class TrainerBase:
         ranks = state.get("rng_ranks") or [state.get("rng")]
         # (a checkpoint of another world size is refused by resume_or_load; loaded here directly, every rank takes rank 0's)
         self._rng_to_restore = ranks[self.rank] if len(ranks) == self.world_size else ranks[0]
+
+
+def _by_name(saved: Mapping[str, Any], saved_names: Optional[List[List[str]]],
+             names: Optional[List[List[str]]]) -> Mapping[str, Any]:
+    """An optimizer's saved state with each group's parameters in this run's order, matched by name. torch matches
+    them by position: a model whose layers are now defined in another order gave one layer's momentum to another."""
+    if not saved_names or not names or saved_names == names or len(saved_names) != len(names) or \
+            len(saved.get("param_groups", ())) != len(names):
+        return saved
+    groups = []
+    for group, old, new in zip(saved["param_groups"], saved_names, names):
+        if sorted(old) != sorted(new) or len(set(old)) != len(old) or len(group["params"]) != len(old):
+            return saved  # other parameters (refused by the weights' check), or names it cannot tell apart
+        where = dict(zip(old, group["params"]))
+        groups.append({**group, "params": [where[n] for n in new]})
+    logger.info("The model lists its parameters in another order than when it was checkpointed: the optimizer's state "
+                "follows them by name")
+    return {**saved, "param_groups": groups}
 
 
 def get_rng_state() -> Dict[str, Any]:

@@ -693,3 +693,38 @@ def test_a_hook_renamed_since_the_checkpoint_is_named_and_one_that_held_no_state
     same = make_trainer("iter", hooks={"cnt": _Counter()}, max_iters=4)  # one removed: said by the config's changes
     same.load_state_dict(state)
     assert {h.name: h for h in same._hooks}["cnt"].count == 4 and not caplog.records
+
+
+class _TwoLayers(torch.nn.Module):
+    def __init__(self, swapped=False):
+        super().__init__()
+        if swapped:  # the same layers, defined in the other order: model.parameters() lists b first
+            self.b, self.a = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        else:
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, batch):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.head(torch.relu(self.b(torch.relu(self.a(x))))), y)
+
+
+def test_a_model_whose_layers_are_defined_in_another_order_resumes_each_ones_optimizer_state(tmp_path):
+    """The optimizer's state (SGD's momentum) loaded by position: after swapping two same-shaped layers' lines the
+    resume gave a's momentum to b, silently, and the run ended elsewhere than an uninterrupted one."""
+    from launcher.trainer import IterTrainer
+
+    def trainer(swapped):
+        torch.manual_seed(0)
+        model = _TwoLayers(swapped)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        return IterTrainer(model, opt, ToyData(features=8), device="cpu", work_dir=tmp_path, max_iters=3)
+
+    first = trainer(False)
+    first.train()
+    state = first.state_dict()
+    swapped = trainer(True)
+    swapped.load_state_dict(state)
+    momentum = {n: swapped.optimizer.state[p]["momentum_buffer"] for n, p in swapped.model.named_parameters()}
+    for n, p in first.model.named_parameters():
+        assert torch.equal(momentum[n], first.optimizer.state[p]["momentum_buffer"]), n
