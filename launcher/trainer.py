@@ -550,7 +550,9 @@ class TrainerBase:
                     f"hydra.run.dir")
             if mismatch:
                 raise ConfigError(f"trainer.resume: checkpoint {str(path)!r} does not fit this run: {mismatch}; resume "
-                                  f"it with the config it was made with (its run dir's .hydra/config.yaml)")
+                                  f"it with the config it was made with (its run dir's .hydra/config.yaml) and the model "
+                                  f"code as it was then, or start a new run from its weights: trainer.load_from={path} "
+                                  f"with another run dir")
             try:
                 self.load_state_dict(state)
             except HookStateError as err:
@@ -607,9 +609,13 @@ class TrainerBase:
         if missing_ok:
             return None
         missing, unexpected = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
-        if missing or unexpected:
-            return f"the model has {missing[:5]} that it lacks, and it has {unexpected[:5]} that the model lacks"
-        return None
+
+        def listed(names: List[str]) -> str:
+            return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+        parts = ([f"the model has {listed(missing)}, which the weights {where} lack"] if missing else []) + \
+            ([f"the weights {where} have {listed(unexpected)}, which the model lacks"] if unexpected else [])
+        return "; ".join(parts) or None
 
     def load_weights(self, path: str) -> None:
         """Model weights only (fine-tuning); a shape mismatch names the parameter and both shapes."""

@@ -728,3 +728,14 @@ def test_a_model_whose_layers_are_defined_in_another_order_resumes_each_ones_opt
     momentum = {n: swapped.optimizer.state[p]["momentum_buffer"] for n, p in swapped.model.named_parameters()}
     for n, p in first.model.named_parameters():
         assert torch.equal(momentum[n], first.optimizer.state[p]["momentum_buffer"]), n
+
+
+def test_a_checkpoint_of_a_model_with_other_parameters_names_each_side_once():
+    """It said "the model has [] that it lacks, and it has ['extra.weight'] that the model lacks"."""
+    trainer = make_trainer("iter")
+    own = trainer.model.state_dict()
+    added = {**own, "extra.weight": torch.zeros(1)}
+    assert trainer._weights_mismatch(added, "there") == "the weights there have extra.weight, which the model lacks"
+    both = {**{k: v for k, v in own.items() if k != "lin.bias"}, **{f"x{i}": torch.zeros(1) for i in range(7)}}
+    assert trainer._weights_mismatch(both, "there") == ("the model has lin.bias, which the weights there lack; the weights "
+                                                        "there have x0, x1, x2, x3, x4 and 2 more, which the model lacks")
