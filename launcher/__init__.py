@@ -482,7 +482,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
         # submitit's logger writes to the job's log itself; passed on to the run's handlers too, each of its lines
         # showed twice there (and in train.log)
         logging.getLogger("submitit").propagate = False
-    with distributed.warnings_in_main_log(run_dir, env):
+    with distributed.errors_in_main_log(run_dir, env):
         if env is not None and env.source != "spawn":  # torchrun's agent (srun) ends the others with it when a rank fails
             return _train_held(cfg, run_dir, overrides, main, before_chain)
         with SignalLatch(say=main) as latch:  # a SIGTERM while the trainer is built stops it at its first step

@@ -513,14 +513,15 @@ def worker_logging(rank: int, run_dir: "Path", console_level: int = logging.INFO
 
 
 @contextlib.contextmanager
-def warnings_in_main_log(run_dir: "Path", env: Optional[DistEnv]) -> Iterator[None]:
-    """On a rank other than 0, its warnings and errors also in the run's ``train.log``, tagged with the rank, beside
-    rank 0's lines (its own ``train_rank<N>.log`` has them all): the run's log tells everything that went wrong."""
+def errors_in_main_log(run_dir: "Path", env: Optional[DistEnv]) -> Iterator[None]:
+    """On a rank other than 0, its errors (a failure's traceback) also in the run's ``train.log``, tagged with the
+    rank, beside rank 0's lines: the run's log says what went wrong where. Its warnings stay in its own
+    ``train_rank<N>.log`` (and on the console): most are rank 0's too, and ``train.log`` had each twice."""
     if env is None or env.is_main:
         yield
         return
     handler = logging.FileHandler(Path(run_dir) / "train.log")  # appended to, as rank 0's handler does
-    handler.setLevel(logging.WARNING)
+    handler.setLevel(logging.ERROR)
     handler.setFormatter(logging.Formatter(f"[%(asctime)s][%(levelname)s][rank {env.rank}] %(message)s", "%H:%M:%S"))
     root = logging.getLogger()
     root.addHandler(handler)

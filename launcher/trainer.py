@@ -187,7 +187,7 @@ def _check_capturable(optimizer: torch.optim.Optimizer, device: torch.device) ->
         from torch.optim.optimizer import _get_capturable_supported_devices  # private: the list torch checks against
 
         supported = list(_get_capturable_supported_devices())
-    except ImportError:
+    except Exception:  # noqa: BLE001 -- a private function, moved or changed: CUDA is where it runs
         supported = ["cuda"]
     if device.type not in supported:
         raise ConfigError(f"optimizer.capturable=true: {type(optimizer).__name__} captures its steps on "
@@ -539,7 +539,8 @@ class TrainerBase:
                 raise ConfigError(f"trainer.resume: {str(path)!r} is not a training checkpoint (it holds "
                                   f"{', '.join(map(str, list(state)[:6])) or 'nothing'}; a checkpoint holds model, optimizer, "
                                   f"iter, ...); to start from weights in a file, use trainer.load_from")
-            mismatch = self._weights_mismatch(state.get("model", {}), "there") or self._optimizer_mismatch(state)
+            weights_mismatch = self._weights_mismatch(state.get("model", {}), "there")
+            mismatch = weights_mismatch or self._optimizer_mismatch(state)
             writers = len(state.get("rng_ranks") or [None])  # the processes of the run that wrote it
             if not mismatch and writers != self.world_size:
                 raise ConfigError(
@@ -549,10 +550,11 @@ class TrainerBase:
                     f"as many processes), or start a new run from its weights: trainer.load_from={path} with another "
                     f"hydra.run.dir")
             if mismatch:
+                weights = "" if weights_mismatch else (f", or start a new run from its weights: trainer.load_from="
+                                                       f"{str(path)!r} with another run dir")  # they fit the model
                 raise ConfigError(f"trainer.resume: checkpoint {str(path)!r} does not fit this run: {mismatch}; resume "
                                   f"it with the config it was made with (its run dir's .hydra/config.yaml) and the model "
-                                  f"code as it was then, or start a new run from its weights: trainer.load_from={path} "
-                                  f"with another run dir")
+                                  f"code as it was then{weights}")
             try:
                 self.load_state_dict(state)
             except HookStateError as err:
@@ -577,9 +579,12 @@ class TrainerBase:
                 need, unit = -(-self.iter // per), "iterations" if key == "max_iters" else "epochs"
                 made = f" (to {self._resumed_length // per} {unit})" if self._resumed_length and self._resumed_length % per == 0 else ""
                 then = "to end it there (more trains it on)" if need * per == self.iter else "or more to train it on from there"
-                raise ConfigError(f"trainer.{key}={have}: this run's checkpoint {path.name} is at iteration {self.iter}, "
-                                  f"past this run's length: an attempt before lengthened it{made}, and a run cannot "
-                                  f"train back. Set trainer.{key}={need} {then}, or use another run dir")
+                if self.resume == "auto":  # its own checkpoint
+                    raise ConfigError(f"trainer.{key}={have}: this run's checkpoint {path.name} is at iteration {self.iter}, "
+                                      f"past this run's length: an attempt before lengthened it{made}, and a run cannot "
+                                      f"train back. Set trainer.{key}={need} {then}, or use another run dir")
+                raise ConfigError(f"trainer.{key}={have}: trainer.resume={str(path)!r} is at iteration {self.iter}, past "
+                                  f"this run's length: a run cannot train back. Set trainer.{key}={need} {then}")
         elif self.load_from:
             self.load_weights(self.load_from)
 
@@ -1043,15 +1048,16 @@ class TrainerBase:
         saved_hooks = state["hooks"]
         unused = sorted(name for name, saved in saved_hooks.items()
                         if name not in {h.name for h in self._hooks} and not (isinstance(saved, dict) and not saved))
-        added = sorted(h.name for h in self._hooks if h.name not in saved_hooks)
-        if unused and added and self.is_main:  # a hook renamed since: its state (a count, an average) would start afresh
+        added = sorted(h.name for h in self._hooks  # those that keep a state: a renamed one's would start afresh
+                       if h.name not in saved_hooks and type(h).state_dict is not HookBase.state_dict)
+        if unused and added and self.is_main:
             logger.warning("The checkpoint holds the state of hook(s) %s, which this run does not have, and this run's "
-                           "hook(s) %s have none there: a hook renamed starts afresh (its state stays under its old "
-                           "name: the old name resumes it)", ", ".join(unused), ", ".join(added))
+                           "hook(s) %s have none there: if one was renamed, it starts afresh (its state stays under its "
+                           "old name, which resumes it)", ", ".join(unused), ", ".join(added))
         for h in self._hooks:
             saved = saved_hooks.get(h.name)
             # a hook that held no state when checkpointed (or was not there) starts afresh, as a hook added now does
-            if saved is not None and not (isinstance(saved, dict) and not saved):
+            if h.name in saved_hooks and not (isinstance(saved, dict) and not saved):
                 try:
                     h.load_state_dict(saved)
                 except ConfigError:
@@ -1075,8 +1081,10 @@ def _by_name(saved: Mapping[str, Any], saved_names: Optional[List[List[str]]],
     for group, old, new in zip(saved["param_groups"], saved_names, names):
         if sorted(old) != sorted(new) or len(set(old)) != len(old) or len(group["params"]) != len(old):
             return saved  # other parameters (refused by the weights' check), or names it cannot tell apart
-        where = dict(zip(old, group["params"]))
-        groups.append({**group, "params": [where[n] for n in new]})
+        order = [old.index(n) for n in new]  # for each of this run's parameters, its place in the saved group
+        groups.append({**group, "params": [group["params"][i] for i in order]})
+        if isinstance(group.get("param_names"), list) and len(group["param_names"]) == len(order):  # torch's own, if kept
+            groups[-1]["param_names"] = [group["param_names"][i] for i in order]
     logger.info("The model lists its parameters in another order than when it was checkpointed: the optimizer's state "
                 "follows them by name")
     return {**saved, "param_groups": groups}

@@ -269,8 +269,9 @@ def test_bad_resume_and_load_from_name_the_key_and_the_shapes(tmp_path):
     trainer = make_trainer(resume=str(final))
     with pytest.raises(ValueError, match=rf"trainer.resume: checkpoint '{final}' does not fit this run: parameter "
                                          r"'lin.weight' has shape \(2, 5\) there but \(2, 4\) in the model; resume it with "
-                                         r"the config it was made with"):
+                                         r"the config it was made with") as refused:
         trainer.train()
+    assert "trainer.load_from" not in str(refused.value)  # its weights do not fit the model either
 
 
 def test_resuming_a_checkpoint_of_another_optimizer_is_refused_before_training(tmp_path):
@@ -283,8 +284,9 @@ def test_resuming_a_checkpoint_of_another_optimizer_is_refused_before_training(t
     final = tmp_path / "adam" / "checkpoints" / "final.pt"
     trainer = make_trainer(resume=str(final))  # SGD
     with pytest.raises(ValueError, match=rf"trainer.resume: checkpoint '{final}' does not fit this run: it was made with "
-                                         r"optimizer torch.optim.adamw.AdamW, and this run's is torch.optim.sgd.SGD"):
+                                         r"optimizer torch.optim.adamw.AdamW, and this run's is torch.optim.sgd.SGD") as refused:
         trainer.train()
+    assert str(refused.value).endswith(f"or start a new run from its weights: trainer.load_from='{final}' with another run dir")
 
 
 @pytest.fixture
@@ -457,3 +459,17 @@ def test_a_checkpoint_write_failure_names_the_file_in_the_way(tmp_path):
         write_checkpoint(b"x", path)
     message = str(_write_failed(f"writing checkpoint {path}", path.parent, info.value))
     assert f"(IsADirectoryError: Is a directory: {tmp_path / 'checkpoints' / 'last'})" in message, message
+
+
+def test_resuming_another_runs_checkpoint_past_this_runs_length_is_refused_naming_the_file(tmp_path):
+    """It said "this run's checkpoint final.pt ... an attempt before lengthened it ... or use another run dir", which
+    named neither the file given nor anything true of a new run dir."""
+    longer = make_trainer("iter", max_iters=6, work_dir=tmp_path / "longer", hooks={"ckpt": PeriodicCheckpointer()})
+    longer.train()
+    final = tmp_path / "longer" / "checkpoints" / "final.pt"
+    shorter = make_trainer("iter", max_iters=4, work_dir=tmp_path / "shorter", resume=str(final))
+    with pytest.raises(ValueError) as refused:
+        shorter.train()
+    assert str(refused.value) == (f"trainer.max_iters=4: trainer.resume='{final}' is at iteration 6, past this run's length: "
+                                  f"a run cannot train back. Set trainer.max_iters=6 to end it there (more trains it on)")
+    assert not (tmp_path / "shorter" / "checkpoints").exists()

@@ -688,7 +688,7 @@ def test_a_hook_renamed_since_the_checkpoint_is_named_and_one_that_held_no_state
     assert hooks["cnt2"].count == 0 and not hasattr(hooks["late"], "count")
     assert [r.getMessage() for r in caplog.records] == [
         "The checkpoint holds the state of hook(s) cnt, which this run does not have, and this run's hook(s) cnt2 have "
-        "none there: a hook renamed starts afresh (its state stays under its old name: the old name resumes it)"]
+        "none there: if one was renamed, it starts afresh (its state stays under its old name, which resumes it)"]
     caplog.clear()
     same = make_trainer("iter", hooks={"cnt": _Counter()}, max_iters=4)  # one removed: said by the config's changes
     same.load_state_dict(state)
@@ -709,15 +709,17 @@ class _TwoLayers(torch.nn.Module):
         return torch.nn.functional.cross_entropy(self.head(torch.relu(self.b(torch.relu(self.a(x))))), y)
 
 
-def test_a_model_whose_layers_are_defined_in_another_order_resumes_each_ones_optimizer_state(tmp_path):
+@pytest.mark.parametrize("named", [False, True])
+def test_a_model_whose_layers_are_defined_in_another_order_resumes_each_ones_optimizer_state(tmp_path, named):
     """The optimizer's state (SGD's momentum) loaded by position: after swapping two same-shaped layers' lines the
-    resume gave a's momentum to b, silently, and the run ended elsewhere than an uninterrupted one."""
+    resume gave a's momentum to b, silently, and the run ended elsewhere than an uninterrupted one. An optimizer
+    given named parameters keeps torch's own param_names in step."""
     from launcher.trainer import IterTrainer
 
     def trainer(swapped):
         torch.manual_seed(0)
         model = _TwoLayers(swapped)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        opt = torch.optim.SGD(model.named_parameters() if named else model.parameters(), lr=0.1, momentum=0.9)
         return IterTrainer(model, opt, ToyData(features=8), device="cpu", work_dir=tmp_path, max_iters=3)
 
     first = trainer(False)
@@ -728,6 +730,8 @@ def test_a_model_whose_layers_are_defined_in_another_order_resumes_each_ones_opt
     momentum = {n: swapped.optimizer.state[p]["momentum_buffer"] for n, p in swapped.model.named_parameters()}
     for n, p in first.model.named_parameters():
         assert torch.equal(momentum[n], first.optimizer.state[p]["momentum_buffer"]), n
+    if named:
+        assert swapped.optimizer.param_groups[0]["param_names"] == [n for n, _ in swapped.model.named_parameters()]
 
 
 def test_a_checkpoint_of_a_model_with_other_parameters_names_each_side_once():
