@@ -18,6 +18,7 @@ _HORIZON_PARAMS = ("T_max", "total_steps", "total_iters")
 
 
 _INF = float("inf")
+DEFAULT_MONITOR = "val/loss"  # the metric ReduceLROnPlateau steps on unless told; others warn when given another
 logger = logging.getLogger(__name__)
 
 
@@ -58,7 +59,7 @@ class LRScheduler(HookBase):
         self,
         scheduler: Callable[[torch.optim.Optimizer], Any],
         by_epoch: bool = False,
-        monitor: str = "val/loss",
+        monitor: str = DEFAULT_MONITOR,
         warmup_iters: int = 0,
         warmup: str = "linear",
         warmup_factor: float = 0.001,
@@ -156,7 +157,7 @@ class LRScheduler(HookBase):
                 main = sched.SequentialLR(optimizer, [first, main], milestones=[warmup])
             self.scheduler = main
             self._plateau = isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-            if not self._plateau and self.monitor != "val/loss" and getattr(self.trainer, "is_main", True):
+            if not self._plateau and self.monitor != DEFAULT_MONITOR and getattr(self.trainer, "is_main", True):
                 logger.warning("hooks.%s.monitor=%s is not used: only ReduceLROnPlateau steps on a metric, and %s "
                                "follows its own schedule", self.name or "lr_scheduler", self.monitor, type(main).__name__)
         return self.scheduler

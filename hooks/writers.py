@@ -68,8 +68,7 @@ class PeriodicWriter(HookBase):
     def after_train(self) -> None:
         # Interrupted: what was recorded since the last write waits in the checkpoint for the resumed
         # run's next write, so the files get the rows an uninterrupted run writes, no extra one here.
-        # (nor any where the run failed before it began: a checkpoint refused holds the last run's values, not this one's)
-        if self.trainer.status != "interrupted" and getattr(self.trainer, "started_at", 0) is not None:
+        if self.trainer.status != "interrupted":
             self._flush()
         self.close()
 
@@ -342,7 +341,7 @@ class TensorBoardWriter(BufferedFileWriter):
 
     def after_train(self) -> None:
         t = self.trainer
-        if t.status != "interrupted" and getattr(t, "started_at", 0) is not None:  # as PeriodicWriter.after_train
+        if t.status != "interrupted":  # as PeriodicWriter.after_train
             self._flush()  # on every rank: under DDP the last values are averaged over the ranks here
         if self._writer is not None and t.status in ("completed", "stopped"):
             self._write_hparams()

@@ -651,8 +651,13 @@ class TrainerBase:
         self._train_started = time.time()
         self._read_loss = self._reads_loss_each_step()
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        try:
+        try:  # a checkpoint refused (another model's, past this run's length): the run never began, and no hook ran
             self.resume_or_load()
+        except BaseException as err:
+            self.status = "aborted" if isinstance(err, KeyboardInterrupt) else "failed"
+            self.storage.stop_syncing()
+            raise
+        try:
             self.started_at = self.iter
             self._call("before_train")
             if self._rng_to_restore is not None:  # after before_train, so nothing draws between

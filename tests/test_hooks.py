@@ -473,3 +473,30 @@ def test_resuming_another_runs_checkpoint_past_this_runs_length_is_refused_namin
     assert str(refused.value) == (f"trainer.max_iters=4: trainer.resume='{final}' is at iteration 6, past this run's length: "
                                   f"a run cannot train back. Set trainer.max_iters=6 to end it there (more trains it on)")
     assert not (tmp_path / "shorter" / "checkpoints").exists()
+
+
+class Events(HookBase):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def before_train(self):
+        self.seen.append("before_train")
+
+    def after_train(self):
+        self.seen.append("after_train")
+
+
+def test_a_run_whose_checkpoint_is_refused_runs_no_hook(tmp_path):
+    """Every hook's after_train ran though none had begun: the writers wrote a row of the refused checkpoint's
+    values (the console showed them as this run's), and a hook of the user's read state its before_train sets."""
+    make_trainer("iter", max_iters=6, work_dir=tmp_path, hooks={"ckpt": PeriodicCheckpointer(),
+                                                                "jsonl": JSONWriter(period=1)}).train()
+    rows = (tmp_path / "metrics.jsonl").read_bytes()
+    events = Events()
+    shorter = make_trainer("iter", max_iters=4, work_dir=tmp_path, hooks={"ckpt": PeriodicCheckpointer(), "events": events,
+                                                                          "jsonl": JSONWriter(period=1)})
+    with pytest.raises(ValueError, match="past this run's length"):
+        shorter.train()
+    assert events.seen == [] and shorter.status == "failed"
+    assert (tmp_path / "metrics.jsonl").read_bytes() == rows
