@@ -406,15 +406,18 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
                               f"{new_dir_advice()}")
         if done is not None and not lengthens(changes):  # an explicit checkpoint path always trains on
             check_values_not_applied(cfg, changes)
-            recorded = done["metrics"].get(cfg.objective)
+            value = done["metrics"].get(cfg.objective)
+            if value is None:  # a finished run reports another objective than it was run with: read from its metrics
+                warn_if_objective_unknown(str(cfg.objective), done["metrics"], "the finished run's metrics", "It returns NaN")
+                value = float("nan")
             logger.info("This run already finished (%s): %s = %s; not training again%s", done["status"], cfg.objective,
-                        f"{recorded:.4f}" if isinstance(recorded, float) else recorded,
+                        f"{value:.4f}" if isinstance(value, float) else value,
                         f" (its checkpoints are gone from {checkpoints}: trainer.resume=false trains it again from the "
                         f"start)" if gone else "")
-            if changes:
+            unapplied = [c for c in changes if c[0] not in ("objective", "objective_mode")]  # those two are: what it reports
+            if unapplied:
                 logger.warning("Not applied, as the run is over: %s. Raise trainer.max_epochs (or max_iters) to train "
-                               "it on, or choose %s", describe_changes(changes), new_dir_advice())
-            value = done["metrics"].get(cfg.objective, float("nan"))
+                               "it on, or choose %s", describe_changes(unapplied), new_dir_advice())
             return RunResult(objective=float(value), metrics=done["metrics"], status=done["status"], run_dir=run_dir,
                              stop_reason=done.get("stop_reason"))
         if done is not None:

@@ -429,6 +429,21 @@ def test_raising_max_iters_trains_a_finished_run_on_from_its_final_checkpoint(tm
     assert "already finished" in out and "Not applied, as the run is over: hooks.jsonl.period: 1 -> 5" in out
 
 
+def test_a_finished_run_asked_for_another_objective_reports_it_without_calling_it_not_applied(tmp_path, references, tmp_path_factory):
+    """It reported val/loss and then warned "Not applied, as the run is over: objective ..."; a misspelt one printed
+    "val/acc = None" with no word of the names it has."""
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    loss = read_run(run_dir)["metrics"]["val/loss"]
+    out = "".join(run_to_end([*command(run_dir, "iter", 0), "objective=val/loss", "objective_mode=min"], tmp_path).stdout)
+    assert f"This run already finished (completed): val/loss = {loss:.4f}; not training again" in out and "Not applied" not in out
+    proc = run_to_end([*command(run_dir, "iter", 0), "objective=val/acc"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "objective 'val/acc' is not among the finished run's metrics" in out and "objective=val/accuracy" in out
+    assert "val/acc = nan" in out and "Not applied" not in out
+
+
 
 def test_a_value_no_run_takes_is_refused_at_a_finished_run_not_warned_as_not_applied(tmp_path, references, tmp_path_factory):
     """A rerun of a finished run returns its result and lists the changes it does not apply: a value no run would take
