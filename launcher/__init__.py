@@ -351,7 +351,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
 def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[List[str]],
          on_start: Optional[Callable[[], None]], checked: bool) -> RunResult:
     from launcher.files import candidates as saved_checkpoints, resume_off
-    from launcher.rundir import (LENGTH, ConfigFilesBefore, check_resume_source, check_rerun, describe_changes, finished_result,
+    from launcher.rundir import (LENGTH, REPORTED, ConfigFilesBefore, check_resume_source, check_rerun, describe_changes, finished_result,
                                  ignore_outputs_in_git, lengthens, new_dir_advice, save_config_files, training_here_now)
 
     check_unresolvable(cfg)
@@ -414,7 +414,7 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
                         f"{value:.4f}" if isinstance(value, float) else value,
                         f" (its checkpoints are gone from {checkpoints}: trainer.resume=false trains it again from the "
                         f"start)" if gone else "")
-            unapplied = [c for c in changes if c[0] not in ("objective", "objective_mode")]  # those two are: what it reports
+            unapplied = [c for c in changes if c[0] not in REPORTED]  # what it reports is applied to its record
             if unapplied:
                 logger.warning("Not applied, as the run is over: %s. Raise trainer.max_epochs (or max_iters) to train "
                                "it on, or choose %s", describe_changes(unapplied), new_dir_advice())
@@ -509,6 +509,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         trainer.meta = {"overrides": list(overrides or []), "seed": cfg.seed, "objective": cfg.objective}
         said = [warn_if_objective_never_recorded(trainer, str(cfg.objective))]  # the objective's warning: given once
         warn_if_last_epochs_unvalidated(trainer)
+        warn_if_resumed_without_checkpointer(trainer)
         if trainer.is_main and str(cfg.objective).startswith("val/"):
             from hooks.base import HookBase
 
@@ -722,6 +723,22 @@ def warn_if_last_epochs_unvalidated(trainer: Any) -> None:
                    "last %d epoch(s) are not validated and val/* (and the objective) describe epoch %d's weights, not "
                    "the final ones; set trainer.max_epochs=%d, or add hooks.evaluator (it validates at the end)",
                    [list(w) for w in workflow], trainer.max_epochs, last, trainer.max_epochs - last, last, fits)
+
+
+def warn_if_resumed_without_checkpointer(trainer: Any) -> None:
+    """A rerun of a run dir with checkpoints, without the checkpointer hook (``~hooks.checkpointer``): it resumes,
+    saves nothing, and leaves ``checkpoints/`` (``final.pt`` too) at the point it resumed from while ``run.json``
+    records its end; a later rerun goes back there. Say so before training."""
+    from hooks.checkpoint import PeriodicCheckpointer
+    from launcher.files import candidates
+
+    if not trainer.is_main or trainer.resume != "auto" or any(isinstance(h, PeriodicCheckpointer) for h in trainer.hooks):
+        return
+    saved = candidates(trainer.checkpoint_dir)
+    if saved:
+        logger.warning("This run resumes from %s but has no checkpointer hook (hooks.checkpointer): it saves no "
+                       "checkpoint, so a stop loses what it trains, and the checkpoints there (final.pt too) will not hold "
+                       "the model it ends with. Keep hooks.checkpointer (drop ~hooks.checkpointer) to save them", saved[0])
 
 
 def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], devices: int, before: Any = None) -> RunResult:

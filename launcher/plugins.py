@@ -341,7 +341,7 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
 
     from launcher import check_trainer_config, check_values_not_applied
     from launcher.errors import ConfigError
-    from launcher.rundir import check_rerun, lengthens
+    from launcher.rundir import REPORTED, check_rerun, lengthens
 
     composed = _checked.get(id(config), {}).get(tuple(overrides))  # the sweep's check composed it already
     try:
@@ -374,7 +374,7 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
         logging.getLogger("launcher").warning("Could not check sweep job %d's earlier run in %s (%s: %s): the job runs, "
                                               "and its run decides", idx, path, type(err).__name__, err)
         return None
-    return None if lengthens(changes) else (objective, changes)
+    return None if lengthens(changes) else (objective, [c for c in changes if c[0] not in REPORTED])
 
 
 def number_ranges(numbers: Sequence[int]) -> str:

@@ -444,6 +444,7 @@ DEFINING = ("model", "optimizer", "data", "seed", "trainer._target_", "trainer.w
 # not the run's experiment: how its batches are loaded, and the val data (validation leaves training as it was)
 FREE_IN_DEFINING = ("data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor", "data.val")
 LENGTH = ("trainer.max_epochs", "trainer.max_iters")
+REPORTED = ("objective", "objective_mode")  # what a run returns: a finished run's rerun applies them to its result
 _ABSENT = "<absent>"
 
 
@@ -487,13 +488,34 @@ def recorded_config(run_dir: Path) -> Optional[Dict[str, Any]]:
 
 
 def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
-    """``(key, recorded value, new value)`` for every key that differs from the run dir's recorded config."""
+    """``(key, recorded value, new value)`` for every key that differs from the run dir's recorded config; a group
+    of settings added or removed as a whole (``~hooks.checkpointer``) is one change, its value a mapping."""
     old = recorded_config(run_dir)
     if old is None:
         return []
-    before, after = _flat(old), _flat(plain_config(cfg))
-    return [(k, before.get(k, _ABSENT), after.get(k, _ABSENT)) for k in sorted(set(before) | set(after))
-            if before.get(k, _ABSENT) != after.get(k, _ABSENT)]
+    new = plain_config(cfg)
+    before, after = _flat(old), _flat(new)
+    whole = _whole_groups(old, new)
+    grouped = {key for key, _, _ in whole}
+    inside = tuple(f"{key}." for key in grouped)
+    return sorted(whole + [(k, before.get(k, _ABSENT), after.get(k, _ABSENT)) for k in set(before) | set(after)
+                           if before.get(k, _ABSENT) != after.get(k, _ABSENT) and k not in grouped and not k.startswith(inside)],
+                  key=lambda change: change[0])
+
+
+def _whole_groups(old: Any, new: Any, prefix: str = "") -> List[Tuple[str, Any, Any]]:
+    """``(key, value, value)`` for each non-empty mapping on one side whose other side is none (``_ABSENT``, null, a
+    single value): a hook removed, ``data.val=null``."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return []
+    out: List[Tuple[str, Any, Any]] = []
+    for key in sorted(set(old) | set(new), key=str):
+        a, b = old.get(key, _ABSENT), new.get(key, _ABSENT)
+        if not (isinstance(a, dict) and isinstance(b, dict)) and (isinstance(a, dict) and bool(a)) != (isinstance(b, dict) and bool(b)):
+            out.append((f"{prefix}{key}", a, b))
+        else:
+            out.extend(_whole_groups(a, b, f"{prefix}{key}."))
+    return out
 
 
 def _defines(key: str) -> bool:
@@ -502,8 +524,17 @@ def _defines(key: str) -> bool:
     return any(key == k or key.startswith(k + ".") for k in DEFINING)
 
 
+def _shown(value: Any) -> str:
+    """A changed value as a message shows it: a group of settings added or removed by its ``_target_``."""
+    if value is _ABSENT:
+        return "(absent)"
+    if isinstance(value, dict):
+        return f"<{value['_target_']}>" if isinstance(value.get("_target_"), str) else "{...}"
+    return repr(value)
+
+
 def describe_changes(changes: Sequence[Tuple[str, Any, Any]], limit: int = 6) -> str:
-    shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changes[:limit])
+    shown = ", ".join(f"{k}: {_shown(a)} -> {_shown(b)}" for k, a, b in changes[:limit])
     return shown + (f" and {len(changes) - limit} more" if len(changes) > limit else "")
 
 

@@ -429,6 +429,22 @@ def test_raising_max_iters_trains_a_finished_run_on_from_its_final_checkpoint(tm
     assert "already finished" in out and "Not applied, as the run is over: hooks.jsonl.period: 1 -> 5" in out
 
 
+def test_a_run_trained_on_without_its_checkpointer_says_what_it_leaves_unsaved(tmp_path, references, tmp_path_factory):
+    """``~hooks.checkpointer`` on a rerun that trains on: it was listed as each of the hook's five keys changed to
+    '<absent>', and nothing said the run would save nothing, leaving final.pt at the old length's model while
+    run.json recorded the new end (a rerun with the checkpointer back then returned that record)."""
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    proc = run_to_end([*command(run_dir, "iter", 0), "trainer.max_iters=110", "~hooks.checkpointer"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "continuing with: trainer.max_iters: 100 -> 110, hooks.checkpointer: <hooks.checkpoint.PeriodicCheckpointer> " \
+        "-> (absent)\n" in out, out[-3000:]
+    assert f"This run resumes from {run_dir / 'checkpoints' / 'final.pt'} but has no checkpointer hook (hooks.checkpointer): " \
+        "it saves no checkpoint, so a stop loses what it trains" in out
+    assert torch.load(run_dir / "checkpoints" / "final.pt", weights_only=True)["iter"] == 100 and read_run(run_dir)["iter"] == 110
+
+
 def test_a_finished_run_asked_for_another_objective_reports_it_without_calling_it_not_applied(tmp_path, references, tmp_path_factory):
     """It reported val/loss and then warned "Not applied, as the run is over: objective ..."; a misspelt one printed
     "val/acc = None" with no word of the names it has."""
