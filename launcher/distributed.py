@@ -345,7 +345,9 @@ def share_run_dir(config: Any) -> None:
     with open_dict(config):
         config.hydra.run.dir = run_dir
         if not env.is_main:
-            config.hydra.job.name = f"{config.hydra.job.name}_rank{env.rank}"
+            file = OmegaConf.select(config, "hydra.job_logging.handlers.file")
+            if file is not None and "filename" in file:
+                file.filename = f"${{hydra.runtime.output_dir}}/train_rank{env.rank}.log"
             config.hydra.output_subdir = None  # rank 0 writes .hydra/
             console = OmegaConf.select(config, "hydra.job_logging.handlers.console")
             if console is not None:

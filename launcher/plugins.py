@@ -553,7 +553,7 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
                                  f"{record.get('iter')} ({record.get('stop_reason')}), with a checkpoint: rerun "
                                  f"{same_sweep(config)} to resume it")
         stopped.sweep_dir = Path(str(config.hydra.sweep.dir))
-        logging.getLogger("launcher").warning("%s; log: %s", stopped, job_dir / f"{config.hydra.job.name}.log")
+        logging.getLogger("launcher").warning("%s; log: %s", stopped, job_dir / "train.log")
         _write_summary(config)
         return ReportedFailure(overrides=list(overrides), status=JobStatus.FAILED, _return_value=stopped)
     died = JobDied(how)
@@ -561,7 +561,7 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
     if (job_dir / "run.json").is_file():
         mark_failed(job_dir, error, exit_code=exit_code or 1)
     record_failure(job_dir, error, overrides)
-    log = job_dir / f"{config.hydra.job.name}.log"
+    log = job_dir / "train.log"
     logging.getLogger("launcher").error("Sweep job %d failed (%s): %s%s", idx, " ".join(overrides), error,
                                         f"; log: {log}" if log.is_file() else " (its run never started: no log)")
     _write_summary(config)

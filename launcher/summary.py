@@ -552,7 +552,7 @@ class SweepSummary(Callback):  # type: ignore[misc]
                 "\n" + "".join(traceback.format_exception(type(err), err, err.__traceback__)[-6:]).rstrip()
             logger.error("Sweep job %s failed (%s): %s: %s; log: %s%s", config.hydra.job.num,
                          " ".join(OmegaConf.to_container(config.hydra.overrides.task, resolve=False)), type(err).__name__, last,
-                         Path(config.hydra.runtime.output_dir) / f"{config.hydra.job.name}.log", trace)
+                         Path(config.hydra.runtime.output_dir) / "train.log", trace)
             mark_reported(err, config.hydra.job.num)
             job_return.__class__ = ReportedFailure  # the sweeper raises it without Hydra's own line about it
 

@@ -1041,3 +1041,15 @@ def test_a_loss_ranked_highest_best_and_an_lr_of_zero_are_told(tmp_path):
     assert proc.returncode == 0 and out.count("objective=val/loss with objective_mode=max: a sweep ranks the highest "
                                               "val/loss best; set objective_mode=min") == 1, out[-3000:]
     assert "optimizer.lr=0: the weights will not change" in out
+
+
+def test_the_run_log_is_train_log_whatever_the_job_is_named(cli, tmp_path):
+    """``hydra.job.name=exp1`` (a name for the sweep's SLURM jobs) made the log ``exp1.log``, while the sweep's error
+    lines, DDP workers and the other ranks' errors name and write ``train.log``; a logging config of one's own
+    (``hydra/job_logging=stdout``) still replaces the launcher's."""
+    proc = cli("hydra.job.name=exp1", "hydra.run.dir=run", "trainer.max_epochs=1", *FAST)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Finished (completed)" in (tmp_path / "run" / "train.log").read_text() and not (tmp_path / "run" / "exp1.log").exists()
+    proc = cli("hydra/job_logging=stdout", "hydra.run.dir=other", "trainer.max_epochs=1", *FAST)
+    assert proc.returncode == 0 and "Finished (completed)" in proc.stdout, proc.stderr[-2000:]
+    assert not (tmp_path / "other" / "train.log").exists()
