@@ -5,6 +5,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -569,11 +570,44 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
             f"{str(Path(run_dir) / 'checkpoints')!r} to start over there (trainer.resume=auto resumes them)")
     changes, defining = _changes_since(run_dir, cfg)
     if defining:
+        back = restoring_overrides(defining, cfg)
+        how = (f"To resume it, give that run's values back ({back} on the command line, or the config file that set "
+               f"them as it was; its overrides are in .hydra/overrides.yaml there)" if back else
+               "Rerun with that run's overrides (.hydra/overrides.yaml there) to resume it")
         raise ConfigError(
             f"run dir {str(run_dir)!r} holds a run made with another config ({describe_changes(defining)}); its "
-            f"checkpoints belong to that run. Rerun with that run's overrides (.hydra/overrides.yaml there) to "
-            f"resume it, or choose {new_dir_advice()} for this one")
+            f"checkpoints belong to that run. {how}, or choose {new_dir_advice()} for this one")
     return changes
+
+
+def restoring_overrides(changes: Sequence[Tuple[str, Any, Any]], cfg: Any) -> str:
+    """The command-line overrides that give ``changes``' keys their recorded values back (``seed=3 ~model.bias``),
+    leaving out keys that follow another by interpolation (``data.seed: ${seed}``); "" where a group of settings
+    differs as a whole or in its ``_target_`` (another option of a group: only the run's overrides say which), or
+    where it takes more than four."""
+    from omegaconf import OmegaConf
+
+    out = []
+    for key, was, _ in changes:
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        if OmegaConf.is_dict(node) and leaf in node and OmegaConf.is_interpolation(node, leaf):
+            continue
+        if isinstance(was, dict) or key.endswith("_target_") or len(out) == 4:  # another option, or many values
+            return ""
+        out.append(f"~{key}" if was is _ABSENT else f"{key}={_as_override(was)}")
+    return " ".join(out)
+
+
+def _as_override(value: Any) -> str:
+    """``value`` as Hydra's override grammar reads it back."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_as_override(v) for v in value) + "]"
+    if isinstance(value, str) and not re.fullmatch(r"[A-Za-z_/][\w./-]*", value) or value in ("true", "false", "null"):
+        return "'" + value.replace("'", "\\'") + "'"
+    return str(value)
 
 
 def check_resume_source(checkpoint: Any, run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:

@@ -42,16 +42,23 @@ class SlurmJob(SlurmLauncher):
     SLURM recorded every failed run as COMPLETED: ``sacct``, ``--mail-type=FAIL`` and ``afterok``
     dependencies all took it for a success. The result is still pickled as before (the waiting
     sweep reads it); only the process's exit status changes, once submitit is done with it.
+
+    A job requeued (preempted, timed out) runs with the config its first attempt composed, which
+    submitit's requeue pickles with it: the plugin composed it again from the config files, so a file
+    edited for the next experiment while the job waited in the queue made its run another one, refused.
     """
 
-    def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
+    composed: Any = None  # the job's config as its first attempt composed it
+
+    def __call__(self, sweep_overrides: List[str], job_dir_key: str, job_num: int, job_id: str,
+                 singleton_state: Dict[type, Any]) -> JobReturn:
         from launcher.signals import SignalLatch
 
         with SignalLatch() as latch:  # over submitit's handlers: the run takes a held signal at its first step, then chains to them
             held = os.environ.pop(HELD_SIGNAL, None)
             if held:  # came before submitit's handlers were in place (see held_start)
                 os.kill(os.getpid(), int(held))
-            ret = super().__call__(*args, **kwargs)
+            ret = self._run_job(sweep_overrides, job_dir_key, job_num, singleton_state)
             if ret.status == JobStatus.COMPLETED:
                 # Its result is in: a preemption or walltime signal from now on asks nothing of the job. Passed to
                 # submitit's handler it requeued a finished job; after it, Python's shutdown puts the default action
@@ -60,6 +67,26 @@ class SlurmJob(SlurmLauncher):
         if ret.status == JobStatus.FAILED and os.environ.get("SLURM_JOB_ID"):
             exit_failed_at_exit()
         return ret
+
+    def _run_job(self, sweep_overrides: List[str], job_dir_key: str, job_num: int, singleton_state: Dict[type, Any]) -> JobReturn:
+        """The plugin's ``BaseSubmititLauncher.__call__``, composing the job's config on its first attempt only."""
+        import copy
+
+        import submitit
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import run_job, setup_globals
+        from omegaconf import open_dict
+
+        Singleton.set_state(singleton_state)
+        setup_globals()
+        if self.composed is None:
+            self.composed = self.hydra_context.config_loader.load_sweep_config(self.config, sweep_overrides)
+        sweep_config = copy.deepcopy(self.composed)
+        with open_dict(sweep_config.hydra.job) as job:
+            job.id = submitit.JobEnvironment().job_id
+            job.num = job_num
+        return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
+                       job_dir_key=job_dir_key, job_subdir_key="hydra.sweep.subdir")
 
 
 HELD_SIGNAL = "LAUNCHER_HELD_SIGNAL"

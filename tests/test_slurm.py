@@ -195,8 +195,15 @@ def test_a_job_signalled_as_its_python_starts_is_requeued_or_stopped_not_killed(
 
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_path, cluster_env, tasks):
+    """Also with a config file of the run edited while the job waits in the queue (for the next experiment): the
+    requeued job composed its config again from the files and was refused as another run (its run dir "holds a run
+    made with another config (seed: 3 -> 4)"); it goes on with the config it was submitted with."""
+    experiment = tmp_path / "conf" / "experiment" / "pinned.yaml"
+    experiment.parent.mkdir(parents=True)
+    experiment.write_text("# @package _global_\nseed: 3\n")
     common = ["trainer=iter", "trainer.max_iters=120", "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=50",
-              "hooks.jsonl.period=1", "hooks.jsonl.flush_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.02", *FAST]
+              "hooks.jsonl.period=1", "hooks.jsonl.flush_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.02",
+              f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "+experiment=pinned", *FAST]
     # With 2 tasks the job trains DDP over them; its reference is the same 2-rank training started here.
     ref = launch(["hydra.run.dir=ref", f"trainer.devices={tasks}", *common], tmp_path, cluster_env)
     assert ref.returncode == 0, ref.stderr[-3000:]
@@ -225,6 +232,7 @@ def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_pat
     summary = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], env=cluster_env, capture_output=True,
                              text=True, timeout=120)
     assert "| requeued |" in summary.stdout, summary.stdout + summary.stderr[-2000:]
+    experiment.write_text("# @package _global_\nseed: 4\n")
     _release_when_requeued(job, cluster_env, deadline, proc)
     try:
         out, _ = proc.communicate(timeout=300)
@@ -237,7 +245,7 @@ def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_pat
     log = (job_dir / "train.log").read_text()
     assert "received SIGUSR2" in log and "Resumed from" in log
     record = read_run(job_dir)
-    assert record["status"] == "completed" and record["attempt"] == 2
+    assert record["status"] == "completed" and record["attempt"] == 2 and record["config"]["seed"] == 3
     assert "1 requeued by SLURM (preempted or timed out) and went on: job 0 (2 attempts)" in out
     got = torch.load(job_dir / "checkpoints" / "final.pt", weights_only=False)
     want = torch.load(tmp_path / "ref" / "checkpoints" / "final.pt", weights_only=False)
