@@ -55,11 +55,11 @@ class EarlyStopping(HookBase):
         self.stopped = self.trainer.status == "running"
         self.trainer.request_stop(
             f"early stopping: {self.monitor} did not improve on {self.best:.6g} (validated after {self.best_iter} steps: "
-            f"iter {self.best_iter - 1} in metrics.jsonl) by more than {self.min_delta} for {self.bad} validations"
+            f"iter {max(self.best_iter - 1, 0)} in metrics.jsonl) by more than {self.min_delta} for {self.bad} validations"
         )
 
     def after_val(self) -> None:
-        self._judge(self.trainer.iter)
+        self._judge(self.trainer.steps_done)  # not .iter: inside a step (IterTrainer's validations), its 0-based index
 
     def _judge(self, iteration: int) -> None:
         metrics = self.trainer.last_val

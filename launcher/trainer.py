@@ -448,6 +448,11 @@ class TrainerBase:
         return list(self._hooks)
 
     @property
+    def steps_done(self) -> int:
+        """Steps run so far, the one running included (in its ``after_step``, :attr:`iter` is its 0-based index)."""
+        return self.iter + 1 if self._in_step else self.iter
+
+    @property
     def last_step(self) -> int:
         """0-based index of the last step run (0 before any): what scalars recorded now are keyed by."""
         return self.iter if self._in_step else max(self.iter - 1, 0)

@@ -108,8 +108,11 @@ def test_linear_warmup_gives_the_expected_lr_then_the_schedule():
     assert lrs[8] == pytest.approx(0.1 * (1 + math.cos(math.pi * 4 / 8)) / 2)  # T_max = 12 - 4
 
 
-def test_early_stopping_stops_at_the_right_epoch_on_a_scripted_metric(tmp_path):
-    scripted = iter([1.0, 0.8, 0.79, 0.81, 0.80, 0.9, 0.5])  # best 0.8 (epoch 2); 0.79 is within min_delta
+@pytest.mark.parametrize("kind", ["epoch", "iter"])
+def test_early_stopping_stops_at_the_right_validation_on_a_scripted_metric(tmp_path, kind):
+    """The iteration trainer validates inside a step's after_step: the best was named one step early there
+    ("validated after 7 steps: iter 6" for the validation after 8 steps, the row iter 7 of metrics.jsonl)."""
+    scripted = iter([1.0, 0.8, 0.79, 0.81, 0.80, 0.9, 0.5])  # best 0.8 (validation 2); 0.79 is within min_delta
 
     class Scripted(HookBase):
         priority = 55  # after validation recorded val/*, before EarlyStopping (60)
@@ -118,10 +121,17 @@ def test_early_stopping_stops_at_the_right_epoch_on_a_scripted_metric(tmp_path):
             self.trainer.last_val["val/loss"] = next(scripted)
 
     stopper = EarlyStopping(monitor="val/loss", mode="min", patience=3, min_delta=0.05)
-    trainer = make_trainer("epoch", hooks=[Evaluator(), Scripted(), stopper], max_epochs=20, work_dir=tmp_path)
-    trainer.train()
-    assert trainer.epoch == 5  # validations 3, 4, 5 did not beat 0.8 by more than 0.05
-    steps = 2 * trainer.steps_per_epoch  # the best is epoch 2's: named as the files number its row, and the count is 3
+    if kind == "epoch":
+        trainer = make_trainer("epoch", hooks=[Evaluator(), Scripted(), stopper], max_epochs=20, work_dir=tmp_path)
+        trainer.train()
+        assert trainer.epoch == 5  # validations 3, 4, 5 did not beat 0.8 by more than 0.05
+        steps = 2 * trainer.steps_per_epoch  # the best is epoch 2's: named as the files number its row, and the count is 3
+    else:
+        trainer = make_trainer("iter", hooks=[Evaluator(period=4, by_epoch=False), Scripted(), stopper], max_iters=80,
+                               work_dir=tmp_path)
+        trainer.train()
+        assert trainer.iter == 20
+        steps = 8
     assert trainer.status == "stopped" and trainer.stop_reason == (
         f"early stopping: val/loss did not improve on 0.8 (validated after {steps} steps: iter {steps - 1} in "
         f"metrics.jsonl) by more than 0.05 for 3 validations")
