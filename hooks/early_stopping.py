@@ -53,13 +53,19 @@ class EarlyStopping(HookBase):
         # A decision in the validation at the run's end (after_train) stops nothing: the run has completed, and a
         # rerun from its final.pt completes again rather than taking the decision as one that stopped it.
         self.stopped = self.trainer.status == "running"
+        if self.best_iter < 0:  # no validation gave a value to improve on (nan each time)
+            self.trainer.request_stop(f"early stopping: no validation gave {self.monitor} a value that compares (nan?) "
+                                      f"in {self.bad} validations")
+            return
         self.trainer.request_stop(
             f"early stopping: {self.monitor} did not improve on {self.best:.6g} (validated after {self.best_iter} steps: "
             f"iter {max(self.best_iter - 1, 0)} in metrics.jsonl) by more than {self.min_delta} for {self.bad} validations"
         )
 
     def after_val(self) -> None:
-        self._judge(self.trainer.steps_done)  # not .iter: inside a step (IterTrainer's validations), its 0-based index
+        # not .iter: inside a step (IterTrainer's validations) that is its 0-based index (checkpoints before 2026-12-06
+        # hold that one-lower count for the iteration trainer: only the message's numbers differ)
+        self._judge(self.trainer.steps_done)
 
     def _judge(self, iteration: int) -> None:
         metrics = self.trainer.last_val

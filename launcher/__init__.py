@@ -734,11 +734,10 @@ def warn_if_resumed_without_checkpointer(trainer: Any) -> None:
 
     if not trainer.is_main or trainer.resume != "auto" or any(isinstance(h, PeriodicCheckpointer) for h in trainer.hooks):
         return
-    saved = candidates(trainer.checkpoint_dir)
-    if saved:
-        logger.warning("This run resumes from %s but has no checkpointer hook (hooks.checkpointer): it saves no "
-                       "checkpoint, so a stop loses what it trains, and the checkpoints there (final.pt too) will not hold "
-                       "the model it ends with. Keep hooks.checkpointer (drop ~hooks.checkpointer) to save them", saved[0])
+    if candidates(trainer.checkpoint_dir):
+        logger.warning("This run resumes from its checkpoints in %s but has no checkpointer hook (hooks.checkpointer): it "
+                       "saves none, so a stop loses what it trains, and they (final.pt too) will not hold the model it "
+                       "ends with. Keep hooks.checkpointer (drop ~hooks.checkpointer) to save them", trainer.checkpoint_dir)
 
 
 def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], devices: int, before: Any = None) -> RunResult:

@@ -17,6 +17,7 @@ import contextlib
 import datetime
 import logging
 import os
+import re
 import socket
 import sys
 import threading
@@ -345,9 +346,10 @@ def share_run_dir(config: Any) -> None:
     with open_dict(config):
         config.hydra.run.dir = run_dir
         if not env.is_main:
-            file = OmegaConf.select(config, "hydra.job_logging.handlers.file")
-            if file is not None and "filename" in file:
-                file.filename = f"${{hydra.runtime.output_dir}}/train_rank{env.rank}.log"
+            for handler in (OmegaConf.select(config, "hydra.job_logging.handlers") or {}).values():
+                if OmegaConf.is_dict(handler) and "filename" in handler:  # train.log, or a logging config's own file
+                    name = str(handler._get_node("filename")._value())
+                    handler.filename = re.sub(r"(\.\w+)?$", rf"_rank{env.rank}\1", name, count=1)
             config.hydra.output_subdir = None  # rank 0 writes .hydra/
             console = OmegaConf.select(config, "hydra.job_logging.handlers.console")
             if console is not None:

@@ -288,18 +288,28 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
             continue
     done: Dict[int, Any] = {}
     unapplied: Dict[int, Any] = {}
+    unknown: Dict[int, Any] = {}  # finished jobs that never recorded the objective asked for: (objective, their metrics)
     for idx, overrides, path, record, outcome in refuse_what_runs_would_refuse(config, loader, jobs):
         if outcome is None or record is None:
             continue
         objective, changes = outcome
         ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, working_dir=str(path),
                         task_name=str(config.hydra.job.name))
-        ret.return_value = float(record.get("metrics", {}).get(objective, float("nan")))
+        metrics = record.get("metrics", {})
+        ret.return_value = float(metrics.get(objective, float("nan")))
+        if objective not in metrics:
+            unknown[idx] = (objective, metrics)
         done[idx] = ret
         (path / FAILURE).unlink(missing_ok=True)
         if changes:
             unapplied[idx] = changes
     mark_taken(jobs)
+    if unknown:  # as a finished run's rerun says it
+        from launcher import warn_if_objective_unknown
+
+        objective, metrics = unknown[min(unknown)]
+        warn_if_objective_unknown(objective, metrics, f"the metrics of finished sweep job(s) {number_ranges(sorted(unknown))}",
+                                  "They return NaN")
     if done:
         log.info("%d of %d sweep jobs already finished, not %s again (their results are in the summary): %s",
                  len(done), len(job_overrides), verb, number_ranges(sorted(done)))

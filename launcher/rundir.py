@@ -570,44 +570,76 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
             f"{str(Path(run_dir) / 'checkpoints')!r} to start over there (trainer.resume=auto resumes them)")
     changes, defining = _changes_since(run_dir, cfg)
     if defining:
-        back = restoring_overrides(defining, cfg)
-        how = (f"To resume it, give that run's values back ({back} on the command line, or the config file that set "
-               f"them as it was; its overrides are in .hydra/overrides.yaml there)" if back else
-               "Rerun with that run's overrides (.hydra/overrides.yaml there) to resume it")
         raise ConfigError(
             f"run dir {str(run_dir)!r} holds a run made with another config ({describe_changes(defining)}); its "
-            f"checkpoints belong to that run. {how}, or choose {new_dir_advice()} for this one")
+            f"checkpoints belong to that run. To resume it, {values_back(defining, cfg)}, or choose {new_dir_advice()} "
+            f"for this one")
     return changes
 
 
+def values_back(defining: Sequence[Tuple[str, Any, Any]], cfg: Any) -> str:
+    """How to give a run's recorded values back, for the advice to resume it: the overrides that do it, where
+    they can be written (a value may differ because a config file changed since, where the run's own overrides
+    are this command's), else its recorded overrides."""
+    back = restoring_overrides(defining, cfg)
+    if back:
+        return (f"give that run's values back ({back} on the command line, or the config file that set them as it "
+                f"was; its overrides are in .hydra/overrides.yaml there)")
+    return "rerun with that run's overrides (.hydra/overrides.yaml there)"
+
+
 def restoring_overrides(changes: Sequence[Tuple[str, Any, Any]], cfg: Any) -> str:
-    """The command-line overrides that give ``changes``' keys their recorded values back (``seed=3 ~model.bias``),
-    leaving out keys that follow another by interpolation (``data.seed: ${seed}``); "" where a group of settings
-    differs as a whole or in its ``_target_`` (another option of a group: only the run's overrides say which), or
-    where it takes more than four."""
+    """The command-line overrides that give ``changes``' keys their recorded values back (``seed=3 ~model.bias``,
+    ``+key=v`` for a key the config no longer has), leaving out a key that follows another of them by
+    interpolation (``data.seed: ${seed}``); "" where a group of settings differs as a whole or in its ``_target_``
+    (another option of a group: only the run's overrides say which), where a value does not read back the same
+    from an override written plainly (a string such as 'nan' or 'a b': the shell's quoting would have to keep
+    Hydra's), or where it takes more than four."""
     from omegaconf import OmegaConf
 
+    keys = {key for key, _, _ in changes}
     out = []
-    for key, was, _ in changes:
+    for key, was, now in changes:
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(cfg, parent) if parent else cfg
         if OmegaConf.is_dict(node) and leaf in node and OmegaConf.is_interpolation(node, leaf):
-            continue
-        if isinstance(was, dict) or key.endswith("_target_") or len(out) == 4:  # another option, or many values
+            target = re.fullmatch(r"\$\{([\w.]+)\}", str(node._get_node(leaf)._value()))
+            if target and (target.group(1) in keys or f"{parent}.{target.group(1).lstrip('.')}" in keys):
+                continue  # follows a key given back here
+        text = None if isinstance(was, dict) or key.endswith("_target_") or len(out) == 4 else \
+            f"~{key}" if was is _ABSENT else _plain_override(("+" if now is _ABSENT else "") + key, was)
+        if text is None:
             return ""
-        out.append(f"~{key}" if was is _ABSENT else f"{key}={_as_override(was)}")
+        out.append(text)
     return " ".join(out)
 
 
-def _as_override(value: Any) -> str:
-    """``value`` as Hydra's override grammar reads it back."""
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_as_override(v) for v in value) + "]"
-    if isinstance(value, str) and not re.fullmatch(r"[A-Za-z_/][\w./-]*", value) or value in ("true", "false", "null"):
-        return "'" + value.replace("'", "\\'") + "'"
-    return str(value)
+def _plain_override(key: str, value: Any) -> Optional[str]:
+    """``key=value`` as typed in a shell, with no quotes, where Hydra reads that back as ``value``; else None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    def text(v: Any) -> str:
+        if v is None or isinstance(v, bool):
+            return json.dumps(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ",".join(text(item) for item in v) + "]"
+        return str(v)
+
+    override = f"{key}={text(value)}"
+    if not re.fullmatch(r"[\w+~./=:,\[\]-]+", override):  # nothing a shell or Hydra's grammar would read otherwise
+        return None
+    try:
+        parsed = OverridesParser.create().parse_override(override).value()
+    except Exception:  # noqa: BLE001 -- not an override Hydra reads
+        return None
+    return override if _same(parsed, value) else None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, and of the same types throughout (the override ``k=3`` does not give back the string '3', nor 1 True)."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and (a == b or (a != a and b != b))  # (nan is nan's own value)
 
 
 def check_resume_source(checkpoint: Any, run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
@@ -627,8 +659,8 @@ def check_resume_source(checkpoint: Any, run_dir: Path, cfg: Any) -> List[Tuple[
     if defining:
         raise ConfigError(
             f"trainer.resume={checkpoint}: that checkpoint's run ({source}) was made with another config "
-            f"({describe_changes(defining)}); resuming goes on with that run as it was. Rerun with its overrides "
-            f"(.hydra/overrides.yaml there), or start from its weights alone with trainer.load_from={checkpoint}")
+            f"({describe_changes(defining)}); resuming goes on with that run as it was. To resume it, "
+            f"{values_back(defining, cfg)}, or start from its weights alone with trainer.load_from={checkpoint}")
     return changes
 
 

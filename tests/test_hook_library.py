@@ -647,3 +647,19 @@ def test_a_schedule_may_go_below_zero_after_the_runs_last_step():
     trainer = make_trainer("iter", hooks=[LRScheduler(schedule)], max_iters=10)
     trainer.train()
     assert trainer.iter == 10 and trainer.status == "completed"
+
+
+def test_early_stopping_on_a_metric_that_is_nan_each_time_says_so(tmp_path):
+    """It said "did not improve on inf (validated after -1 steps: iter -2 in metrics.jsonl)"."""
+
+    class Nan(HookBase):
+        priority = 55
+
+        def after_val(self):
+            self.trainer.last_val["val/loss"] = float("nan")
+
+    trainer = make_trainer("epoch", hooks=[Evaluator(), Nan(), EarlyStopping(monitor="val/loss", patience=2)], max_epochs=5,
+                           work_dir=tmp_path)
+    trainer.train()
+    assert trainer.epoch == 2 and trainer.stop_reason == \
+        "early stopping: no validation gave val/loss a value that compares (nan?) in 2 validations"

@@ -440,8 +440,8 @@ def test_a_run_trained_on_without_its_checkpointer_says_what_it_leaves_unsaved(t
     out = proc.stdout + proc.stderr
     assert "continuing with: trainer.max_iters: 100 -> 110, hooks.checkpointer: <hooks.checkpoint.PeriodicCheckpointer> " \
         "-> (absent)\n" in out, out[-3000:]
-    assert f"This run resumes from {run_dir / 'checkpoints' / 'final.pt'} but has no checkpointer hook (hooks.checkpointer): " \
-        "it saves no checkpoint, so a stop loses what it trains" in out
+    assert f"This run resumes from its checkpoints in {run_dir / 'checkpoints'} but has no checkpointer hook " \
+        "(hooks.checkpointer): it saves none, so a stop loses what it trains" in out
     assert torch.load(run_dir / "checkpoints" / "final.pt", weights_only=True)["iter"] == 100 and read_run(run_dir)["iter"] == 110
 
 

@@ -89,10 +89,11 @@ def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_t
     records = {j: read_run(sweep / str(j)) for j in (0, 1)}
 
     more = run_cli(["-m", "hydra/launcher=local", "seed=0,1,2", "trainer.max_epochs=1", "hooks.jsonl.period=7",
-                    f"hydra.sweep.dir={sweep}", *FAST], tmp_path)
+                    "objective=val/loss", "objective_mode=min", f"hydra.sweep.dir={sweep}", *FAST], tmp_path)
     out = more.stdout + more.stderr
     assert more.returncode == 0, out[-3000:]
     assert "2 of 3 sweep jobs already finished, not run again (their results are in the summary): 0-1" in out
+    # another objective is applied to their results: not listed as not applied
     assert "Not applied to 2 finished job(s), as their runs are over: hooks.jsonl.period: 20 -> 7 (jobs 0-1)" in out
     for j in (0, 1):  # no process of theirs ran: nothing logged, nothing recorded
         assert (sweep / str(j) / "train.log").read_text() == logs[j] and read_run(sweep / str(j)) == records[j]
@@ -100,6 +101,9 @@ def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_t
     summary = (sweep / "summary.md").read_text()  # the refused attempt's failure.json is gone: the jobs are done
     assert "Sweep of 3 job(s): 3 done" in out and summary.count("| done |") == 3 and "failed" not in out
     assert not (sweep / "0" / "failure.json").exists()
+    misspelt = run_cli(["-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=1", "hooks.jsonl.period=7",
+                        "objective=val/acc", f"hydra.sweep.dir={sweep}", *FAST], tmp_path)
+    assert "objective 'val/acc' is not among the metrics of finished sweep job(s) 0-1" in misspelt.stdout + misspelt.stderr
 
     longer = run_cli(["-m", "hydra/launcher=local", "seed=0,1,2", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST],
                      tmp_path)
