@@ -15,7 +15,7 @@ import re
 import sysconfig
 import traceback
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_object as _hydra_get_object
@@ -500,9 +500,40 @@ def missing_option_message(err: BaseException, overrides: Sequence[str] = ()) ->
     if not options:
         return None
     close = difflib.get_close_matches(name, options, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else "."
+    by_target = _option_by_target(group, name, options, overrides)
+    if by_target and close != [by_target[0]]:  # the name of what it builds, not of the option
+        hint = f"; did you mean {by_target[0]!r} (its _target_ is {by_target[1]})?"
+    else:
+        hint = f"; did you mean {close[0]!r}?" if close else "."
     where = _defaults_list_naming(group, name, overrides)
     return f"{group}: there is no option {name!r}{where}{hint} Available: {', '.join(options)}"
+
+
+def _option_by_target(group: str, name: str, options: Sequence[str], overrides: Sequence[str]) -> Optional[Tuple[str, str]]:
+    """``(option, its _target_)`` for the option of ``group`` whose ``_target_`` has ``name`` for its module or its
+    class (``param_schedule``: the option ``momentum_schedule`` builds ``hooks.param_schedule.ParamSchedule``), else None."""
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    def targets(node: Any) -> Iterator[str]:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "_target_" and isinstance(value, str):
+                    yield value
+                else:
+                    yield from targets(value)
+
+    wanted = name.replace("_", "").lower()
+    try:
+        _, repo = GlobalHydra.instance().config_loader()._parse_overrides_and_create_caching_repo(None, searchpath_override(overrides))
+        for option in options:
+            result = repo.load_config(f"{group}/{option}")
+            for target in targets(OmegaConf.to_container(result.config, resolve=False)) if result is not None else ():
+                if wanted in (part.replace("_", "").lower() for part in target.split(".")[1:]):
+                    return option, target
+    except Exception:  # noqa: BLE001 -- Hydra's internals moved: the close name alone
+        return None
+    return None
 
 
 def _defaults_list_naming(group: str, name: str, overrides: Sequence[str]) -> str:

@@ -130,6 +130,9 @@ BAD_INPUTS = [
     (["trainer.max_epochs=ten"], ["trainer.max_epochs", "ten", "Integer"]),
     (["trainer=epok"], ["trainer: there is no option 'epok'; did you mean 'epoch'? Available: epoch, iter"]),
     (["hooks=[default,earlystopping]"], ["hooks: there is no option 'earlystopping'; did you mean 'early_stopping'?"]),
+    # named after the module of the hook it means: the close name was 'lr_scheduler'
+    (["hooks=[default,param_schedule]"], ["hooks: there is no option 'param_schedule'; did you mean 'momentum_schedule' (its "
+                                          "_target_ is hooks.param_schedule.ParamSchedule)?"]),
     (["model._target_=launcher.models.MLPP"], ["model._target_", "MLPP", "did you mean 'launcher.models.MLP'"]),
     (["model._target_=nopkg.Net"], ["model._target_", "no module named 'nopkg'"]),
     (["+model.widht=3"], ["model", "widht", "accepts: in_features"]),
