@@ -298,17 +298,18 @@ def test_detached_submission_returns_at_once_with_job_ids_and_sweep_dir(tmp_path
     summary = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep_dir)], capture_output=True, text=True,
                              env=cluster_env)
     assert "seed=0" in summary.stdout and "seed=1" in summary.stdout  # listed before they finish
-    deadline = time.monotonic() + 240
+    # each job writes its run.json, then (its Hydra callback, a moment later) the sweep's summary: wait for both
+    deadline, rows = time.monotonic() + 240, ""
     while time.monotonic() < deadline:
         records = [read_run(d) for d in run_dirs(sweep_dir)]
-        if len(records) == 2 and all(r["status"] == "completed" for r in records):
+        rows = (sweep_dir / "summary.csv").read_text() if (sweep_dir / "summary.csv").exists() else ""
+        if len(records) == 2 and all(r["status"] == "completed" for r in records) and rows.count("done") == 2:
             break
         time.sleep(0.5)
     else:
-        pytest.fail(f"the detached jobs did not finish: {[read_run(d) for d in run_dirs(sweep_dir)]}")
+        pytest.fail(f"the detached jobs did not finish: {[read_run(d) for d in run_dirs(sweep_dir)]}; summary: {rows}")
     assert sorted(r["submitit"]["job_id"] for r in records) == sorted([ids.group(1), ids.group(2)])
-    rows = (sweep_dir / "summary.csv").read_text() if (sweep_dir / "summary.csv").exists() else ""
-    assert rows.count("done") == 2 and "pending" not in rows, rows
+    assert "pending" not in rows and "running" not in rows, rows
     # each job marked pending in its own dir (the subdir's), not in a numbered one left pending for good
     assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")) == ["seed_0", "seed_1"]
 
