@@ -509,10 +509,18 @@ def missing_option_message(err: BaseException, overrides: Sequence[str] = ()) ->
     return f"{group}: there is no option {name!r}{where}{hint} Available: {', '.join(options)}"
 
 
+def _config_repo(overrides: Sequence[str]) -> Any:
+    """Hydra's config repository (the search path with ``overrides``' ``hydra.searchpath=``), to load one config
+    file with its defaults list unmerged. Hydra's own, private: the callers fall back where it moved."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = GlobalHydra.instance().config_loader()
+    return loader._parse_overrides_and_create_caching_repo(None, searchpath_override(overrides))[1]
+
+
 def _option_by_target(group: str, name: str, options: Sequence[str], overrides: Sequence[str]) -> Optional[Tuple[str, str]]:
     """``(option, its _target_)`` for the option of ``group`` whose ``_target_`` has ``name`` for its module or its
     class (``param_schedule``: the option ``momentum_schedule`` builds ``hooks.param_schedule.ParamSchedule``), else None."""
-    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
     def targets(node: Any) -> Iterator[str]:
@@ -525,7 +533,7 @@ def _option_by_target(group: str, name: str, options: Sequence[str], overrides: 
 
     wanted = name.replace("_", "").lower()
     try:
-        _, repo = GlobalHydra.instance().config_loader()._parse_overrides_and_create_caching_repo(None, searchpath_override(overrides))
+        repo = _config_repo(overrides)
         for option in options:
             result = repo.load_config(f"{group}/{option}")
             for target in targets(OmegaConf.to_container(result.config, resolve=False)) if result is not None else ():
@@ -541,7 +549,6 @@ def _defaults_list_naming(group: str, name: str, overrides: Sequence[str]) -> st
     override selected (an experiment's ``override /model: regg``; Hydra's error names only the primary config),
     else ``""``."""
     from hydra.core.default_element import GroupDefault
-    from hydra.core.global_hydra import GlobalHydra
 
     selected = []
     for override in overrides:
@@ -553,8 +560,7 @@ def _defaults_list_naming(group: str, name: str, overrides: Sequence[str]) -> st
         if re.fullmatch(r"[\w/.-]+", key) and re.fullmatch(r"[\w/.-]+", value):
             selected.append(f"{key}/{value}")
     try:
-        loader = GlobalHydra.instance().config_loader()
-        _, repo = loader._parse_overrides_and_create_caching_repo(None, searchpath_override(overrides))
+        repo = _config_repo(overrides)
         for config_path in selected:
             result = repo.load_config(config_path)
             for item in (result.defaults_list or []) if result is not None else ():
