@@ -497,6 +497,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
 
 def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool,
                 before_chain: Callable[[], None]) -> RunResult:
+    from launcher.files import candidates
     from launcher.rundir import RunRecord, plain_config, same_command
     from launcher.signals import EXIT_INTERRUPTED, GracefulStop
 
@@ -509,7 +510,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         trainer.meta = {"overrides": list(overrides or []), "seed": cfg.seed, "objective": cfg.objective}
         said = [warn_if_objective_never_recorded(trainer, str(cfg.objective))]  # the objective's warning: given once
         warn_if_last_epochs_unvalidated(trainer)
-        warn_if_resumed_without_checkpointer(trainer)
+        unsaved_since = warn_if_resumed_without_checkpointer(trainer)
         if trainer.is_main and str(cfg.objective).startswith("val/"):
             from hooks.base import HookBase
 
@@ -553,6 +554,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         if trainer.status != "interrupted" and not any(said) and trainer.is_main:
             warn_if_objective_unknown(str(cfg.objective), metrics, "the run's metrics", "The run returns NaN")
         objective = float("nan")
+    warn_if_nothing_saved(trainer, unsaved_since)
     exit_code = EXIT_INTERRUPTED if trainer.status == "interrupted" else 0
     record.finish(trainer.status, exit_code, metrics, objective={"name": cfg.objective, "value": objective},
                   stop_reason=trainer.stop_reason if trainer.status != "completed" else None, iter=trainer.iter,
@@ -561,7 +563,11 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         if main:  # rank 0 wrote the checkpoint; the other ranks cannot tell whether it is on disk yet
             last = trainer.checkpoint_dir / "last"
             saved = last.is_file() and last.read_text().strip() == f"iter_{trainer.iter:07d}.pt"
-            advice = f"Run {same_command(run_dir)} to resume." if saved else "No checkpoint was written (no checkpointer hook): a rerun starts over."
+            older = [] if saved else candidates(trainer.checkpoint_dir)  # one it resumed from, or a hook of one's own saved
+            advice = (f"Run {same_command(run_dir)} to resume." if saved else
+                      f"No checkpoint of it was written (no checkpointer hook): {same_command(run_dir)} resumes from "
+                      f"{older[0].name}, an older one." if older else
+                      "No checkpoint was written (no checkpointer hook): a rerun starts over.")
             logger.warning("Interrupted at iteration %d (%s); exit code %d. %s", trainer.iter,
                            (stopper.name if stopper is not None and stopper.name else None) or trainer.stop_reason,
                            EXIT_INTERRUPTED, advice)
@@ -725,19 +731,40 @@ def warn_if_last_epochs_unvalidated(trainer: Any) -> None:
                    [list(w) for w in workflow], trainer.max_epochs, last, trainer.max_epochs - last, last, fits)
 
 
-def warn_if_resumed_without_checkpointer(trainer: Any) -> None:
+def warn_if_resumed_without_checkpointer(trainer: Any) -> Optional[int]:
     """A rerun of a run dir with checkpoints, without the checkpointer hook (``~hooks.checkpointer``): it resumes,
     saves nothing, and leaves ``checkpoints/`` (``final.pt`` too) at the point it resumed from while ``run.json``
-    records its end; a later rerun goes back there. Say so before training."""
+    records its end; a later rerun goes back there. Say so before training; where a hook of the user's own may
+    save them, :func:`warn_if_nothing_saved` asks after training: returns the time (ns) to ask from, else None."""
+    import time
+
     from hooks.checkpoint import PeriodicCheckpointer
     from launcher.files import candidates
 
     if not trainer.is_main or trainer.resume != "auto" or any(isinstance(h, PeriodicCheckpointer) for h in trainer.hooks):
-        return
+        return None
     if candidates(trainer.checkpoint_dir):
+        if any(type(h).__module__.partition(".")[0] not in ("hooks", "launcher") for h in trainer.hooks):
+            return time.time_ns()  # one of the user's own hooks may be their checkpointer
         logger.warning("This run resumes from its checkpoints in %s but has no checkpointer hook (hooks.checkpointer): it "
                        "saves none, so a stop loses what it trains, and they (final.pt too) will not hold the model it "
                        "ends with. Keep hooks.checkpointer (drop ~hooks.checkpointer) to save them", trainer.checkpoint_dir)
+    return None
+
+
+def warn_if_nothing_saved(trainer: Any, since: Optional[int]) -> None:
+    """After training from :func:`warn_if_resumed_without_checkpointer`'s ``since``: no hook (of the user's own)
+    wrote a checkpoint while the run trained on from its checkpoints."""
+    from launcher.files import candidates
+
+    if since is None or trainer.started_at is None or trainer.iter == trainer.started_at or trainer.status == "interrupted":
+        return  # an interrupted run's last line says what a rerun resumes from
+    newest = candidates(trainer.checkpoint_dir)
+    if not newest or max(p.stat().st_mtime_ns for p in newest) < since:
+        logger.warning("This run resumed from its checkpoints in %s and trained on to iteration %d, but no hook saved a "
+                       "checkpoint there (it has no checkpointer hook, hooks.checkpointer): they (final.pt too) do not "
+                       "hold the model it ended with, and a rerun resumes from iteration %d", trainer.checkpoint_dir,
+                       trainer.iter, trainer.started_at)
 
 
 def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], devices: int, before: Any = None) -> RunResult:

@@ -61,3 +61,13 @@ class EpochTally(HookBase):
 
     def load_state_dict(self, state):
         self.epochs = state["epochs"]
+
+
+class SaveAtEnd(HookBase):
+    """A checkpointer of the user's own (not a PeriodicCheckpointer): ``final.pt`` at the end, through torch.save."""
+
+    def after_train(self):
+        if self.trainer.status == "completed" and self.trainer.is_main:
+            import torch
+
+            torch.save(self.trainer.state_dict(), self.trainer.checkpoint_dir / "final.pt")

@@ -436,13 +436,42 @@ def test_a_run_trained_on_without_its_checkpointer_says_what_it_leaves_unsaved(t
     reference = reference_for(references, tmp_path_factory, "iter", 0)
     run_dir = tmp_path / "run"
     shutil.copytree(reference, run_dir)
-    proc = run_to_end([*command(run_dir, "iter", 0), "trainer.max_iters=110", "~hooks.checkpointer"], tmp_path)
+    # the test's own pace hook is no checkpointer, but may be one: the built-in hooks alone are warned before training
+    builtin = [a for a in command(run_dir, "iter", 0) if "hooks.pace" not in a]
+    proc = run_to_end([*builtin, "trainer.max_iters=110", "~hooks.checkpointer"], tmp_path)
     out = proc.stdout + proc.stderr
     assert "continuing with: trainer.max_iters: 100 -> 110, hooks.checkpointer: <hooks.checkpoint.PeriodicCheckpointer> " \
-        "-> (absent)\n" in out, out[-3000:]
+        "-> (absent)" in out, out[-3000:]
     assert f"This run resumes from its checkpoints in {run_dir / 'checkpoints'} but has no checkpointer hook " \
         "(hooks.checkpointer): it saves none, so a stop loses what it trains" in out
     assert torch.load(run_dir / "checkpoints" / "final.pt", weights_only=True)["iter"] == 100 and read_run(run_dir)["iter"] == 110
+
+    # a hook of the user's own that saves checkpoints: no warning (it was warned as if nothing would be saved)
+    saving = tmp_path / "saving"
+    shutil.copytree(reference, saving)
+    proc = run_to_end([*command(saving, "iter", 0), "trainer.max_iters=110", "~hooks.checkpointer",
+                       "+hooks.save._target_=pace.SaveAtEnd"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "checkpointer hook" not in out, out[-3000:]
+    assert torch.load(saving / "checkpoints" / "final.pt", weights_only=True)["iter"] == 110
+    # one that saves none: said after training, with where a rerun resumes
+    quiet = tmp_path / "quiet"
+    shutil.copytree(reference, quiet)
+    proc = run_to_end([*command(quiet, "iter", 0), "trainer.max_iters=110", "~hooks.checkpointer"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "resumes from its checkpoints" not in out, out[-3000:]
+    assert f"This run resumed from its checkpoints in {quiet / 'checkpoints'} and trained on to iteration 110, but no " \
+        "hook saved a checkpoint there (it has no checkpointer hook, hooks.checkpointer): they (final.pt too) do not " \
+        "hold the model it ended with, and a rerun resumes from iteration 100" in out, out[-3000:]
+    # stopped by a signal there: a rerun goes back to the checkpoint it resumed from ("starts over", it said)
+    shutil.rmtree(quiet)
+    shutil.copytree(reference, quiet)
+    proc = subprocess.run([*command(quiet, "iter", 0), "trainer.max_iters=110", "~hooks.checkpointer",
+                           "+hooks.pace.signal_after=104"], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 75 and "Interrupted at iteration 105 (SIGTERM); exit code 75. No checkpoint of it " \
+        "was written (no checkpointer hook): the same command resumes from final.pt, an older one." in out, out[-3000:]
+    assert "no hook saved" not in out  # said once
 
 
 def test_a_finished_run_asked_for_another_objective_reports_it_without_calling_it_not_applied(tmp_path, references, tmp_path_factory):
