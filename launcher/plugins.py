@@ -85,7 +85,7 @@ def plan_sweep(config: Any) -> None:
         check_requests(config.hydra.launcher, "slurm" if target.endswith(".AttachedSlurmLauncher") else "slurm_detached")
     if not forks and "launcher.local" in sys.modules:  # started as the command line was read, and not wanted
         sys.modules["launcher.local"].stop_fork_server()
-    _check_jobs(config, keep=local)  # a local sweep's jobs take the configs composed to check them
+    _check_jobs(config, keep=local or target.endswith((".AttachedSlurmLauncher", ".DetachedSlurmLauncher")))  # the jobs take the configs composed to check them
 
 
 def _check_jobs(config: Any, keep: bool = False) -> None:

@@ -43,17 +43,21 @@ class SlurmJob(SlurmLauncher):
     dependencies all took it for a success. The result is still pickled as before (the waiting
     sweep reads it); only the process's exit status changes, once submitit is done with it.
 
-    A job requeued (preempted, timed out) runs with the config its first attempt composed, which
-    submitit's requeue pickles with it: the plugin composed it again from the config files, so a file
-    edited for the next experiment while the job waited in the queue made its run another one, refused.
+    A job runs with the config the sweep composed as it submitted the job (``composed``, pickled with
+    it; composed by its first attempt where the sweep could not), on every attempt: the plugin composed
+    it in the job from the config files, as it started and again as it was requeued (preempted, timed
+    out), so a file edited for the next experiment while the job waited in the queue reached it, and
+    made a requeued job's run another one, refused.
     """
 
-    composed: Any = None  # the job's config as its first attempt composed it
+    composed: Any = None  # the job's config as the sweep (or its first attempt) composed it
 
     def __call__(self, sweep_overrides: List[str], job_dir_key: str, job_num: int, job_id: str,
-                 singleton_state: Dict[type, Any]) -> JobReturn:
+                 singleton_state: Dict[type, Any], composed: Any = None) -> JobReturn:
         from launcher.signals import SignalLatch
 
+        if self.composed is None:
+            self.composed = composed
         with SignalLatch() as latch:  # over submitit's handlers: the run takes a held signal at its first step, then chains to them
             held = os.environ.pop(HELD_SIGNAL, None)
             if held:  # came before submitit's handlers were in place (see held_start)
@@ -153,6 +157,7 @@ def submit_unfinished(submit: Any, done: Dict[int, Any], submitted: List[Tuple[A
     def map_array(executor: Any, fn: Any, *iterable: Any) -> List[Any]:
         rows = list(zip(*iterable))  # the plugin's job params: (overrides, dir key, job number, job id, singleton state)
         todo = [row for row in rows if row[2] not in done and row[2] not in queued]
+        todo = [(*row, config) for row, config in zip(todo, compose_jobs(fn, [row[0] for row in todo]))]
         jobs = list(submit(executor, fn, *zip(*todo))) if todo else []
         submitted.extend((job, row[2], list(row[0])) for job, row in zip(jobs, todo))
         fresh = iter(jobs)
@@ -175,6 +180,26 @@ def submit_unfinished(submit: Any, done: Dict[int, Any], submitted: List[Tuple[A
         return out
 
     return map_array
+
+
+def compose_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]]) -> List[Any]:
+    """Each job's config, composed in the sweep's process as the jobs are submitted (:class:`SlurmJob` runs with
+    it): the config files as they are now, not as they are when SLURM starts the job. None for one that does not
+    compose: its job composes it, and fails with the message a run gives."""
+    from launcher.plugins import take_composed
+
+    if len(job_overrides) > 50:  # about 0.08 s each
+        log.info("Composing the configs of %d jobs to submit them with", len(job_overrides))
+    configs = []
+    for overrides in job_overrides:
+        config = take_composed(launcher.config, overrides)  # composed already to check the sweep
+        if config is None:
+            try:
+                config = launcher.hydra_context.config_loader.load_sweep_config(launcher.config, list(overrides))
+            except Exception:  # noqa: BLE001 -- said by the job, as a run says it
+                config = None
+        configs.append(config)
+    return configs
 
 
 def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, done: Dict[int, Any],

@@ -314,6 +314,32 @@ def test_detached_submission_returns_at_once_with_job_ids_and_sweep_dir(tmp_path
     assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")) == ["seed_0", "seed_1"]
 
 
+def test_jobs_waiting_in_the_queue_run_the_config_their_sweep_was_submitted_with(tmp_path, cluster_env):
+    """A config file edited once the sweep is submitted (for the next experiment) reached the jobs still waiting
+    in the queue: the plugin composed each job's config in the job, as it started. The sweep composes them."""
+    experiment = tmp_path / "conf" / "experiment" / "pinned.yaml"
+    experiment.parent.mkdir(parents=True)
+    experiment.write_text("# @package _global_\noptimizer:\n  lr: 0.05\n")
+    sweep = tmp_path / "sweep"
+    proc = launch(["-m", "hydra/launcher=slurm_detached", *SLURM[1:], "hydra.launcher.array_parallelism=1", "seed=0,1",
+                   f"hydra.sweep.dir={sweep}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "+experiment=pinned",
+                   "trainer.max_epochs=3", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.1", *FAST],
+                  tmp_path, cluster_env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    experiment.write_text("# @package _global_\noptimizer:\n  lr: 0.2\n")  # job 1 waits behind job 0 (seconds)
+    assert not (sweep / "1" / "run.json").exists()
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        records = [read_run(sweep / n) if (sweep / n / "run.json").exists() else {} for n in ("0", "1")]
+        if all(r.get("status") in ("completed", "failed") for r in records):
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"the jobs did not finish: {records}")
+    assert [r["status"] for r in records] == ["completed", "completed"], records
+    assert [r["config"]["optimizer"]["lr"] for r in records] == [0.05, 0.05]
+
+
 def test_the_summary_of_a_detached_sweep_asks_slurm_about_jobs_that_ended_without_a_record(tmp_path, cluster_env):
     """A detached sweep's job cancelled while queued never writes run.json, and one killed outright leaves
     run.json "running": the summary read them pending and running for good. It now asks SLURM."""
