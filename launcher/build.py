@@ -147,7 +147,7 @@ def _mistyped(full_key: str, sub: Any, target: Optional[str]) -> Optional[str]:
         else:
             continue
         if wrong:
-            return f"{full_key}.{name}: {value!r} is not {wanted}"
+            return f"{full_key}.{name}: {value!r} is not {wanted}{_env_hint(sub, name, value, f'{full_key}.{name}')}"
     return None
 
 
@@ -223,8 +223,22 @@ def _misfit(key: str, node: Any) -> Optional[str]:
         if rule is not None and not rule[1](value) and (value is not None or param.default is not None):
             kind = rule[0]
             shown = "null" if value is None else repr(value)
-            return f"{key}.{name}: {shown} is not {kind} ({target} takes {'a bool' if kind == 'true or false' else kind} there)"
+            return (f"{key}.{name}: {shown} is not {kind} ({target} takes {'a bool' if kind == 'true or false' else kind} "
+                    f"there){_env_hint(node, name, value, f'{key}.{name}')}")
     return None
+
+
+def _env_hint(node: DictConfig, name: Any, value: Any, full_key: str) -> str:
+    """For a string that an environment variable gave (``${oc.env:X,true}``, which is always a string): how to
+    read it as the value it spells; else ``""``."""
+    try:
+        raw = node._get_node(name)._value()
+    except Exception:  # noqa: BLE001
+        return ""
+    if not isinstance(value, str) or not isinstance(raw, str) or not raw.startswith("${oc.env:") or not raw.endswith("}"):
+        return ""
+    decoded = f"${{oc.decode:{raw}}}"
+    return f"; {raw} gives a string: {decoded} reads the value it spells (on the command line: {full_key}='{decoded}')"
 
 
 _HYDRA_INSTANTIATE = os.path.join("hydra", "_internal", "instantiate", "_instantiate2.py")

@@ -128,6 +128,12 @@ BAD_INPUTS = [
     (["hooks.consol.period=5"], ["hooks.consol: no such key in hooks; did you mean hooks.console?", "checkpointer"]),
     (["+trainer.max_epoch=3"], ["max_epoch", "accepts: max_epochs"]),
     (["trainer.max_epochs=ten"], ["trainer.max_epochs", "ten", "Integer"]),
+    # an environment variable gives a string: how to read the bool it spells
+    (["hooks.checkpointer.save_final=${oc.env:SAVE_FINAL,true}"],
+     ["hooks.checkpointer.save_final: 'True' is not true or false", "${oc.env:SAVE_FINAL,true} gives a string: "
+      "${oc.decode:${oc.env:SAVE_FINAL,true}} reads the value it spells (on the command line: "
+      "hooks.checkpointer.save_final='${oc.decode:${oc.env:SAVE_FINAL,true}}')"]),
+    (["optimizer.lr=${oc.env:LR,0.1}"], ["optimizer.lr: '0.1' is not a number; ${oc.env:LR,0.1} gives a string"]),
     (["trainer=epok"], ["trainer: there is no option 'epok'; did you mean 'epoch'? Available: epoch, iter"]),
     (["hooks=[default,earlystopping]"], ["hooks: there is no option 'earlystopping'; did you mean 'early_stopping'?"]),
     # named after the module of the hook it means: the close name was 'lr_scheduler'
