@@ -604,7 +604,7 @@ def restoring_overrides(changes: Sequence[Tuple[str, Any, Any]], cfg: Any) -> st
         node = OmegaConf.select(cfg, parent) if parent else cfg
         if OmegaConf.is_dict(node) and leaf in node and OmegaConf.is_interpolation(node, leaf):
             target = re.fullmatch(r"\$\{([\w.]+)\}", str(node._get_node(leaf)._value()))
-            if target and (target.group(1) in keys or f"{parent}.{target.group(1).lstrip('.')}" in keys):
+            if target and _absolute_key(target.group(1), parent) in keys:
                 continue  # follows a key given back here
         text = None if isinstance(was, dict) or key.endswith("_target_") or len(out) == 4 else \
             f"~{key}" if was is _ABSENT else _plain_override(("+" if now is _ABSENT else "") + key, was)
@@ -612,6 +612,19 @@ def restoring_overrides(changes: Sequence[Tuple[str, Any, Any]], cfg: Any) -> st
             return ""
         out.append(text)
     return " ".join(out)
+
+
+def _absolute_key(target: str, parent: str) -> Optional[str]:
+    """The key an interpolation ``${target}`` in the node ``parent`` names: ``${seed}`` the root's seed, ``${.x}``
+    ``parent``'s x, ``${..x}`` its parent's; None where it climbs above the root."""
+    name = target.lstrip(".")
+    up = len(target) - len(name) - 1  # ${.x}: no level up; ${..x}: one
+    if up < 0:
+        return target
+    parts = parent.split(".") if parent else []
+    if up > len(parts):
+        return None
+    return ".".join([*parts[: len(parts) - up], name])
 
 
 def _plain_override(key: str, value: Any) -> Optional[str]:

@@ -1069,16 +1069,19 @@ def test_a_run_refused_for_a_config_file_edited_since_is_told_the_values_that_re
     value had changed in a config file, and following the advice was refused again."""
     experiment = tmp_path / "conf" / "experiment" / "pinned.yaml"
     experiment.parent.mkdir(parents=True)
-    experiment.write_text("# @package _global_\nseed: 3\noptimizer:\n  lr: 0.05\n  dampening: 0.0\n")
+    experiment.write_text("# @package _global_\nseed: 3\noptimizer:\n  lr: 0.05\n  dampening: 0.0\n"
+                          "data:\n  train:\n    num_classes: 10\nmodel:\n  num_classes: ${..data.train.num_classes}\n")
     args = ["--config-dir", str(tmp_path / "conf"), "hydra.run.dir=run", "+experiment=pinned", "trainer.max_epochs=1", *FAST]
     assert cli(*args).returncode == 0
-    experiment.write_text("# @package _global_\nseed: 4\noptimizer:\n  lr: 0.1\n")
+    experiment.write_text("# @package _global_\nseed: 4\noptimizer:\n  lr: 0.1\ndata:\n  train:\n    num_classes: 5\n"
+                          "model:\n  num_classes: ${..data.train.num_classes}\n")
     proc = cli(*args)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 2 and "(data.seed: 3 -> 4, optimizer.dampening: 0.0 -> (absent), optimizer.lr: 0.05 -> 0.1, " \
-        "seed: 3 -> 4)" in out, out[-2000:]
-    # data.seed follows seed (${seed}); the key the file no longer sets is added back with +
-    assert "To resume it, give that run's values back (+optimizer.dampening=0.0 optimizer.lr=0.05 seed=3 on the command " \
-           "line, or the config file that set them as it was;" in out
-    proc = cli(*args, "+optimizer.dampening=0.0", "optimizer.lr=0.05", "seed=3")
+    assert proc.returncode == 2 and "(data.seed: 3 -> 4, data.train.num_classes: 10 -> 5, model.num_classes: 10 -> 5, " \
+        "optimizer.dampening: 0.0 -> (absent), optimizer.lr: 0.05 -> 0.1, seed: 3 -> 4)" in out, out[-2000:]
+    # data.seed follows seed (${seed}), model.num_classes data.train's (${..data.train.num_classes}); the key the
+    # file no longer sets is added back with +
+    assert "To resume it, give that run's values back (data.train.num_classes=10 +optimizer.dampening=0.0 " \
+           "optimizer.lr=0.05 seed=3 on the command line, or the config file that set them as it was;" in out, out[-2000:]
+    proc = cli(*args, "data.train.num_classes=10", "+optimizer.dampening=0.0", "optimizer.lr=0.05", "seed=3")
     assert proc.returncode == 0 and "This run already finished (completed)" in proc.stdout, proc.stderr[-2000:]
