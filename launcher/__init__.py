@@ -773,6 +773,7 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     nothing leaves as rank 0 kept it."""
     import json
     import signal
+    import time
 
     from omegaconf import OmegaConf
 
@@ -788,14 +789,20 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
         if before is None or not before.record_kept():
             mark_failed(run_dir, "KeyboardInterrupt: stopped by Ctrl-C", status="aborted", exit_code=130)
 
+    started = time.time()
     try:
         root = logging.getLogger()  # the console's level here: the CLI's INFO; from Python, warnings unless configured
         console_level = root.getEffectiveLevel() if root.handlers else logging.WARNING
         received, previous = distributed.spawn(_spawned_worker, (config, str(run_dir), list(overrides or []), console_level),
                                                devices)
     except KeyboardInterrupt:
-        mark_aborted()
-        raise
+        if not _finished_since(run_dir, started):
+            mark_aborted()
+            raise
+        # a Ctrl-C while the workers shut down, after rank 0 had recorded the run's end (a single process takes it so)
+        logger.warning("Ctrl-C after the run had finished: %s", "its record and final checkpoint stand" if
+                       (run_dir / "checkpoints" / "final.pt").is_file() else "its record stands")
+        received, previous = None, None
     except Exception as err:  # torch.multiprocessing's ProcessRaisedException / ProcessExitedException
         received, previous = _after_worker_failure(err, run_dir, before is not None and before.record_kept()), None
     try:
@@ -812,6 +819,16 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
         chain_to(previous, received)  # e.g. submitit's handler, which requeues the job: rank 0's checkpoint is on disk
     return RunResult(objective=float(value), metrics=metrics, status=status, run_dir=run_dir,
                      stop_reason=data.get("stop_reason"))
+
+
+def _finished_since(run_dir: Path, since: float) -> bool:
+    """Whether ``run_dir``'s record says its run finished, written at or after ``since`` (this attempt's end)."""
+    from launcher.rundir import finished_result
+
+    try:
+        return finished_result(run_dir) is not None and (run_dir / "run.json").stat().st_mtime >= since
+    except OSError:
+        return False
 
 
 def _after_worker_failure(err: Exception, run_dir: Path, kept: bool = False) -> int:
@@ -861,6 +878,6 @@ def _spawned_worker(rank: int, world_size: int, port: int, parent: int, ready: A
         run(OmegaConf.create(config), run_dir, overrides, checked=True)  # the parent checked the run dir
     except KeyboardInterrupt:  # torch's worker wrapper would exit 0 on it, and the parent wait for its peers
         raise SystemExit(130) from None
-    finally:  # a stop signal from here is the parent's late copy: ignored (handlers are gone as Python shuts down)
-        for sig in SignalLatch.SIGNALS:
+    finally:  # a stop signal or Ctrl-C from here is the parent's late copy: ignored (handlers are gone as Python shuts
+        for sig in (*SignalLatch.SIGNALS, signal.SIGINT):  # down; a KeyboardInterrupt waiting for threads was a traceback)
             signal.signal(sig, signal.SIG_IGN)

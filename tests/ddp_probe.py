@@ -25,16 +25,21 @@ class RankValue(HookBase):
 
 
 class SigtermAfterTheEnd(HookBase):
-    """Rank 0 sends SIGTERM to the launcher a second after training ended: the launcher passes it on to
-    workers that have recorded the run's end and are leaving (as a scheduler's signal at time-out may)."""
+    """Rank 0 sends SIGTERM (or ``sig``) to the launcher a second after training ended: the launcher passes it on
+    to workers that have recorded the run's end and are leaving (as a scheduler's signal at time-out may, or a
+    Ctrl-C pressed as the run ends)."""
 
     priority = 100  # after every other hook, the checkpointer's final save included
+
+    def __init__(self, sig: str = "SIGTERM", seconds: float = 1.0, priority=None):
+        super().__init__(priority)
+        self.sig, self.seconds = getattr(signal, sig), seconds
 
     def after_train(self):
         if self.trainer.rank == 0:
             import threading
 
-            threading.Timer(1.0, os.kill, (os.getppid(), signal.SIGTERM)).start()
+            threading.Timer(self.seconds, os.kill, (os.getppid(), self.sig)).start()
 
 
 class KillRank(HookBase):
