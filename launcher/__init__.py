@@ -781,6 +781,10 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     from launcher.rundir import mark_failed
     from launcher.signals import chain_to
 
+    try:
+        distributed.timeout_s()  # the environment's setting, said once here rather than by each worker
+    except distributed.DistributedError as err:
+        raise ConfigError(str(err)) from None
     logger.info("Starting %d worker processes (trainer.devices=%d); their logs: %s/train.log (rank 0), "
                 "train_rank<N>.log (others)", devices, devices, run_dir)
     config = OmegaConf.to_container(cfg, resolve=True)

@@ -169,9 +169,13 @@ def share_cores(env: Optional[DistEnv]) -> None:
 def timeout_s() -> float:
     value = os.environ.get("LAUNCHER_DIST_TIMEOUT_S", str(DEFAULT_TIMEOUT_S))
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
-        raise DistributedError(f"LAUNCHER_DIST_TIMEOUT_S={value!r} is not a number of seconds") from None
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):  # 0 or less timed out at once, blaming the network; nan and inf broke torch's timedelta
+        raise DistributedError(f"LAUNCHER_DIST_TIMEOUT_S={value!r} is not a number of seconds above 0 (the wait to set up "
+                               f"the process group and for any one collective; unset, {DEFAULT_TIMEOUT_S})")
+    return seconds
 
 
 def backend_for(device: str) -> str:

@@ -559,6 +559,21 @@ def test_unreachable_master_fails_with_a_clear_message(tmp_path):
     assert f"rank 1 of 2 could not join the process group at master 127.0.0.1:{port}" in out, out[-2000:]
 
 
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "abc"])
+def test_a_dist_timeout_that_is_no_wait_is_named_before_any_rank_tries_to_join(tmp_path, value):
+    """0 and below timed out at once, blaming the master's address and port (after 43 lines of torch's C++
+    errors); nan and inf failed in each rank on torch's timedelta."""
+    for torchrun in (False, True):
+        env = {**ENV, "LAUNCHER_DIST_TIMEOUT_S": value}
+        if torchrun:
+            env.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
+        args = cli("data=synthetic", "data.train.size=320", "trainer.max_epochs=1", *([] if torchrun else ["trainer.devices=2"]))
+        proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and "Traceback" not in out, out[-3000:]
+        assert f"LAUNCHER_DIST_TIMEOUT_S={value!r} is not a number of seconds above 0" in out and "master" not in out, out
+
+
 def test_torchrun_refuses_a_sweep_with_advice(tmp_path):
     proc = launch([*TORCHRUN, "-m", "data=synthetic", "seed=0,1"], tmp_path, timeout=120)
     assert proc.returncode != 0
