@@ -567,6 +567,22 @@ class TrainerBase:
             self.resumed_from = path
             length = state.get("max_iters")  # checkpoints before 2026-12-06 lack it
             self._resumed_length = length if isinstance(length, int) else None
+            if self.iter > self.max_iters:
+                # a run rerun shorter than its checkpoint (an attempt that lengthened it stopped, and it is rerun at the
+                # old length; or a length cut): ending it there replaced the shorter run's final.pt and record with the
+                # longer attempt's model, labelled with the shorter config
+                key, have = self.LENGTH_KEY, getattr(self, self.LENGTH_KEY, self.max_iters)
+                per = 1 if key == "max_iters" else max(getattr(self, "steps_per_epoch", 1) or 1, 1)  # iterations per unit
+                need, unit = -(-self.iter // per), "iterations" if key == "max_iters" else "epochs"
+                made = f" (made by an attempt of {self._resumed_length // per} {unit})" \
+                    if self._resumed_length and self._resumed_length % per == 0 else ""
+                then = "to end it there (more trains it on)" if need * per == self.iter else "or more to train it on from there"
+                if self.resume == "auto":  # its own checkpoint
+                    raise ConfigError(f"trainer.{key}={have}: this run's checkpoint {path.name}{made} is at iteration "
+                                      f"{self.iter}, past this run's length, and a run cannot train back. Set "
+                                      f"trainer.{key}={need} {then}, or use another run dir")
+                raise ConfigError(f"trainer.{key}={have}: trainer.resume={str(path)!r} is at iteration {self.iter}, past "
+                                  f"this run's length: a run cannot train back. Set trainer.{key}={need} {then}")
             if self.inner_iter == 0 and self.epoch > 0:  # at an epoch's end (the epoch counter already on the next one)
                 logger.info("Resumed from %s at iteration %d (the end of epoch %s)", path, self.iter,
                             self.epoch_text(self.epoch - 1))
@@ -576,20 +592,6 @@ class TrainerBase:
             if self.load_from:
                 logger.warning("trainer.load_from=%s is not used: this run resumes from its own checkpoint %s (load_from "
                                "only starts a run that has none; give a new hydra.run.dir to start from it)", self.load_from, path)
-            if self.iter > self.max_iters:
-                # an attempt that lengthened a run stopped, and it is rerun at the old length: ending it there replaced
-                # the old length's final.pt and record with the longer attempt's model, labelled with the old config
-                key, have = self.LENGTH_KEY, getattr(self, self.LENGTH_KEY, self.max_iters)
-                per = 1 if key == "max_iters" else max(getattr(self, "steps_per_epoch", 1) or 1, 1)  # iterations per unit
-                need, unit = -(-self.iter // per), "iterations" if key == "max_iters" else "epochs"
-                made = f" (to {self._resumed_length // per} {unit})" if self._resumed_length and self._resumed_length % per == 0 else ""
-                then = "to end it there (more trains it on)" if need * per == self.iter else "or more to train it on from there"
-                if self.resume == "auto":  # its own checkpoint
-                    raise ConfigError(f"trainer.{key}={have}: this run's checkpoint {path.name} is at iteration {self.iter}, "
-                                      f"past this run's length: an attempt before lengthened it{made}, and a run cannot "
-                                      f"train back. Set trainer.{key}={need} {then}, or use another run dir")
-                raise ConfigError(f"trainer.{key}={have}: trainer.resume={str(path)!r} is at iteration {self.iter}, past "
-                                  f"this run's length: a run cannot train back. Set trainer.{key}={need} {then}")
         elif self.load_from:
             self.load_weights(self.load_from)
 

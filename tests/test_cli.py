@@ -836,14 +836,21 @@ def test_a_lengthened_run_stopped_and_rerun_at_its_old_length_is_refused_and_kee
     record = (tmp_path / "run" / "run.json").read_text()
     proc = run_cli([*args, "trainer.max_epochs=2"], tmp_path, env=env)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 2 and "at iteration 24 (the end of epoch 3/2)" in out, out[-3000:]
-    assert "Config error: trainer.max_epochs=2: this run's checkpoint iter_0000024.pt is at iteration 24, past this run's " \
-           "length: an attempt before lengthened it (to 6 epochs), and a run cannot train back. Set trainer.max_epochs=3 " \
+    assert proc.returncode == 2 and "Resumed from" not in out, out[-3000:]  # it said "(the end of epoch 3/2)" first
+    assert "Config error: trainer.max_epochs=2: this run's checkpoint iter_0000024.pt (made by an attempt of 6 epochs) is " \
+           "at iteration 24, past this run's length, and a run cannot train back. Set trainer.max_epochs=3 " \
            "to end it there (more trains it on), or use another run dir" in out, out[-3000:]
     assert (tmp_path / "run" / "checkpoints" / "final.pt").read_bytes() == final
     assert (tmp_path / "run" / "run.json").read_text() == record
     again = run_cli([*args, "trainer.max_epochs=3"], tmp_path, env=env)
     assert again.returncode == 0 and read_run(tmp_path / "run")["iter"] == 24, (again.stdout + again.stderr)[-3000:]
+    # a run cut shorter than its own length once interrupted: it said "an attempt before lengthened it", which none had
+    args = [*FAST, "hydra.run.dir=cut", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0"]
+    assert run_cli([*args, "trainer.max_epochs=6", "+hooks.pace.signal_after=23"], tmp_path, env=env).returncode == 75
+    proc = run_cli([*args, "trainer.max_epochs=2"], tmp_path, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "lengthened it" not in out and "Resumed from" not in out, out[-3000:]
+    assert "this run's checkpoint iter_0000024.pt (made by an attempt of 6 epochs) is at iteration 24, past" in out, out[-3000:]
 
 
 PLATEAU = ["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.ReduceLROnPlateau",
