@@ -398,9 +398,12 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
         done = finished_result(run_dir) if cfg.trainer.get("resume", "auto") in ("auto", True) else None
         checkpoints = run_dir / "checkpoints"
         gone = done is not None and not saved_checkpoints(checkpoints)  # its results stand in its record alone
+        # a run without a checkpointer (hooks=none) saved none: its checkpoints are not "gone"
+        never = gone and not checkpoints.exists() and not _had_checkpointer(run_dir)
         if gone and lengthens(changes):
             raise ConfigError(f"{describe_changes([c for c in changes if c[0] in LENGTH])}: this run finished "
-                              f"({done['status']} at iteration {done.get('iter')}), and {checkpoints} holds no checkpoint "
+                              f"({done['status']} at iteration {done.get('iter')}), and "
+                              f"{'saved no checkpoint (it ran without a checkpointer hook)' if never else f'{checkpoints} holds no checkpoint'} "
                               f"to train it on from (its results stay in run.json); train it again from the start with "
                               f"trainer.resume=false (which rewrites its metrics.jsonl and run.json), or choose "
                               f"{new_dir_advice()}")
@@ -412,8 +415,8 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
                 value = float("nan")
             logger.info("This run already finished (%s): %s = %s; not training again%s", done["status"], cfg.objective,
                         f"{value:.4f}" if isinstance(value, float) else value,
-                        f" (its checkpoints are gone from {checkpoints}: trainer.resume=false trains it again from the "
-                        f"start)" if gone else "")
+                        f" ({'it saved no checkpoint, having no checkpointer hook' if never else f'its checkpoints are gone from {checkpoints}'}: "
+                        f"trainer.resume=false trains it again from the start)" if gone else "")
             unapplied = [c for c in changes if c[0] not in REPORTED]  # what it reports is applied to its record
             if unapplied:
                 logger.warning("Not applied, as the run is over: %s. Raise trainer.max_epochs (or max_iters) to train "
@@ -422,7 +425,8 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
                              stop_reason=done.get("stop_reason"))
         if done is not None:
             logger.warning("This run finished (%s) at iteration %s; training it on to the new length (its LR schedule "
-                           "goes on from its saved state, made for the old length)", done["status"], done.get("iter"))
+                           "goes on from its saved state, made for the old length: a cosine schedule past its end climbs back towards its "
+                           "base LR; start a new run dir for one that spans the new length)", done["status"], done.get("iter"))
         if changes:
             length = any(k in LENGTH for k, _, _ in changes) and done is None
             logger.warning("This run dir's run was started with other settings; continuing with: %s%s", describe_changes(changes),
@@ -823,6 +827,16 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
         chain_to(previous, received)  # e.g. submitit's handler, which requeues the job: rank 0's checkpoint is on disk
     return RunResult(objective=float(value), metrics=metrics, status=status, run_dir=run_dir,
                      stop_reason=data.get("stop_reason"))
+
+
+def _had_checkpointer(run_dir: Path) -> bool:
+    """Whether the config ``run_dir``'s run was last started with has a checkpointer hook (True where unknown)."""
+    from launcher.rundir import recorded_config
+
+    hooks = (recorded_config(run_dir) or {}).get("hooks")
+    if not isinstance(hooks, dict):
+        return True
+    return any(isinstance(h, dict) and str(h.get("_target_", "")).endswith("PeriodicCheckpointer") for h in hooks.values())
 
 
 def _finished_since(run_dir: Path, since: float) -> bool:

@@ -347,6 +347,16 @@ def test_a_finished_run_whose_checkpoints_are_gone_keeps_its_results_and_trains_
     (run_dir / "checkpoints").unlink()
     proc = run_to_end([*command(run_dir, "iter", 0), "trainer.resume=false"], tmp_path)
     assert_same_final_state(run_dir, reference)
+    # a run that never had a checkpointer (hooks=none): its checkpoints were said to be "gone" from a dir never made
+    bare = [*(a for a in command(tmp_path / "bare", "iter", 0) if not a.lstrip("+").startswith("hooks.")), "hooks=none",
+            "trainer.max_iters=20"]
+    run_to_end(bare, tmp_path)
+    out = "".join(run_to_end(bare, tmp_path).stdout)
+    assert "already finished" in out and "(it saved no checkpoint, having no checkpointer hook: trainer.resume=false " \
+        "trains it again from the start)" in out and "gone" not in out, out[-3000:]
+    proc = subprocess.run([*bare, "trainer.max_iters=30"], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "and saved no checkpoint (it ran without a checkpointer hook) to train it on from" in \
+        proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
 
 
 def test_explicit_resume_path_trains_on_even_when_the_run_finished(tmp_path, references, tmp_path_factory):
@@ -416,6 +426,7 @@ def test_raising_max_iters_trains_a_finished_run_on_from_its_final_checkpoint(tm
     shutil.copytree(reference, run_dir)
     proc = run_to_end([*command(run_dir, "iter", 0), "trainer.max_iters=110"], tmp_path)
     assert "training it on to the new length" in proc.stdout + proc.stderr
+    assert "a cosine schedule past its end climbs back towards its base LR" in proc.stdout + proc.stderr
     record = read_run(run_dir)
     assert record["status"] == "completed" and record["iter"] == 110 and record["attempt"] == 2
     assert record["resumed_from"] == str(run_dir / "checkpoints" / "final.pt")
