@@ -51,7 +51,7 @@ class PeriodicCheckpointer(HookBase):
         else:
             self.after_epoch = None  # type: ignore[assignment]
 
-    def save(self, name: str, background: bool = False, then_remove: Sequence[str] = ()) -> Path:
+    def save(self, name: str, background: bool = False, then_remove: Sequence[str] = (), say: bool = True) -> Path:
         directory = self.trainer.checkpoint_dir
         state = self.trainer.state_dict()  # on every rank: under DDP it gathers the ranks' random states
         if not self.trainer.is_main:
@@ -63,7 +63,7 @@ class PeriodicCheckpointer(HookBase):
             if unsaveable is None:
                 raise
             raise unsaveable from err
-        logger.log(logging.DEBUG if background else logging.INFO, "Saved checkpoint %s", path)
+        logger.log(logging.DEBUG if background or not say else logging.INFO, "Saved checkpoint %s", path)
         return path
 
     def _save_periodic(self, name: str, background: bool = True) -> Path:
@@ -119,8 +119,9 @@ class PeriodicCheckpointer(HookBase):
             self.save("final.pt", then_remove=self._take_interrupt_file("final.pt"))
         elif status == "interrupted":
             name = f"iter_{self.trainer.iter:07d}.pt"
-            path = self.save(name, then_remove=self._take_interrupt_file(name))
-            if self.trainer.is_main and getattr(self.trainer, "stopping_for", None) is None:  # else: mend the config first
+            resumable = getattr(self.trainer, "stopping_for", None) is None  # else: mend the config first
+            path = self.save(name, then_remove=self._take_interrupt_file(name), say=not resumable)
+            if self.trainer.is_main and resumable:
                 logger.warning("Saved %s to resume from", path)  # the launcher's next line says how
         self._writer.close()  # every checkpoint is on disk when training returns; the writer thread ends
 
