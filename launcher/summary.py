@@ -487,14 +487,16 @@ def _attempts_before(row: Dict[str, Any], before: Dict[str, int], started_ns: Op
 
 def done_report(rows: List[Dict[str, Any]], sweep_dir: Path, objective: str, mode: Any,
                 attempts_before: Optional[Dict[str, int]] = None, started_ns: Optional[int] = None) -> str:
-    """One line at the end of a sweep without failures: how many jobs, the best, the jobs that went on after a
+    """One line at the end of a sweep (before the failures' screen, where there are any): how many jobs, the best, the jobs that went on after a
     stop within the sweep (more than one attempt since ``attempts_before``, or since their SLURM submission for
     jobs the sweep, ``started_ns``, re-attached to: requeued by SLURM), where the summary is."""
     counts: Dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     best = best_row(rows, objective, mode)
-    state = ", ".join(f"{n} {status}" for status, n in counts.items())
+    order = ["done", "failed", "interrupted", "requeued", "running", "cancelled", "stuck", "pending"]
+    state = ", ".join(f"{n} {status}" for status, n in
+                      sorted(counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
     top = f"; best: job {best['job']} [{best['overrides']}] {objective} = {best['metrics'][objective]:.4g}" if best else ""
     before = {r["dir"]: _attempts_before(r, attempts_before or {}, started_ns) for r in rows}
     requeued = [r for r in rows if (r.get("attempts") or 0) - before[r["dir"]] > 1]
@@ -595,12 +597,12 @@ class SweepSummary(Callback):  # type: ignore[misc]
             return
         rows = write_summary(sweep_dir, objective, mode)
         report = failure_report(rows, sweep_dir)
+        if rows:  # the counts and the best job, also of a sweep with failures (then the failures' screen below it)
+            sys.stdout.write(done_report(rows, sweep_dir, objective, mode, attempts_before, started_ns) + "\n")
+            sys.stdout.flush()
         if report:
             sys.stderr.write(report + "\n")
             sys.stderr.flush()
-        elif rows:
-            sys.stdout.write(done_report(rows, sweep_dir, objective, mode, attempts_before, started_ns) + "\n")
-            sys.stdout.flush()
 
 
 def main() -> None:

@@ -427,6 +427,9 @@ def test_failed_jobs_of_a_parallel_sweep_are_each_named_at_the_end_and_lose_no_o
                f"(torch.optim.SGD): ValueError: Invalid learning rate: {lr}" in report
     assert "completed successfully" not in report  # submitit's words for the job process, not for the run
     assert "job 1 [" not in report
+    # and the counts and the best job, as a sweep without failures ends (only in summary.md, it was)
+    assert proc.stdout.strip().splitlines()[-1].startswith("Sweep of 3 job(s): 1 done, 2 failed; best: job 1 [optimizer.lr=0.1 "), \
+        proc.stdout[-2000:]
     good = read_run(run_dirs(tmp_path / "outputs" / "multirun")[1])
     assert good["status"] == "completed" and "val/accuracy" in good["metrics"]
     # the report alone says it: not Hydra's re-raise of the first failure before it, nor its HYDRA_FULL_ERROR hint
