@@ -565,7 +565,9 @@ def test_a_nan_loss_ends_a_run_in_one_line_and_a_sweep_with_its_report_not_a_tra
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     (run_dir,) = run_dirs(tmp_path / "single" / "outputs")
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("Run failed: NonFiniteLoss: Loss became infinite or NaN at iteration ") and \
+    # numbered as the progress line numbers it (it said "at iteration 2 (epoch 0)" under "epoch 1/1  iter 3/8")
+    assert last.startswith("Run failed: NonFiniteLoss: Loss became infinite or NaN in step ") and " of 8 (epoch 1/1; iter " \
+        in last and \
         last.endswith(f"(traceback in {run_dir / 'train.log'})"), last
     assert re.search(r"; the lr was [0-9.]+e\+1[12]: a lower optimizer\.lr, or the optimizer_step hook", last), last  # named no key
     log = (run_dir / "train.log").read_text()
