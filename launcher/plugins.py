@@ -125,8 +125,12 @@ def _check_jobs(config: Any, keep: bool = False) -> None:
     mark_pending(list(seen), jobs, 0)
     if str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher"):  # ours check (and mark) as they launch
         numbered = [(idx, overrides, path) for (path, idx), overrides in zip(seen.items(), jobs)]
-        refuse_what_runs_would_refuse(config, loader, numbered)
+        checked = refuse_what_runs_would_refuse(config, loader, numbered)
         mark_taken(numbered)
+        import logging
+
+        _say_going_on([(idx, path, record is not None) for idx, _, path, record, outcome in checked
+                       if outcome is None or record is None], logging.getLogger("launcher"))
 
 
 def refuse_what_runs_would_refuse(config: Any, loader: Any, jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> list:
@@ -289,8 +293,10 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
     done: Dict[int, Any] = {}
     unapplied: Dict[int, Any] = {}
     unknown: Dict[int, Any] = {}  # finished jobs that never recorded the objective asked for: (objective, their metrics)
+    going_on: List[Tuple[int, Path, bool]] = []  # (job, dir, finished) of the jobs that train on from a checkpoint
     for idx, overrides, path, record, outcome in refuse_what_runs_would_refuse(config, loader, jobs):
         if outcome is None or record is None:
+            going_on.append((idx, path, record is not None))
             continue
         objective, changes = outcome
         ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, working_dir=str(path),
@@ -304,6 +310,7 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
         if changes:
             unapplied[idx] = changes
     mark_taken(jobs)
+    _say_going_on(going_on, log)
     if unknown:  # as a finished run's rerun says it
         from launcher import warn_if_objective_unknown
 
@@ -322,6 +329,26 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
                         "(or max_iters) to train them on, or choose a new hydra.sweep.dir", len(unapplied),
                         describe_changes(unapplied[first]), which)
     return done
+
+
+def _say_going_on(jobs: Sequence[Tuple[int, Path, bool]], log: Any) -> None:
+    """One line for the jobs of a rerun sweep that train on from their checkpoints (``(job, dir, finished)``): their
+    runs stopped before their end (interrupted, failed, killed), or finished and are lengthened; each job's log
+    says it too, the sweep's console did not."""
+    resumed = []
+    for idx, path, finished in jobs:
+        try:
+            record = json.loads((path / "run.json").read_text())
+        except (OSError, ValueError):
+            record = {}
+        at = record.get("iter") if isinstance(record, dict) and isinstance(record.get("iter"), int) else None
+        status = record.get("status") if isinstance(record, dict) else None
+        known = finished or status in ("interrupted", "failed", "aborted")  # a "running" record's iteration is its start
+        resumed.append(f"job {idx}" + (f" ({'finished' if finished else status} at iteration {at})" if at is not None and known
+                                       else ""))
+    if resumed:
+        log.info("%d sweep job(s) train on from their checkpoints: %s%s", len(resumed), ", ".join(resumed[:6]),
+                 ", ..." if len(resumed) > 6 else "")
 
 
 @contextlib.contextmanager
