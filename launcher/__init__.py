@@ -766,9 +766,9 @@ def warn_if_nothing_saved(trainer: Any, since: Optional[int]) -> None:
     newest = candidates(trainer.checkpoint_dir)
     if not newest or max(p.stat().st_mtime_ns for p in newest) < since:
         logger.warning("This run resumed from its checkpoints in %s and trained on to iteration %d, but no hook saved a "
-                       "checkpoint there (it has no checkpointer hook, hooks.checkpointer): they (final.pt too) do not "
-                       "hold the model it ended with, and a rerun resumes from iteration %d", trainer.checkpoint_dir,
-                       trainer.iter, trainer.started_at)
+                       "checkpoint there (it has no checkpointer hook, hooks.checkpointer): they (final.pt too) hold "
+                       "iteration %d's model, not the one it ended with, and a longer rerun trains on from there",
+                       trainer.checkpoint_dir, trainer.iter, trainer.started_at)
 
 
 def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], devices: int, before: Any = None) -> RunResult:
@@ -833,10 +833,20 @@ def _had_checkpointer(run_dir: Path) -> bool:
     """Whether the config ``run_dir``'s run was last started with has a checkpointer hook (True where unknown)."""
     from launcher.rundir import recorded_config
 
+    from hydra.utils import get_class
+
+    from hooks.checkpoint import PeriodicCheckpointer
+
     hooks = (recorded_config(run_dir) or {}).get("hooks")
     if not isinstance(hooks, dict):
         return True
-    return any(isinstance(h, dict) and str(h.get("_target_", "")).endswith("PeriodicCheckpointer") for h in hooks.values())
+    for hook in hooks.values():
+        try:
+            if isinstance(hook, dict) and issubclass(get_class(str(hook.get("_target_"))), PeriodicCheckpointer):
+                return True
+        except Exception:  # noqa: BLE001 -- a hook's class that no longer imports: it may have been one
+            return True
+    return False
 
 
 def _finished_since(run_dir: Path, since: float) -> bool:

@@ -333,22 +333,15 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
 
 def _say_going_on(jobs: Sequence[Tuple[int, Path, bool]], log: Any) -> None:
     """One line for the jobs of a rerun sweep that train on from their checkpoints (``(job, dir, finished)``): their
-    runs stopped before their end (interrupted, failed, killed), or finished and are lengthened; each job's log
-    says it too, the sweep's console did not."""
-    resumed = []
-    for idx, path, finished in jobs:
-        try:
-            record = json.loads((path / "run.json").read_text())
-        except (OSError, ValueError):
-            record = {}
-        at = record.get("iter") if isinstance(record, dict) and isinstance(record.get("iter"), int) else None
-        status = record.get("status") if isinstance(record, dict) else None
-        known = finished or status in ("interrupted", "failed", "aborted")  # a "running" record's iteration is its start
-        resumed.append(f"job {idx}" + (f" ({'finished' if finished else status} at iteration {at})" if at is not None and known
-                                       else ""))
-    if resumed:
-        log.info("%d sweep job(s) train on from their checkpoints: %s%s", len(resumed), ", ".join(resumed[:6]),
-                 ", ..." if len(resumed) > 6 else "")
+    runs stopped before their end (interrupted, failed, killed), or finished and are lengthened; each named with the
+    newest checkpoint in its dir, which its run resumes from (each job's log says it too; the sweep's console did
+    not). A job without one is left out: its run starts over, or says why it cannot train on."""
+    from launcher.files import candidates
+
+    going = [(idx, found[0].name) for idx, path, _ in jobs for found in [candidates(path / "checkpoints")] if found]
+    if going:
+        log.info("%d sweep job(s) train on from their checkpoints: %s%s", len(going),
+                 ", ".join(f"job {idx} ({name})" for idx, name in going[:6]), ", ..." if len(going) > 6 else "")
 
 
 @contextlib.contextmanager

@@ -47,7 +47,8 @@ class SlurmJob(SlurmLauncher):
     it; composed by its first attempt where the sweep could not), on every attempt: the plugin composed
     it in the job from the config files, as it started and again as it was requeued (preempted, timed
     out), so a file edited for the next experiment while the job waited in the queue reached it, and
-    made a requeued job's run another one, refused.
+    made a requeued job's run another one, refused. (Its interpolations resolve in the job as before: a
+    ``${now:...}`` of the job's own config, not the sweep dir's, reads the clock again on each attempt.)
     """
 
     composed: Any = None  # the job's config as the sweep (or its first attempt) composed it
@@ -56,8 +57,10 @@ class SlurmJob(SlurmLauncher):
                  singleton_state: Dict[type, Any], composed: Any = None) -> JobReturn:
         from launcher.signals import SignalLatch
 
-        if self.composed is None:
-            self.composed = composed
+        if self.composed is None and composed is not None:  # pickled apart: a sweep of many jobs holds bytes, not configs
+            import pickle
+
+            self.composed = pickle.loads(composed)
         with SignalLatch() as latch:  # over submitit's handlers: the run takes a held signal at its first step, then chains to them
             held = os.environ.pop(HELD_SIGNAL, None)
             if held:  # came before submitit's handlers were in place (see held_start)
@@ -185,12 +188,16 @@ def submit_unfinished(submit: Any, done: Dict[int, Any], submitted: List[Tuple[A
 def compose_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]]) -> List[Any]:
     """Each job's config, composed in the sweep's process as the jobs are submitted (:class:`SlurmJob` runs with
     it): the config files as they are now, not as they are when SLURM starts the job. None for one that does not
-    compose: its job composes it, and fails with the message a run gives."""
+    compose: its job composes it, and fails with the message a run gives. Each is pickled as it is composed (about
+    20 kB, where the config object takes ten times that): a sweep of thousands of jobs holds them all until sbatch."""
+    import pickle
+
     from launcher.plugins import take_composed
 
-    if len(job_overrides) > 50:  # about 0.08 s each
-        log.info("Composing the configs of %d jobs to submit them with", len(job_overrides))
-    configs = []
+    if len(job_overrides) > 20:  # about 0.08 s each
+        log.info("Composing the configs of %d jobs to submit them with (about %.0f s)", len(job_overrides),
+                 0.08 * len(job_overrides))
+    configs: List[Optional[bytes]] = []
     for overrides in job_overrides:
         config = take_composed(launcher.config, overrides)  # composed already to check the sweep
         if config is None:
@@ -198,7 +205,7 @@ def compose_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]]) -> List[
                 config = launcher.hydra_context.config_loader.load_sweep_config(launcher.config, list(overrides))
             except Exception:  # noqa: BLE001 -- said by the job, as a run says it
                 config = None
-        configs.append(config)
+        configs.append(pickle.dumps(config) if config is not None else None)
     return configs
 
 

@@ -433,7 +433,7 @@ def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) 
     failed = [r for r in rows if r["status"] == "failed"]
     if not failed:
         return ""
-    out = [f"{len(failed)} of {len(rows)} sweep job(s) failed (summary: {Path(sweep_dir) / 'summary.md'}):"]
+    out = [f"{len(failed)} of {len(rows)} sweep job(s) failed:"]  # the summary's path: in the line above (done_report)
     for r in failed:
         log = f"{r['dir']}/train.log"
         out.append(f"  job {r['job']} [{r['overrides']}]: {r['error'] or 'no error recorded'}")

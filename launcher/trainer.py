@@ -954,9 +954,9 @@ class TrainerBase:
         hint = (f"; the lr was {'/'.join(lrs)}: a lower optimizer.lr, or the optimizer_step hook's clip_grad_norm or "
                 f"nonfinite=skip, may carry the run past it") if lrs else ""
         # numbered as the console's progress line numbers it (iter 5/16 for the fifth step, epoch 1/2), and as the
-        # metrics files do (their rows' iter counts from 0)
+        # metrics files number their rows (iter from 0)
         raise NonFiniteLoss(f"Loss became infinite or NaN in step {iteration + 1} of {self.max_iters} (epoch "
-                            f"{self.epoch_text(self.epoch)}; iter {iteration} in metrics.jsonl): {values}{hint}")
+                            f"{self.epoch_text(self.epoch)}; iter {iteration}, as metrics.jsonl numbers steps): {values}{hint}")
 
     @torch.no_grad()
     def validate(self) -> Dict[str, float]:

@@ -132,7 +132,7 @@ BAD_INPUTS = [
     (["hooks.checkpointer.save_final=${oc.env:SAVE_FINAL,true}"],
      ["hooks.checkpointer.save_final: 'True' is not true or false", "${oc.env:SAVE_FINAL,true} gives a string: "
       "${oc.decode:${oc.env:SAVE_FINAL,true}} reads the value it spells (on the command line: "
-      "hooks.checkpointer.save_final='${oc.decode:${oc.env:SAVE_FINAL,true}}')"]),
+      "'hooks.checkpointer.save_final=\"${oc.decode:${oc.env:SAVE_FINAL,true}}\"')"]),
     (["optimizer.lr=${oc.env:LR,0.1}"], ["optimizer.lr: '0.1' is not a number; ${oc.env:LR,0.1} gives a string"]),
     (["trainer=epok"], ["trainer: there is no option 'epok'; did you mean 'epoch'? Available: epoch, iter"]),
     (["hooks=[default,earlystopping]"], ["hooks: there is no option 'earlystopping'; did you mean 'early_stopping'?"]),
@@ -1059,6 +1059,18 @@ def test_a_loss_ranked_highest_best_and_an_lr_of_zero_are_told(tmp_path):
     assert proc.returncode == 0 and out.count("objective=val/loss with objective_mode=max: a sweep ranks the highest "
                                               "val/loss best; set objective_mode=min") == 1, out[-3000:]
     assert "optimizer.lr=0: the weights will not change" in out
+
+
+def test_the_advice_for_a_value_an_environment_variable_gives_runs_as_typed_in_a_shell(tmp_path):
+    """The hint for ${oc.env:...}'s string where a bool is taken: typed as it said, Hydra's parser refused it."""
+    proc = run_cli(["hooks.checkpointer.save_final=${oc.env:SAVE_FINAL,true}", "trainer.max_epochs=1", *FAST], tmp_path)
+    advice = re.search(r"\(on the command line: (.*)\)$", (proc.stdout + proc.stderr).strip().splitlines()[-1])
+    assert proc.returncode == 2 and advice, (proc.stdout + proc.stderr)[-2000:]
+    (typed,) = shlex.split(advice.group(1))  # as a shell reads it
+    proc = run_cli([typed, "hydra.run.dir=run", "trainer.max_epochs=1", *FAST], tmp_path,
+                   env={**os.environ, "SAVE_FINAL": "false"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+    assert not (tmp_path / "run" / "checkpoints" / "final.pt").exists()  # the variable's false, read as a bool
 
 
 def test_the_run_log_is_train_log_whatever_the_job_is_named(cli, tmp_path):

@@ -316,7 +316,7 @@ def test_nonfinite_raise_policy_names_the_iteration():
         def forward(self, batch):
             return super().forward(batch) * float("nan")
 
-    with pytest.raises(FloatingPointError, match="in step 1 of .*iter 0 in metrics.jsonl"):
+    with pytest.raises(FloatingPointError, match="in step 1 of .*iter 0, as metrics.jsonl numbers steps"):
         make_trainer("iter", model=NaN(), hooks=[OptimizerStep()]).train()
 
 

@@ -472,8 +472,8 @@ def test_a_run_trained_on_without_its_checkpointer_says_what_it_leaves_unsaved(t
     out = proc.stdout + proc.stderr
     assert "resumes from its checkpoints" not in out, out[-3000:]
     assert f"This run resumed from its checkpoints in {quiet / 'checkpoints'} and trained on to iteration 110, but no " \
-        "hook saved a checkpoint there (it has no checkpointer hook, hooks.checkpointer): they (final.pt too) do not " \
-        "hold the model it ended with, and a rerun resumes from iteration 100" in out, out[-3000:]
+        "hook saved a checkpoint there (it has no checkpointer hook, hooks.checkpointer): they (final.pt too) hold " \
+        "iteration 100's model, not the one it ended with, and a longer rerun trains on from there" in out, out[-3000:]
     # stopped by a signal there: a rerun goes back to the checkpoint it resumed from ("starts over", it said)
     shutil.rmtree(quiet)
     shutil.copytree(reference, quiet)

@@ -321,23 +321,25 @@ def test_jobs_waiting_in_the_queue_run_the_config_their_sweep_was_submitted_with
     experiment.parent.mkdir(parents=True)
     experiment.write_text("# @package _global_\noptimizer:\n  lr: 0.05\n")
     sweep = tmp_path / "sweep"
+    # four jobs: the sweep's check composes two that use every value (jobs 0 and 3), the submission the others
     proc = launch(["-m", "hydra/launcher=slurm_detached", *SLURM[1:], "hydra.launcher.array_parallelism=1", "seed=0,1",
-                   f"hydra.sweep.dir={sweep}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "+experiment=pinned",
-                   "trainer.max_epochs=3", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.1", *FAST],
-                  tmp_path, cluster_env)
+                   "model.dropout=0.0,0.1", f"hydra.sweep.dir={sweep}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+                   "+experiment=pinned", "trainer.max_epochs=2", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.1",
+                   *FAST], tmp_path, cluster_env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    experiment.write_text("# @package _global_\noptimizer:\n  lr: 0.2\n")  # job 1 waits behind job 0 (seconds)
+    experiment.write_text("# @package _global_\noptimizer:\n  lr: 0.2\n")  # jobs 1-3 wait behind job 0 (seconds)
     assert not (sweep / "1" / "run.json").exists()
+    names = ("0", "1", "2", "3")
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        records = [read_run(sweep / n) if (sweep / n / "run.json").exists() else {} for n in ("0", "1")]
+        records = [read_run(sweep / n) if (sweep / n / "run.json").exists() else {} for n in names]
         if all(r.get("status") in ("completed", "failed") for r in records):
             break
         time.sleep(0.5)
     else:
         pytest.fail(f"the jobs did not finish: {records}")
-    assert [r["status"] for r in records] == ["completed", "completed"], records
-    assert [r["config"]["optimizer"]["lr"] for r in records] == [0.05, 0.05]
+    assert [r["status"] for r in records] == ["completed"] * 4, records
+    assert [r["config"]["optimizer"]["lr"] for r in records] == [0.05] * 4
 
 
 def test_the_summary_of_a_detached_sweep_asks_slurm_about_jobs_that_ended_without_a_record(tmp_path, cluster_env):

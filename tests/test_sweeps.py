@@ -484,8 +484,8 @@ def test_a_stopped_local_sweep_stops_its_jobs_with_checkpoints_and_a_rerun_finis
         record = read_run(d)
         assert record["status"] == "completed" and record["attempt"] == 2 and record["resumed_from"]
     # the sweep's console says which jobs go on (only their logs said it)
-    assert f"2 sweep job(s) train on from their checkpoints: job 0 (interrupted at iteration {runs['0']['iter']}), job 1 " \
-        f"(interrupted at iteration {runs['1']['iter']})" in rerun.stdout + rerun.stderr, (rerun.stdout + rerun.stderr)[-3000:]
+    assert f"2 sweep job(s) train on from their checkpoints: job 0 (iter_{runs['0']['iter']:07d}.pt), job 1 " \
+        f"(iter_{runs['1']['iter']:07d}.pt)" in rerun.stdout + rerun.stderr, (rerun.stdout + rerun.stderr)[-3000:]
 
 
 def test_run_time_sums_the_attempts_and_leaves_out_the_gaps_between_them(tmp_path, monkeypatch):

@@ -244,7 +244,7 @@ def test_non_finite_loss_raises_naming_iteration_and_every_loss():
             return {"ce": loss, "aux": loss * (float("nan") if self.calls == 4 else 1.0)}
 
     trainer = make_trainer("iter", model=NaNAt3())
-    with pytest.raises(FloatingPointError, match=r"in step 4 of .*iter 3 in metrics.jsonl.*ce=[0-9.]+, aux=nan"):
+    with pytest.raises(FloatingPointError, match=r"in step 4 of .*iter 3, as metrics.jsonl numbers steps.*ce=[0-9.]+, aux=nan"):
         trainer.train()
 
 
@@ -260,7 +260,7 @@ def test_non_finite_loss_on_an_accelerator_is_found_in_batches_naming_the_first_
     model = NaNFrom5()
     trainer = make_trainer("iter", model=model, max_iters=100, data=ToyData(n=400, batch=4))
     trainer.SYNC_FREE_DEVICES = ()  # take the accelerator path: no per-step sync
-    with pytest.raises(FloatingPointError, match=r"in step 6 of .*iter 5 in metrics.jsonl.*loss=nan"):
+    with pytest.raises(FloatingPointError, match=r"in step 6 of .*iter 5, as metrics.jsonl numbers steps.*loss=nan"):
         trainer.train()
     assert model.calls == 20  # checked once, after FINITE_CHECK_PERIOD steps
 
