@@ -401,12 +401,7 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
         # a run without a checkpointer (hooks=none) saved none: its checkpoints are not "gone"
         never = gone and not checkpoints.exists() and not _had_checkpointer(run_dir)
         if gone and lengthens(changes):
-            raise ConfigError(f"{describe_changes([c for c in changes if c[0] in LENGTH])}: this run finished "
-                              f"({done['status']} at iteration {done.get('iter')}), and "
-                              f"{'saved no checkpoint (it ran without a checkpointer hook)' if never else f'{checkpoints} holds no checkpoint'} "
-                              f"to train it on from (its results stay in run.json); train it again from the start with "
-                              f"trainer.resume=false (which rewrites its metrics.jsonl and run.json), or choose "
-                              f"{new_dir_advice()}")
+            raise ConfigError(nothing_to_train_on(run_dir, done, changes))
         if done is not None and not lengthens(changes):  # an explicit checkpoint path always trains on
             check_values_not_applied(cfg, changes)
             value = done["metrics"].get(cfg.objective)
@@ -509,6 +504,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
     record.start()
     trainer = None
     stopper = None
+    unsaved_since = None
     try:
         trainer = build_trainer(cfg, run_dir)
         trainer.meta = {"overrides": list(overrides or []), "seed": cfg.seed, "objective": cfg.objective}
@@ -543,6 +539,8 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         # a Ctrl-C that aborts ends the process by SIGINT (130, as a shell reports it)
         code = 2 if isinstance(err, ConfigError) else 130 if isinstance(err, KeyboardInterrupt) else 1
         trained = trainer is not None and trainer.started_at is not None and trainer.iter != trainer.started_at
+        if trained:
+            warn_if_nothing_saved(trainer, unsaved_since)  # a failed run's rerun goes back there too
         try:
             if trained or not record.keep_earlier():  # one that trained nothing keeps a finished run's record
                 text = str(err) or ("stopped by Ctrl-C" if isinstance(err, KeyboardInterrupt) else "")  # as a DDP run's
@@ -765,10 +763,12 @@ def warn_if_nothing_saved(trainer: Any, since: Optional[int]) -> None:
         return  # an interrupted run's last line says what a rerun resumes from
     newest = candidates(trainer.checkpoint_dir)
     if not newest or max(p.stat().st_mtime_ns for p in newest) < since:
+        finished = trainer.status in ("completed", "stopped")
         logger.warning("This run resumed from its checkpoints in %s and trained on to iteration %d, but no hook saved a "
                        "checkpoint there (it has no checkpointer hook, hooks.checkpointer): they (final.pt too) hold "
-                       "iteration %d's model, not the one it ended with, and a longer rerun trains on from there",
-                       trainer.checkpoint_dir, trainer.iter, trainer.started_at)
+                       "iteration %d's model, not the one it %s, and %s", trainer.checkpoint_dir, trainer.iter,
+                       trainer.started_at, "ended with" if finished else "reached",
+                       "a longer rerun trains on from there" if finished else "a rerun goes on from there")
 
 
 def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], devices: int, before: Any = None) -> RunResult:
@@ -827,6 +827,19 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
         chain_to(previous, received)  # e.g. submitit's handler, which requeues the job: rank 0's checkpoint is on disk
     return RunResult(objective=float(value), metrics=metrics, status=status, run_dir=run_dir,
                      stop_reason=data.get("stop_reason"))
+
+
+def nothing_to_train_on(run_dir: Path, done: Mapping[str, Any], changes: Sequence[Tuple[str, Any, Any]]) -> str:
+    """The refusal of a finished run (its record ``done``) lengthened by ``changes`` whose dir holds no checkpoint."""
+    from launcher.rundir import LENGTH, describe_changes, new_dir_advice
+
+    checkpoints = run_dir / "checkpoints"
+    never = not checkpoints.exists() and not _had_checkpointer(run_dir)  # hooks=none: none were ever saved
+    return (f"{describe_changes([c for c in changes if c[0] in LENGTH])}: this run finished ({done['status']} at "
+            f"iteration {done.get('iter')}), and "
+            f"{'saved no checkpoint (it ran without a checkpointer hook)' if never else f'{checkpoints} holds no checkpoint'} "
+            f"to train it on from (its results stay in run.json); train it again from the start with trainer.resume=false "
+            f"(which rewrites its metrics.jsonl and run.json), or choose {new_dir_advice()}")
 
 
 def _had_checkpointer(run_dir: Path) -> bool:

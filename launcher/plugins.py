@@ -369,8 +369,9 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
 
     from omegaconf import open_dict, read_write
 
-    from launcher import check_trainer_config, check_values_not_applied
+    from launcher import check_trainer_config, check_values_not_applied, nothing_to_train_on
     from launcher.errors import ConfigError
+    from launcher.files import candidates
     from launcher.rundir import REPORTED, check_rerun, lengthens
 
     composed = _checked.get(id(config), {}).get(tuple(overrides))  # the sweep's check composed it already
@@ -396,6 +397,8 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
             objective = str(task.get("objective", "val/accuracy"))
             if not lengthens(changes):
                 check_values_not_applied(task, changes)  # a value no run takes is refused, as the run refuses it
+            elif record and not candidates(path / "checkpoints"):  # lengthened, with nothing to train on from
+                raise ConfigError(nothing_to_train_on(path, record, changes))
     except ConfigError:
         raise
     except Exception as err:  # noqa: BLE001 -- never the sweep's end: the job runs, and its run decides

@@ -71,3 +71,15 @@ class SaveAtEnd(HookBase):
             import torch
 
             torch.save(self.trainer.state_dict(), self.trainer.checkpoint_dir / "final.pt")
+
+
+class BreaksAt(HookBase):
+    """Raises after step ``at`` (a bug in a hook of one's own): the run fails there."""
+
+    def __init__(self, at: int = 2, priority=None):
+        super().__init__(priority)
+        self.at = at
+
+    def after_step(self):
+        if self.trainer.iter == self.at:
+            raise RuntimeError(f"this hook broke at iteration {self.at}")

@@ -483,6 +483,15 @@ def test_a_run_trained_on_without_its_checkpointer_says_what_it_leaves_unsaved(t
     assert proc.returncode == 75 and "Interrupted at iteration 105 (SIGTERM); exit code 75. No checkpoint of it " \
         "was written (no checkpointer hook): the same command resumes from final.pt, an older one." in out, out[-3000:]
     assert "no hook saved" not in out  # said once
+    # failed there: said too (only a run that ended said it), with what its rerun does
+    shutil.rmtree(quiet)
+    shutil.copytree(reference, quiet)
+    proc = subprocess.run([*command(quiet, "iter", 0), "trainer.max_iters=110", "~hooks.checkpointer",
+                           "+hooks.boom._target_=pace.BreaksAt", "+hooks.boom.at=104"], cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "this hook broke at iteration 104" in out, out[-3000:]
+    assert "hold iteration 100's model, not the one it reached, and a rerun goes on from there" in out, out[-3000:]
 
 
 def test_a_finished_run_asked_for_another_objective_reports_it_without_calling_it_not_applied(tmp_path, references, tmp_path_factory):

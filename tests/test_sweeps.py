@@ -60,6 +60,20 @@ def test_a_sweep_composes_each_job_before_it_starts_once_not_every_job_up_front(
     assert (tmp_path / "composed.txt").read_text().split() == [str(3 * times)]  # one process: the basic launcher's
 
 
+def test_a_sweep_lengthening_finished_jobs_with_no_checkpoint_is_refused_before_any_job_runs(tmp_path):
+    """A job's run would refuse it (nothing to train on from): the sweep said it would train on, and each job failed."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "hydra/launcher=local", "seed=0,1", "hooks=none", f"hydra.sweep.dir={sweep}", *FAST]
+    assert run_cli([*args, "trainer.max_epochs=1"], tmp_path).returncode == 0
+    records = {d.name: (d / "run.json").read_text() for d in run_dirs(sweep)}
+    proc = run_cli([*args, "trainer.max_epochs=2"], tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "Config error: trainer.max_epochs: 1 -> 2: this run finished (completed at iteration 8), and saved no " \
+        "checkpoint (it ran without a checkpointer hook) to train it on from" in proc.stderr, proc.stderr[-3000:]
+    assert "(sweep job 0: " in proc.stderr and "train on from their checkpoints" not in proc.stdout + proc.stderr
+    assert {d.name: (d / "run.json").read_text() for d in run_dirs(sweep)} == records
+
+
 def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_them(tmp_path):
     """Rerunning a sweep with a value added: the finished jobs start no process (their results are taken from their
     run.json, as their run would return them), and a change their runs cannot take is named; raising
