@@ -399,7 +399,7 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
         checkpoints = run_dir / "checkpoints"
         gone = done is not None and not saved_checkpoints(checkpoints)  # its results stand in its record alone
         # a run without a checkpointer (hooks=none) saved none: its checkpoints are not "gone"
-        never = gone and not checkpoints.exists() and not _had_checkpointer(run_dir)
+        never = gone and _saved_none(run_dir)
         if gone and lengthens(changes):
             raise ConfigError(nothing_to_train_on(run_dir, done, changes))
         if done is not None and not lengthens(changes):  # an explicit checkpoint path always trains on
@@ -834,12 +834,17 @@ def nothing_to_train_on(run_dir: Path, done: Mapping[str, Any], changes: Sequenc
     from launcher.rundir import LENGTH, describe_changes, new_dir_advice
 
     checkpoints = run_dir / "checkpoints"
-    never = not checkpoints.exists() and not _had_checkpointer(run_dir)  # hooks=none: none were ever saved
+    never = _saved_none(run_dir)
     return (f"{describe_changes([c for c in changes if c[0] in LENGTH])}: this run finished ({done['status']} at "
             f"iteration {done.get('iter')}), and "
             f"{'saved no checkpoint (it ran without a checkpointer hook)' if never else f'{checkpoints} holds no checkpoint'} "
             f"to train it on from (its results stay in run.json); train it again from the start with trainer.resume=false "
             f"(which rewrites its metrics.jsonl and run.json), or choose {new_dir_advice()}")
+
+
+def _saved_none(run_dir: Path) -> bool:
+    """Whether ``run_dir``'s run never saved a checkpoint (hooks=none): no checkpoints dir, and no checkpointer hook."""
+    return not (run_dir / "checkpoints").exists() and not _had_checkpointer(run_dir)
 
 
 def _had_checkpointer(run_dir: Path) -> bool:
@@ -909,7 +914,7 @@ def _spawned_worker(rank: int, world_size: int, port: int, parent: int, ready: A
     from omegaconf import OmegaConf
 
     from launcher import distributed
-    from launcher.signals import SignalLatch
+    from launcher.signals import SIGNALS
 
     try:
         distributed.worker_started(rank, parent, ready)
@@ -920,5 +925,5 @@ def _spawned_worker(rank: int, world_size: int, port: int, parent: int, ready: A
     except KeyboardInterrupt:  # torch's worker wrapper would exit 0 on it, and the parent wait for its peers
         raise SystemExit(130) from None
     finally:  # a stop signal or Ctrl-C from here is the parent's late copy: ignored (handlers are gone as Python shuts
-        for sig in (*SignalLatch.SIGNALS, signal.SIGINT):  # down; a KeyboardInterrupt waiting for threads was a traceback)
+        for sig in SIGNALS:  # down; a KeyboardInterrupt, Ctrl-C's, waiting for threads was a traceback)
             signal.signal(sig, signal.SIG_IGN)

@@ -129,8 +129,8 @@ def _check_jobs(config: Any, keep: bool = False) -> None:
         mark_taken(numbered)
         import logging
 
-        _say_going_on([(idx, path, record is not None) for idx, _, path, record, outcome in checked
-                       if outcome is None or record is None], logging.getLogger("launcher"))
+        _say_going_on([(idx, path) for idx, _, path, record, outcome in checked if outcome is None or record is None],
+                      logging.getLogger("launcher"))
 
 
 def refuse_what_runs_would_refuse(config: Any, loader: Any, jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> list:
@@ -293,10 +293,10 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
     done: Dict[int, Any] = {}
     unapplied: Dict[int, Any] = {}
     unknown: Dict[int, Any] = {}  # finished jobs that never recorded the objective asked for: (objective, their metrics)
-    going_on: List[Tuple[int, Path, bool]] = []  # (job, dir, finished) of the jobs that train on from a checkpoint
+    going_on: List[Tuple[int, Path]] = []  # (job, dir) of the jobs that train on from a checkpoint
     for idx, overrides, path, record, outcome in refuse_what_runs_would_refuse(config, loader, jobs):
         if outcome is None or record is None:
-            going_on.append((idx, path, record is not None))
+            going_on.append((idx, path))
             continue
         objective, changes = outcome
         ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, working_dir=str(path),
@@ -331,14 +331,14 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
     return done
 
 
-def _say_going_on(jobs: Sequence[Tuple[int, Path, bool]], log: Any) -> None:
-    """One line for the jobs of a rerun sweep that train on from their checkpoints (``(job, dir, finished)``): their
+def _say_going_on(jobs: Sequence[Tuple[int, Path]], log: Any) -> None:
+    """One line for the jobs of a rerun sweep that train on from their checkpoints (``(job, dir)``): their
     runs stopped before their end (interrupted, failed, killed), or finished and are lengthened; each named with the
     newest checkpoint in its dir, which its run resumes from (each job's log says it too; the sweep's console did
     not). A job without one is left out: its run starts over, or says why it cannot train on."""
     from launcher.files import candidates
 
-    going = [(idx, found[0].name) for idx, path, _ in jobs for found in [candidates(path / "checkpoints")] if found]
+    going = [(idx, found[0].name) for idx, path in jobs for found in [candidates(path / "checkpoints")] if found]
     if going:
         log.info("%d sweep job(s) train on from their checkpoints: %s%s", len(going),
                  ", ".join(f"job {idx} ({name})" for idx, name in going[:6]), ", ..." if len(going) > 6 else "")
