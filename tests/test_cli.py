@@ -127,7 +127,10 @@ BAD_INPUTS = [
                                "Accepted there: device, resume"]),
     (["hooks.consol.period=5"], ["hooks.consol: no such key in hooks; did you mean hooks.console?", "checkpointer"]),
     (["+trainer.max_epoch=3"], ["max_epoch", "accepts: max_epochs"]),
-    (["trainer.max_epochs=ten"], ["trainer.max_epochs", "ten", "Integer"]),
+    (["trainer.max_epochs=ten"], ["trainer.max_epochs=ten: this key takes a whole number, e.g. trainer.max_epochs=20"]),
+    (["trainer.devices=abc"], ["trainer.devices=abc: this key takes a whole number, e.g. trainer.devices=1"]),
+    (["hooks.lr_scheduler.warmup_factor=x"], ["hooks.lr_scheduler.warmup_factor=x: this key takes a number, e.g. "
+                                              "hooks.lr_scheduler.warmup_factor=0.001"]),
     # an environment variable gives a string: how to read the bool it spells
     (["hooks.checkpointer.save_final=${oc.env:SAVE_FINAL,true}"],
      ["hooks.checkpointer.save_final: 'True' is not true or false", "${oc.env:SAVE_FINAL,true} gives a string: "

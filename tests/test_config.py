@@ -97,7 +97,7 @@ def test_keys_users_rely_on():
     "override, words",
     [
         ("trainer.max_epoch=3", ["max_epoch", "did you mean trainer.max_epochs?"]),
-        ("trainer.max_epochs=ten", ["ten", "trainer.max_epochs", "Integer"]),
+        ("trainer.max_epochs=ten", ["trainer.max_epochs=ten", "takes a whole number"]),
         ("trainer=iter", None),
         ("hooks.console.perod=5", ["perod", "did you mean hooks.console.period?"]),
         ("hooks.checkpointer.keep_last=all", ["all", "hooks.checkpointer.keep_last"]),
