@@ -126,14 +126,15 @@ def test_early_stopping_stops_at_the_right_validation_on_a_scripted_metric(tmp_p
         trainer.train()
         assert trainer.epoch == 5  # validations 3, 4, 5 did not beat 0.8 by more than 0.05
         steps = 2 * trainer.steps_per_epoch  # the best is epoch 2's: named as the files number its row, and the count is 3
+        where = "epoch 2/20, "  # what an epoch run counts in, from 1 as the console shows it
     else:
         trainer = make_trainer("iter", hooks=[Evaluator(period=4, by_epoch=False), Scripted(), stopper], max_iters=80,
                                work_dir=tmp_path)
         trainer.train()
         assert trainer.iter == 20
-        steps = 8
+        steps, where = 8, ""
     assert trainer.status == "stopped" and trainer.stop_reason == (
-        f"early stopping: val/loss did not improve on 0.8 (validated after {steps} steps: iter {steps - 1} in "
+        f"early stopping: val/loss did not improve on 0.8 (validated after {where}{steps} steps: iter {steps - 1} in "
         f"metrics.jsonl) by more than 0.05 for 3 validations")
 
 
