@@ -528,9 +528,11 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         if main:
             warn_if_a_loss_is_maximized(cfg)
         logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters, trainer.device, run_dir)
-        with GracefulStop(trainer) as stopper:
-            metrics = trainer.train()
+        stopper = GracefulStop(trainer).__enter__()
+        metrics = trainer.train()
     except BaseException as err:
+        if stopper is not None:
+            stopper.__exit__(type(err), err, err.__traceback__)
         status = trainer.status if trainer is not None and trainer.status not in ("created", "running") else "failed"
         if isinstance(err, KeyboardInterrupt):
             status = "aborted"
@@ -550,17 +552,23 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
             logger.warning("Could not record how the run ended in %s (%s: %s); its status there is stale",
                            record.path, type(unrecorded).__name__, unrecorded.strerror or unrecorded)
         raise
-    objective = metrics.get(cfg.objective)
-    if objective is None:
-        # an interrupted run has not validated yet: its rerun reports; under DDP rank 0 says it, as it said the others
-        if trainer.status != "interrupted" and not any(said) and trainer.is_main:
-            warn_if_objective_unknown(str(cfg.objective), metrics, "the run's metrics", "The run returns NaN")
-        objective = float("nan")
-    warn_if_nothing_saved(trainer, unsaved_since)
     exit_code = EXIT_INTERRUPTED if trainer.status == "interrupted" else 0
-    record.finish(trainer.status, exit_code, metrics, objective={"name": cfg.objective, "value": objective},
-                  stop_reason=trainer.stop_reason if trainer.status != "completed" else None, iter=trainer.iter,
-                  resumed_from=str(trainer.resumed_from) if trainer.resumed_from else None)
+    try:  # a signal until the record is written finds the run trained: GracefulStop holds it, and the record says how it ended
+        objective = metrics.get(cfg.objective)
+        if objective is None:
+            # an interrupted run has not validated yet: its rerun reports; under DDP rank 0 says it, as it said the others
+            if trainer.status != "interrupted" and not any(said) and trainer.is_main:
+                warn_if_objective_unknown(str(cfg.objective), metrics, "the run's metrics", "The run returns NaN")
+            objective = float("nan")
+        warn_if_nothing_saved(trainer, unsaved_since)
+        record.finish(trainer.status, exit_code, metrics, objective={"name": cfg.objective, "value": objective},
+                      stop_reason=trainer.stop_reason if trainer.status != "completed" else None, iter=trainer.iter,
+                      resumed_from=str(trainer.resumed_from) if trainer.resumed_from else None)
+    finally:
+        stopper.__exit__(None, None, None)
+    if stopper.received is not None and trainer.status != "interrupted":
+        logger.warning("%s came as the run ended (%s): nothing was left to stop, and it is recorded %s", stopper.name,
+                       trainer.status, trainer.status)
     if trainer.status == "interrupted":
         if main:  # rank 0 wrote the checkpoint; the other ranks cannot tell whether it is on disk yet
             last = trainer.checkpoint_dir / "last"
@@ -571,11 +579,10 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
                       f"{older[0].name}, an older one." if older else
                       "No checkpoint was written (no checkpointer hook): a rerun starts over.")
             logger.warning("Interrupted at iteration %d (%s); exit code %d. %s", trainer.iter,
-                           (stopper.name if stopper is not None and stopper.name else None) or trainer.stop_reason,
+                           stopper.name or trainer.stop_reason,
                            EXIT_INTERRUPTED, advice)
-        if stopper is not None:
-            before_chain()
-            stopper.chain()  # e.g. submitit's handler, which requeues the job: the checkpoint is on disk now
+        before_chain()
+        stopper.chain()  # e.g. submitit's handler, which requeues the job: the checkpoint is on disk now
     else:
         logger.info("Finished (%s): %s = %.4f", trainer.status, cfg.objective, objective)
     return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=run_dir,

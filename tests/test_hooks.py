@@ -369,6 +369,42 @@ def test_a_signal_while_the_run_is_built_reaches_the_previous_handler_once(build
     assert signal.getsignal(signal.SIGUSR2) is previous
 
 
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_as_the_run_ends_leaves_it_recorded_as_it_ended(sig, tmp_path, monkeypatch, caplog):
+    """A Ctrl-C after the last step and before run.json said how the run ended raised KeyboardInterrupt out of a
+    trained run and left its record 'running' (a SIGTERM there ended the process, or requeued a finished SLURM job)."""
+    import os
+    import signal
+
+    import launcher
+    from conftest import read_run
+
+    told = launcher.warn_if_nothing_saved
+
+    def signalled(trainer, since):  # in the window between trainer.train() returning and the record
+        os.kill(os.getpid(), getattr(signal, sig))
+        return told(trainer, since)
+
+    monkeypatch.setattr(launcher, "warn_if_nothing_saved", signalled)
+    cfg = launcher.compose(["data=synthetic", "data.train.size=64", "data.batch_size=32", "trainer=iter",
+                            "trainer.max_iters=4", "hooks=minimal"])
+    requeued = []  # a SIGTERM handler before the run's, as submitit's in a SLURM job: a finished run is not requeued
+    def requeue(signum, frame):
+        requeued.append(signum)
+
+    before = signal.signal(signal.SIGTERM, requeue)
+    try:
+        with caplog.at_level(logging.WARNING, logger="launcher"):
+            result = launcher.run(cfg, tmp_path)
+    except KeyboardInterrupt:
+        pytest.fail("the Ctrl-C aborted a run that had trained")
+    finally:
+        previous = signal.signal(signal.SIGTERM, before)
+    assert result.status == "completed" and read_run(tmp_path)["status"] == "completed" and requeued == []
+    assert f"{sig} came as the run ended (completed): nothing was left to stop, and it is recorded completed" in caplog.text
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and previous is requeue  # the run's are gone
+
+
 def test_the_console_eta_counts_the_time_validation_takes_between_steps(caplog, tmp_path):
     import re
     import time
