@@ -104,7 +104,7 @@ def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str,
         overrides = recorded_overrides(d, record, submitted) or []
         submitit = record.get("submitit") or {}
         row = {
-            "job": num, "dir": str(d), "overrides": " ".join(overrides), "stderr": submitit.get("stderr") or submitted.get("stderr"),
+            "job": num, "dir": str(d), "overrides": " ".join(overrides), "override_list": list(overrides), "stderr": submitit.get("stderr") or submitted.get("stderr"),
             "stdout": submitit.get("stdout") or submitted.get("stdout"),
             "status": STATUS.get(record.get("status", ""), "pending"), "seconds": _seconds(record),
             "metrics": record.get("metrics", {}), "error": record.get("error", ""), "read_at": stamp,
@@ -117,6 +117,7 @@ def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str,
             # the run's own record stays for its time and last metrics when it is this job's (not another config's)
             own = record.get("status") == "failed" and record.get("overrides") == failure["overrides"]
             row.update(status="failed", error=failure["error"], overrides=" ".join(failure["overrides"]),
+                       override_list=list(failure["overrides"]),
                        metrics=row["metrics"] if own else {}, seconds=row["seconds"] if own else None)
             logs = failure.get("submitit") or {}
             if logs.get("stderr"):  # the failed attempt's, not those of the earlier one run.json may still name
@@ -434,9 +435,10 @@ def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) 
     if not failed:
         return ""
     out = [f"{len(failed)} of {len(rows)} sweep job(s) failed:"]  # the summary's path: in the line above (done_report)
+    own = distinct_overrides(rows)
     for r in failed:
         log = f"{r['dir']}/train.log"
-        out.append(f"  job {r['job']} [{r['overrides']}]: {r['error'] or 'no error recorded'}")
+        out.append(f"  job {r['job']} [{own[r['job']]}]: {r['error'] or 'no error recorded'}")
         submitit = f"{r['stderr']}" if r.get("stderr") and Path(r["stderr"]).is_file() else ""
         if Path(log).is_file():
             out.append(f"    log: {log}" + (f"  (submitit: {submitit})" if submitit else ""))
@@ -485,6 +487,14 @@ def _attempts_before(row: Dict[str, Any], before: Dict[str, int], started_ns: Op
     return before.get(row["dir"], 0)
 
 
+def distinct_overrides(rows: List[Dict[str, Any]]) -> Dict[int, str]:
+    """``{job: its overrides}`` without those every job of the sweep shares (its fixed settings, said once in the
+    summary): what tells the jobs apart, in the end lines. A sweep of one job keeps them all."""
+    lists = [r.get("override_list") or [] for r in rows]
+    shared = set.intersection(*map(set, lists)) if len(lists) > 1 else set()
+    return {r["job"]: " ".join(o for o in own if o not in shared) or r["overrides"] for r, own in zip(rows, lists)}
+
+
 def done_report(rows: List[Dict[str, Any]], sweep_dir: Path, objective: str, mode: Any,
                 attempts_before: Optional[Dict[str, int]] = None, started_ns: Optional[int] = None) -> str:
     """One line at the end of a sweep (before the failures' screen, where there are any): how many jobs, the best, the jobs that went on after a
@@ -497,7 +507,7 @@ def done_report(rows: List[Dict[str, Any]], sweep_dir: Path, objective: str, mod
     order = ["done", "failed", "interrupted", "requeued", "running", "cancelled", "stuck", "pending"]
     state = ", ".join(f"{n} {status}" for status, n in
                       sorted(counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
-    top = f"; best: job {best['job']} [{best['overrides']}] {objective} = {best['metrics'][objective]:.4g}" if best else ""
+    top = f"; best: job {best['job']} [{distinct_overrides(rows)[best['job']]}] {objective} = {best['metrics'][objective]:.4g}" if best else ""
     before = {r["dir"]: _attempts_before(r, attempts_before or {}, started_ns) for r in rows}
     requeued = [r for r in rows if (r.get("attempts") or 0) - before[r["dir"]] > 1]
     again = (f"; {len(requeued)} requeued by SLURM (preempted or timed out) and went on: "
