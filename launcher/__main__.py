@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 import launcher
 from launcher.build import ConfigError
 from launcher.distributed import WorkerFailed
-from launcher.errors import REPORTED_JOB, RunError
+from launcher.errors import REPORTED_JOB, ClusterUnreachable, RunError
 from launcher.signals import EXIT_INTERRUPTED
 
 logger = logging.getLogger("launcher")
@@ -141,11 +141,7 @@ def explain_config_errors() -> None:
                         raise
                     # the launcher's own (an option submitit does not know, sbatch refusing the jobs): no job ran,
                     # so no sweep report (it would list every job pending); a rerun with the option mended runs them
-                    summary = sys.modules.get("launcher.summary")
-                    if summary is not None:
-                        import atexit
-
-                        atexit.unregister(summary.SweepSummary._report)
+                    no_sweep_report()
                     print(f"Config error: {err}", file=sys.stderr)
                     sys.exit(2)
                 if isinstance(err, ValueError) and not group_value_message(err):
@@ -156,6 +152,10 @@ def explain_config_errors() -> None:
                     raise err from None
                 print(f"Config error: {message}", file=sys.stderr)
                 sys.exit(2)
+            except ClusterUnreachable as err:  # no job could be submitted, the config being right: not a config error
+                no_sweep_report()
+                print(f"Error: {err}", file=sys.stderr)
+                sys.exit(1)
             except OSError as err:  # after MissingConfigException, an IOError too
                 if not made_by_hydra(err):
                     raise
@@ -170,6 +170,13 @@ def explain_config_errors() -> None:
                 sys.exit(err.exit_code())
 
         return report(composed)
+
+    def no_sweep_report() -> None:  # a sweep that launched no job has no report (it would list every job pending)
+        summary = sys.modules.get("launcher.summary")
+        if summary is not None:
+            import atexit
+
+            atexit.unregister(summary.SweepSummary._report)
 
     hydra_utils.run_and_report = run_and_report
 

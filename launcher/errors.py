@@ -36,6 +36,11 @@ def what_to_mend(err: BaseException) -> str:
     return "the config" if isinstance(err, ConfigError) else "the model"
 
 
+class ClusterUnreachable(RuntimeError):
+    """SLURM's controller did not answer ``sbatch``: no job was submitted, and nothing in the config is wrong. The
+    CLI prints its one line and exits 1; the same command submits the sweep once the controller answers."""
+
+
 class RunError(Exception):
     """An error that ends a run whose message is the whole story (what went wrong, where, what to change):
     the CLI prints it in one line, ``Run failed: ...``, exit status 1, and its traceback (the launcher's own

@@ -511,6 +511,11 @@ def explain_launcher_error(err: BaseException, launcher: str, params: Optional[D
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         errors = [line[len("sbatch: error:"):].strip() for line in lines if line.startswith("sbatch: error:")]
         said = "; ".join(errors or [line.partition("sbatch: ")[2] or line for line in lines])
+        if re.search(r"Unable to contact slurm controller|Socket timed out|Connection refused", said):
+            from launcher.errors import ClusterUnreachable
+
+            return ClusterUnreachable(f"hydra/launcher={launcher}: SLURM's controller did not answer sbatch ({said}): "
+                                      f"no job was submitted. Once `sinfo` answers, the same command submits the sweep")
         if params is None:
             return ConfigError(f"hydra/launcher={launcher}: sbatch refused the sweep's jobs: {said} (the hydra.launcher "
                                f"options partition, account, qos, gres... are passed to it)")

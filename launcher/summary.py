@@ -230,20 +230,28 @@ def never_starts(reason: str) -> Optional[str]:
     return None
 
 
-def slurm_states(job_ids: List[str], reasons: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+def slurm_states(job_ids: List[str], reasons: Optional[Dict[str, str]] = None,
+                 unasked: Optional[List[str]] = None) -> Dict[str, str]:
     """SLURM's state of each job (``123``, or ``123_4`` for an array task): ``GONE`` for one the controller
     no longer knows (it forgets ended jobs after ``MinJobAge``, 5 minutes by default); ``{}`` where SLURM
-    cannot be asked (no ``squeue`` here, the controller down). ``reasons``: filled with each listed job's
-    reason (why it is pending, say)."""
+    cannot be asked (no ``squeue`` here, the controller down), with why appended to ``unasked``. ``reasons``:
+    filled with each listed job's reason (why it is pending, say)."""
     import subprocess
 
     try:
         proc = subprocess.run(["squeue", "--noheader", "--array", "--states=all", "--jobs", ",".join(job_ids),
                                "--format=%i|%T|%r"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError) as err:
+        if unasked is not None:
+            unasked.append(f"squeue: {err}")
         return {}
     if proc.returncode != 0:  # every job forgotten; anything else tells nothing
-        return {j: "GONE" for j in job_ids} if "Invalid job id" in proc.stderr else {}
+        if "Invalid job id" in proc.stderr:
+            return {j: "GONE" for j in job_ids}
+        if unasked is not None:
+            said = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+            unasked.append(said[-1] if said else f"squeue exited {proc.returncode}")
+        return {}
     known = {}
     for line in proc.stdout.splitlines():
         job, _, rest = line.strip().partition("|")
@@ -265,8 +273,11 @@ def _settle_with_slurm(rows: List[Dict[str, Any]]) -> None:
     if not asked:
         return
     reasons: Dict[str, str] = {}
-    states = slurm_states(sorted({r["slurm_job"] for r in asked}), reasons)
+    unasked: List[str] = []
+    states = slurm_states(sorted({r["slurm_job"] for r in asked}), reasons, unasked)
     for r in asked:
+        if unasked:  # as its files last recorded it: a pending job may have run since, a running one ended
+            r["unasked"] = unasked[0]
         state = states.get(r["slurm_job"])
         why = never_starts(reasons.get(r["slurm_job"], "")) if state == "PENDING" else None
         if why and r["status"] == "pending":  # queued for ever: say so, rather than pending
@@ -337,8 +348,11 @@ def _modified(path: Path) -> Optional[int]:
         return None
 
 
-def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = "max") -> List[Dict[str, Any]]:
-    """Write ``summary.csv`` and ``summary.md`` into ``sweep_dir``; returns the rows.
+def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = "max",
+                  keep_if_unasked: bool = False) -> List[Dict[str, Any]]:
+    """Write ``summary.csv`` and ``summary.md`` into ``sweep_dir``; returns the rows. ``keep_if_unasked``: leave the
+    files as they are where SLURM could not be asked of jobs submitted to it (rows with ``unasked``): they may
+    hold what SLURM said when it could (cancelled, failed), which the jobs' own files do not.
 
     Several processes write them (each job as it ends, ``python -m launcher.summary``): one whose jobs'
     records changed while it read them (a job ended, and wrote its own summary, in between) reads them
@@ -350,6 +364,8 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
     for _ in range(3):
         earlier: List[str] = []
         rows = jobs(sweep_dir, earlier)
+        if keep_if_unasked and any(r.get("unasked") for r in rows):
+            return rows
         _write_files(sweep_dir, rows, objective, mode, earlier)
         if all(_modified(Path(r["dir"]) / "run.json") == r["read_at"] for r in rows):
             break
@@ -653,7 +669,14 @@ def main() -> None:
         rows = jobs(args.sweep_dir, earlier)
         print(render(args.sweep_dir, rows, args.objective or objective, args.mode or mode, earlier)[1], end="")
         return
-    write_summary(args.sweep_dir, objective, mode)
+    rows = write_summary(args.sweep_dir, objective, mode, keep_if_unasked=True)
+    unasked = [r for r in rows if r.get("unasked")]
+    if unasked:  # shown as the jobs' files have it, and the files left with what SLURM said last time
+        print(render(args.sweep_dir, rows, objective, mode)[1], end="")
+        print(f"launcher.summary: SLURM could not be asked ({unasked[0]['unasked']}): the {len(unasked)} job(s) submitted "
+              f"to it show what their own files last recorded (a pending one may have run since, a running one ended); "
+              f"summary.md and summary.csv are left as they were. Run this again once squeue answers", file=sys.stderr)
+        return
     print((args.sweep_dir / "summary.md").read_text(), end="")
 
 

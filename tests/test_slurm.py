@@ -375,6 +375,17 @@ def test_the_summary_of_a_detached_sweep_asks_slurm_about_jobs_that_ended_withou
     assert f"SLURM job {ids[0]} ended" in summary and "while its run was running: the process was killed" in summary
     assert f"(log: {record['submitit']['stderr']})" in summary
 
+    # the controller out of reach: the jobs read as their files have them (job 0 running, job 1 pending), said to be
+    # so, and the files keep what SLURM said (they were overwritten with running and pending, without a word)
+    unreachable = tmp_path / "unreachable.conf"
+    unreachable.write_text(Path(cluster_env["SLURM_CONF"]).read_text() + "SlurmctldPort=1\n")
+    blind = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], capture_output=True, text=True,
+                           env={**cluster_env, "SLURM_CONF": str(unreachable)}, timeout=120)
+    assert blind.returncode == 0 and "| running |" in blind.stdout and "| pending |" in blind.stdout, blind.stdout
+    assert "launcher.summary: SLURM could not be asked (" in blind.stderr and "the 2 job(s) submitted to it show what " \
+        "their own files last recorded" in blind.stderr and "summary.md and summary.csv are left as they were" in blind.stderr
+    assert [(r["job"], r["status"]) for r in csv.DictReader((sweep / "summary.csv").open())] == [("0", "failed"), ("1", "cancelled")]
+
 
 def test_an_attached_sweeps_job_cancelled_while_queued_is_cancelled_not_failed(tmp_path, cluster_env):
     """``scancel`` of a queued task of a ``slurm`` sweep that waits for its jobs: it was reported failed ("ended
@@ -603,6 +614,28 @@ def test_a_sweep_sbatch_refuses_is_one_line_naming_what_it_said(launcher, tmp_pa
     assert proc.returncode == 2 and proc.stderr.strip() == (f"Config error: hydra.launcher.timeout_min=-5: hydra/launcher="
                                                             f"{launcher} takes 1 or more (minutes of walltime)"), proc.stderr
     assert not sweep.exists()
+
+
+def test_a_sweep_whose_slurm_controller_does_not_answer_is_told_so_not_that_its_config_is_wrong(tmp_path, cluster_env):
+    """sbatch failing to reach slurmctld was "Config error: ... sbatch refused the sweep's jobs" with the launcher's
+    settings listed, exit 2: the user went looking for a wrong setting."""
+    import re
+
+    unreachable = tmp_path / "unreachable.conf"  # the controller out of reach: a port nothing listens on
+    unreachable.write_text(Path(cluster_env["SLURM_CONF"]).read_text() + "SlurmctldPort=1\n")
+    sweep = tmp_path / "sweep"
+    args = ["-m", "hydra/launcher=slurm_detached", *SLURM[1:], "seed=0,1", "trainer.max_epochs=1", f"hydra.sweep.dir={sweep}", *FAST]
+    proc = launch(args, tmp_path, {**cluster_env, "SLURM_CONF": str(unreachable)})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in out and "Config error" not in out and "pending" not in out, out[-3000:]
+    (line,) = [line for line in proc.stderr.splitlines() if "sbatch" in line]
+    assert line.startswith("Error: hydra/launcher=slurm_detached: SLURM's controller did not answer sbatch (") and \
+        "Unable to contact slurm controller" in line and line.endswith("no job was submitted. Once `sinfo` answers, the "
+                                                                       "same command submits the sweep"), line
+    again = launch(args, tmp_path, cluster_env)  # as it said
+    ids = re.search(r"Submitted 2 job\(s\) to SLURM: (\S+)_", again.stdout + again.stderr)
+    assert again.returncode == 0 and ids, (again.stdout + again.stderr)[-3000:]
+    subprocess.run(["scancel", ids.group(1)], env=cluster_env, check=True)
 
 
 def test_jobs_slurm_queues_but_will_never_start_are_cancelled_and_named_not_waited_for(tmp_path, cluster_env):
