@@ -127,10 +127,7 @@ def _check_jobs(config: Any, keep: bool = False) -> None:
         numbered = [(idx, overrides, path) for (path, idx), overrides in zip(seen.items(), jobs)]
         checked = refuse_what_runs_would_refuse(config, loader, numbered)
         mark_taken(numbered)
-        import logging
-
-        _say_going_on([(idx, path) for idx, _, path, record, outcome in checked if outcome is None or record is None],
-                      logging.getLogger("launcher"))
+        say_going_on([(idx, path) for idx, _, path, record, outcome in checked if outcome is None or record is None])
 
 
 def refuse_what_runs_would_refuse(config: Any, loader: Any, jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> list:
@@ -263,7 +260,8 @@ class Finished:
         return [self.job_return]
 
 
-def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, verb: str) -> Dict[int, Any]:
+def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, verb: str,
+                  going_on: Optional[List[Tuple[int, Path]]] = None) -> Dict[int, Any]:
     """``{job number: JobReturn}`` of the jobs whose run finished before this sweep started and would not train
     again (a rerun of a sweep, to run its failed, interrupted or new jobs): their process would only compose its
     config to say "already finished". On SLURM that is an allocation per job (a rerun of a sweep of 200 seeds
@@ -274,7 +272,9 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
     refused for its config). A rerun that the run of a finished job, or of one with checkpoints, would refuse
     (another model, ``trainer.resume=false``) raises its :class:`ConfigError` here, before any job runs or is
     queued. Logged in one line (``verb``: what is not done to them), with the changes not
-    applied, as a run's rerun does."""
+    applied, as a run's rerun does. The jobs that train on from a checkpoint are said in one line too; with
+    ``going_on``, they are appended there instead, ``(job, dir)``, for the caller to say (:func:`say_going_on`), less
+    those SLURM holds already."""
     import logging
 
     from hydra.core.utils import JobReturn, JobStatus
@@ -293,10 +293,10 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
     done: Dict[int, Any] = {}
     unapplied: Dict[int, Any] = {}
     unknown: Dict[int, Any] = {}  # finished jobs that never recorded the objective asked for: (objective, their metrics)
-    going_on: List[Tuple[int, Path]] = []  # (job, dir) of the jobs that train on from a checkpoint
+    going: List[Tuple[int, Path]] = []  # (job, dir) of the jobs that train on from a checkpoint
     for idx, overrides, path, record, outcome in refuse_what_runs_would_refuse(config, loader, jobs):
         if outcome is None or record is None:
-            going_on.append((idx, path))
+            going.append((idx, path))
             continue
         objective, changes = outcome
         ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, working_dir=str(path),
@@ -310,7 +310,10 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
         if changes:
             unapplied[idx] = changes
     mark_taken(jobs)
-    _say_going_on(going_on, log)
+    if going_on is None:
+        say_going_on(going)
+    else:
+        going_on.extend(going)
     if unknown:  # as a finished run's rerun says it
         from launcher import warn_if_objective_unknown
 
@@ -331,16 +334,18 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
     return done
 
 
-def _say_going_on(jobs: Sequence[Tuple[int, Path]], log: Any) -> None:
+def say_going_on(jobs: Sequence[Tuple[int, Path]]) -> None:
     """One line for the jobs of a rerun sweep that train on from their checkpoints (``(job, dir)``): their
     runs stopped before their end (interrupted, failed, killed), or finished and are lengthened; each named with the
     newest checkpoint in its dir, which its run resumes from (each job's log says it too; the sweep's console did
     not). A job without one is left out: its run starts over, or says why it cannot train on."""
     from launcher.files import candidates
 
+    import logging
+
     going = [(idx, found[0].name) for idx, path in jobs for found in [candidates(path / "checkpoints")] if found]
     if going:
-        log.info("%d sweep job(s) train on from their checkpoints: %s%s", len(going),
+        logging.getLogger("launcher").info("%d sweep job(s) train on from their checkpoints: %s%s", len(going),
                  ", ".join(f"job {idx} ({name})" for idx, name in going[:6]), ", ..." if len(going) > 6 else "")
 
 

@@ -26,7 +26,8 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
 from launcher.files import atomic_write
-from launcher.plugins import Finished, as_plain, finished_jobs, launcher_errors_explained, record_cancelled, record_dead_job
+from launcher.plugins import (Finished, as_plain, finished_jobs, launcher_errors_explained, record_cancelled, record_dead_job,
+                              say_going_on)
 from launcher.plugins import _sweep
 from launcher.plugins import job_dir as plugin_job_dir
 from launcher.summary import cancelled_before_its_run, never_starts, slurm_states
@@ -224,6 +225,7 @@ def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_j
     from launcher.summary import _SLURM_ACTIVE
 
     known: Dict[int, Tuple[str, List[str], int]] = {}
+    settings: Dict[int, Dict[str, Any]] = {}  # the hydra.launcher settings each was submitted with
     for offset, overrides in enumerate(job_overrides):
         idx = initial_job_idx + offset
         if idx in done:
@@ -236,6 +238,8 @@ def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_j
         if isinstance(mark, dict) and mark.get("job_id"):
             tasks = mark.get("tasks") if isinstance(mark.get("tasks"), int) else None
             known[idx] = (str(mark["job_id"]), list(mark.get("overrides") or []), tasks or 0)
+            if isinstance(mark.get("launcher"), dict):  # submissions before 2026-12-07 lack it
+                settings[idx] = mark["launcher"]
     if not known:
         return {}
     reasons: Dict[str, str] = {}
@@ -273,7 +277,39 @@ def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_j
                  "Sweep jobs" if len(queued) > 1 else "Sweep job", number_ranges(sorted(queued)) +
                  (" are" if len(queued) > 1 else " is"), ", ".join(queued[i][0] for i in sorted(queued)),
                  "; waiting for them (Ctrl-C stops waiting, not the jobs)" if waits else "")
+        _warn_settings_not_applied(queued, settings, submitted_settings(launcher.params))
     return queued
+
+
+def submitted_settings(params: Dict[str, Any]) -> Dict[str, Any]:
+    """A SLURM launcher's ``hydra.launcher`` settings as ``submitted.json`` keeps them (JSON's types)."""
+    return json.loads(json.dumps({k: v for k, v in params.items() if k != "submitit_folder"}, default=str))
+
+
+def _warn_settings_not_applied(queued: Dict[int, Tuple[str, int]], settings: Dict[int, Dict[str, Any]],
+                               now: Dict[str, Any]) -> None:
+    """A rerun whose ``hydra.launcher`` settings (a longer timeout_min, more mem_gb) differ from those of jobs that
+    SLURM holds already: those jobs keep what they were submitted with. Said, naming the settings and the jobs."""
+    changed: Dict[str, Tuple[Any, Any]] = {}
+    jobs = []
+    for idx in sorted(queued):
+        then = settings.get(idx)
+        if then is None:
+            continue
+        diff = {k: (then.get(k, "<unset>"), now.get(k, "<unset>")) for k in sorted(set(then) | set(now))
+                if then.get(k) != now.get(k)}
+        if diff:
+            jobs.append(idx)
+            changed.update(diff)
+    if not jobs:
+        return
+    from launcher.plugins import number_ranges
+
+    ids = sorted({queued[i][0].split("_")[0] for i in jobs})
+    log.warning("hydra.launcher changed since sweep job(s) %s were submitted (%s): SLURM holds them with the settings "
+                "they were submitted with, so the change applies to none of them. To apply it, stop them (scancel "
+                "--signal=TERM %s: a running job stops with a checkpoint) and run this command again", number_ranges(jobs),
+                ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in changed.items()), " ".join(ids))
 
 
 def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str]]]) -> List[Path]:
@@ -281,6 +317,7 @@ def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str
     whose run has not recorded itself (queued, cancelled while queued, killed before its run started).
     ``submitted``: ``(job, job number, overrides)``. Returns the job dirs, in that order."""
     dirs = []
+    settings = submitted_settings(launcher.params)
     for job, idx, overrides in submitted:
         job_dir = plugin_job_dir(launcher.config, overrides, idx, launcher.hydra_context.config_loader)
         dirs.append(job_dir)
@@ -289,7 +326,8 @@ def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str
         except (OSError, ValueError, TypeError, AttributeError):
             attempt = 0
         info = {"job": idx, "job_id": job.job_id, "overrides": list(overrides), "tasks": job.num_tasks,
-                "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr), "attempt": attempt}
+                "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr), "attempt": attempt,
+                "launcher": settings}
         if "started_ns" in _sweep:  # the sweep it is a job of (see launcher.plugins.mark_pending)
             info["sweep"] = _sweep["started_ns"]
         try:
@@ -309,8 +347,10 @@ class DetachedSlurmLauncher(SlurmLauncher):
 
         check_requests(self.params, "slurm_detached")
         submitted: List[Tuple[Any, int, List[str]]] = []
-        done = finished_jobs(self, job_overrides, initial_job_idx, "submitted")
+        going_on: List[Tuple[int, Path]] = []
+        done = finished_jobs(self, job_overrides, initial_job_idx, "submitted", going_on)
         queued = queued_jobs(self, job_overrides, initial_job_idx, done)
+        say_going_on([(idx, path) for idx, path in going_on if idx not in queued])  # a job SLURM holds is not submitted
 
         def no_wait(job: "submitit.Job") -> List[JobReturn]:  # stands in for Job.results(), which blocks
             overrides = next(o for j, _, o in submitted if j is job)
@@ -359,9 +399,11 @@ class AttachedSlurmLauncher(SlurmLauncher):
         where: Dict[int, Tuple[int, List[str], Path]] = {}  # by id(job): its number, overrides and dir
         results, update = submitit.Job.results, SlurmInfoWatcher.update
         check_requests(self.params, "slurm")
-        done = finished_jobs(self, job_overrides, initial_job_idx, "submitted")
+        going_on: List[Tuple[int, Path]] = []
+        done = finished_jobs(self, job_overrides, initial_job_idx, "submitted", going_on)
         attached: List[Tuple[Any, int, List[str]]] = []  # jobs queued already by an earlier submission, waited for
         queued = queued_jobs(self, job_overrides, initial_job_idx, done, waits=True)
+        say_going_on([(idx, path) for idx, path in going_on if idx not in queued])  # those SLURM holds: said as waited for
         tasks = int(self.params.get("tasks_per_node") or 1) * int(self.params.get("nodes") or 1)
         submit = submit_unfinished(Executor.map_array, done, jobs, queued, attached, tasks)
 

@@ -124,6 +124,8 @@ def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str,
                 row.update(stderr=logs["stderr"], stdout=logs.get("stdout"))
         except (OSError, ValueError, KeyError, TypeError):
             pass
+        if _submitted_since(d, record, submitted):  # submitted again (a rerun): its run has not started yet
+            row.update(status="pending", error="")
         row["slurm_job"] = _slurm_job(record, submitted, row["status"])
         if row["status"] == "running" and not row["slurm_job"] and _died_here(d, record):
             from launcher.rundir import _attempt_seconds
@@ -192,6 +194,19 @@ _SLURM_ACTIVE = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pe
                  "REQUEUE_HOLD": "pending", "RESV_DEL_HOLD": "pending", "SUSPENDED": "pending", "STOPPED": "pending",
                  "RESIZING": "running", "RUNNING": "running", "COMPLETING": "running", "SIGNALING": "running",
                  "STAGE_OUT": "running"}
+
+
+def _submitted_since(job_dir: Path, record: Dict[str, Any], submitted: Dict[str, Any]) -> bool:
+    """Whether the job was submitted to SLURM after its run last recorded itself (a rerun of the sweep resubmitted an
+    interrupted, failed or lengthened job), as another SLURM job than the one that run was in: its row tells the
+    new submission (pending, then what SLURM says of it) until the run starts and records itself."""
+    new_id = submitted.get("job_id")
+    ran_in = (record.get("submitit") or {}).get("job_id")
+    if not new_id or not ran_in or str(new_id) == str(ran_in):
+        return False
+    marked = _modified(job_dir / "submitted.json")
+    recorded = [t for t in (_modified(job_dir / "run.json"), _modified(job_dir / FAILURE)) if t is not None]
+    return marked is not None and bool(recorded) and marked > max(recorded)
 
 
 def _slurm_job(record: Dict[str, Any], submitted: Dict[str, Any], status: str) -> Optional[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -280,8 +281,6 @@ def test_sweep_of_two_task_ddp_jobs(tmp_path, cluster_env):
 
 
 def test_detached_submission_returns_at_once_with_job_ids_and_sweep_dir(tmp_path, cluster_env):
-    import re
-
     start = time.monotonic()
     proc = launch(["-m", "hydra/launcher=slurm_detached", *SLURM[1:], "seed=0,1", "trainer.max_epochs=2", *FAST,
                    "hydra.sweep.subdir=seed_${seed}"], tmp_path, cluster_env)
@@ -556,6 +555,20 @@ def test_a_job_stopped_by_scancel_term_stays_interrupted_and_a_one_job_sweep_see
     assert not (sweep / "0" / "failure.json").exists()
     assert ",interrupted," in (sweep / "summary.csv").read_text()
 
+    # submitted again (detached): its row is the new submission's, not the interrupted attempt's (it said interrupted)
+    detached = ["-m", "hydra/launcher=slurm_detached", *args[2:], "hydra.launcher.setup=[sleep 8]"]
+    resubmit = launch(detached, tmp_path, cluster_env)
+    out = resubmit.stdout + resubmit.stderr
+    assert resubmit.returncode == 0 and "1 sweep job(s) train on from their checkpoints: job 0 (iter_" in out, out[-3000:]
+    assert re.match(r"Sweep of 1 job\(s\): 1 (pending|running); ", resubmit.stdout.strip().splitlines()[-1]), out[-3000:]
+    new_job = json.loads((sweep / "0" / "submitted.json").read_text())["job_id"]
+    # once more while SLURM holds it: not submitted, nor said to train on from its checkpoint
+    held = launch(detached, tmp_path, cluster_env)
+    out = held.stdout + held.stderr
+    assert held.returncode == 0 and f"Sweep job 0 is queued or running in SLURM already ({new_job})" in out, out[-3000:]
+    assert "train on from their checkpoints" not in out and "hydra.launcher changed" not in out
+    subprocess.run(["scancel", new_job], env=cluster_env, check=True)
+
 
 def test_a_job_out_of_requeues_is_interrupted_with_its_checkpoint_not_failed(tmp_path, cluster_env):
     """Preempted once more than ``max_num_timeout`` allows (with timeout_min=10 submitit counts every preemption
@@ -619,8 +632,6 @@ def test_a_sweep_sbatch_refuses_is_one_line_naming_what_it_said(launcher, tmp_pa
 def test_a_sweep_whose_slurm_controller_does_not_answer_is_told_so_not_that_its_config_is_wrong(tmp_path, cluster_env):
     """sbatch failing to reach slurmctld was "Config error: ... sbatch refused the sweep's jobs" with the launcher's
     settings listed, exit 2: the user went looking for a wrong setting."""
-    import re
-
     unreachable = tmp_path / "unreachable.conf"  # the controller out of reach: a port nothing listens on
     unreachable.write_text(Path(cluster_env["SLURM_CONF"]).read_text() + "SlurmctldPort=1\n")
     sweep = tmp_path / "sweep"
@@ -764,10 +775,14 @@ def test_a_rerun_submits_no_job_slurm_holds_already_and_an_attached_one_waits_fo
     first = launch(["-m", "hydra/launcher=slurm_detached", *args], tmp_path, cluster_env)
     assert first.returncode == 0, first.stderr[-3000:]
     ids = [json.loads((sweep / j / "submitted.json").read_text())["job_id"] for j in ("0", "1")]
-    again = launch(["-m", "hydra/launcher=slurm_detached", *args], tmp_path, cluster_env)
+    # with more memory asked: the jobs SLURM holds keep what they were submitted with, and the rerun says so
+    again = launch(["-m", "hydra/launcher=slurm_detached", *args, "hydra.launcher.mem_gb=2"], tmp_path, cluster_env)
     out = again.stdout + again.stderr
     assert again.returncode == 0 and f"Sweep jobs 0-1 are queued or running in SLURM already ({ids[0]}, {ids[1]}): " \
                                      "not submitted again" in out, out[-3000:]
+    assert "hydra.launcher changed since sweep job(s) 0-1 were submitted (mem_gb: 1 -> 2): SLURM holds them with the " \
+           "settings they were submitted with, so the change applies to none of them. To apply it, stop them (scancel " \
+           f"--signal=TERM {ids[0].split('_')[0]}: a running job stops with a checkpoint)" in out, out[-3000:]
     assert "Nothing submitted to SLURM" in out
     assert [json.loads((sweep / j / "submitted.json").read_text())["job_id"] for j in ("0", "1")] == ids
     arrays = {p.name.split("_")[0] for p in (sweep / ".submitit").iterdir() if p.name[0].isdigit()}
@@ -789,4 +804,5 @@ def test_a_rerun_submits_no_job_slurm_holds_already_and_an_attached_one_waits_fo
     out = attached.stdout + attached.stderr
     assert attached.returncode == 0, out[-3000:]
     assert "not submitted again; waiting for them" in out and "Sweep of 2 job(s): 2 done" in out
+    assert "hydra.launcher changed" not in out  # the settings they were submitted with
     assert [read_run(sweep / j)["submitit"]["job_id"] for j in ("0", "1")] == ids
