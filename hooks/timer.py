@@ -53,8 +53,8 @@ class IterationTimer(HookBase):
     def after_train(self) -> None:
         total = time.perf_counter() - self._train_start
         if self._timed_steps:
-            logger.info(
-                "Trained %d steps in %s (%.4f s/step over the last %d steps)",
-                self._steps, datetime.timedelta(seconds=int(total)) if total >= 60 else f"{total:.1f} s",
-                self._timed_seconds / self._timed_steps, self._timed_steps,
-            )
+            line = ("Trained %d steps in %s (%.4f s/step over the last %d steps)", self._steps,
+                    datetime.timedelta(seconds=int(total)) if total >= 60 else f"{total:.1f} s",
+                    self._timed_seconds / self._timed_steps, self._timed_steps)
+            # said once the other hooks' after_train ran: under the writers' last line, not above it
+            self.trainer.call_at_boundary(lambda: logger.info(*line))

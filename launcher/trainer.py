@@ -15,7 +15,7 @@ Pseudocode of every trainer (the code below follows it)::
         after_epoch
         [validate: before_val, eval loop, after_val (val_failed if it raised)]   # from a hook or a workflow 'val' phase
     [step boundary]
-    after_train                              # always, also when a step raised
+    after_train                              # always, also when a step raised; then what hooks queued in it
 
 Everything else (timing, LR schedules, evaluation, checkpoints, logging) is a hook.
 
@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import inspect
+import itertools
 import logging
 import math
 import os
@@ -141,6 +142,12 @@ def _warn_unknown_events(hook: HookBase) -> None:
 
 def _qualified(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _draining(queue: List[Callable[[], None]]) -> Iterator[Callable[[], None]]:
+    """The functions of ``queue``, each taken off it as it is reached (those appended meanwhile too)."""
+    while queue:
+        yield queue.pop(0)
 
 
 class StreamEnded(Exception):
@@ -485,7 +492,8 @@ class TrainerBase:
         self.stop_reason = self.stop_reason or reason
 
     def call_at_boundary(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` at the next step boundary, when every hook is done with the steps so far."""
+        """Run ``fn`` at the next step boundary, when every hook is done with the steps so far; called in
+        ``after_train``, once every hook's ``after_train`` has run."""
         self._at_boundary.append(fn)
 
     STOP_SYNC_PERIOD = 10  # steps between the ranks' agreement on a stop, under DDP
@@ -746,13 +754,15 @@ class TrainerBase:
         failed = self.status in ("failed", "aborted")
         first: Optional[BaseException] = None
         first_hook: Any = None
-        for handler in self._handlers["after_train"]:
+        self._at_boundary = []  # what a hook queues now runs once every hook's after_train has (the run's last boundary)
+        for handler in itertools.chain(self._handlers["after_train"], _draining(self._at_boundary)):
             try:
                 handler()
             except Exception as err:  # noqa: PERF203 -- once per run
                 if failed or first is not None:
                     logger.error("Hook %s failed in after_train as well: %s: %s",
-                                 getattr(handler, "__self__", handler).name, type(err).__name__, err, exc_info=err)
+                                 getattr(getattr(handler, "__self__", None), "name", None) or getattr(handler, "__qualname__", handler),
+                                 type(err).__name__, err, exc_info=err)
                 else:
                     first, first_hook = err, getattr(handler, "__self__", None)
         if first is not None:

@@ -138,6 +138,20 @@ def test_no_final_checkpoint_when_training_failed(tmp_path):
     assert not (tmp_path / "checkpoints" / "final.pt").exists()
 
 
+@pytest.mark.parametrize("kind", ["iter", "epoch"])
+def test_the_run_time_line_comes_under_the_last_progress_line(kind, caplog, tmp_path):
+    """The iteration trainer's last progress line (with the end's validation) is written in after_train, after the
+    timer's, whose priority is the highest: "Trained N steps" came above it."""
+    hooks = [IterationTimer(warmup=0), Evaluator(period=4, by_epoch=False) if kind == "iter" else Evaluator(),
+             ConsoleWriter(period=4)]
+    trainer = make_trainer(kind, hooks=hooks, work_dir=tmp_path, **({"max_iters": 10} if kind == "iter" else {}))
+    with caplog.at_level(logging.INFO):
+        trainer.train()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(("epoch ", "Trained "))]
+    assert lines[-1].startswith(f"Trained {trainer.iter} steps in ") and "val/loss" in lines[-2], lines
+    assert kind == "epoch" or f"iter {trainer.iter}/{trainer.iter}" in lines[-2]
+
+
 def test_timer_records_step_time_and_the_part_spent_waiting_for_data(tmp_path):
     import time
 
