@@ -584,9 +584,23 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         before_chain()
         stopper.chain()  # e.g. submitit's handler, which requeues the job: the checkpoint is on disk now
     else:
-        logger.info("Finished (%s): %s = %.4f", trainer.status, cfg.objective, objective)
+        logger.info("Finished (%s): %s = %.4f%s", trainer.status, cfg.objective, objective, _measured_when(trainer, cfg.objective))
     return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=run_dir,
                      stop_reason=trainer.stop_reason if trainer.status != "completed" else None)
+
+
+def _measured_when(trainer: Any, key: str) -> str:
+    """`` (validated after epoch 2/3, not at the end)`` for an objective last recorded before the run's last step
+    (a workflow whose last epochs have no val phase; a validation period that does not divide the run), else ``""``."""
+    if not trainer.storage.has(key):
+        return ""
+    step = trainer.storage.history(key).latest_iter()  # the 0-based step it was recorded at
+    if step >= trainer.iter - 1:
+        return ""
+    what = "validated" if key.startswith("val/") else "recorded"
+    if trainer.LENGTH_KEY == "max_epochs" and trainer.steps_per_epoch:
+        return f" ({what} after epoch {trainer.epoch_text((step + 1) // trainer.steps_per_epoch - 1)}, not at the end)"
+    return f" ({what} after {step + 1} of {trainer.iter} steps, not at the end)"
 
 
 def check_unresolvable(cfg: DictConfig) -> None:

@@ -322,8 +322,11 @@ def test_a_workflow_whose_last_epochs_are_never_validated_says_so(tmp_path):
     out = proc.stdout + proc.stderr
     assert ("the last val phase comes after epoch 2, so the last 1 epoch(s) are not validated" in out
             and "set trainer.max_epochs=4, or add hooks.evaluator" in out), out[-3000:]
+    assert re.search(r"Finished \(completed\): val/accuracy = [0-9.]+ \(validated after epoch 2/3, not at the end\)", out)
     proc = run_cli([*args, "trainer.max_epochs=4", "hydra.run.dir=four"], tmp_path, timeout=120)
-    assert proc.returncode == 0 and "not validated" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "not validated" not in out and "not at the end" not in out, proc.stderr[-3000:]
+    assert re.search(r"Finished \(completed\): val/accuracy = [0-9.]+\n", out)
 
 
 MISFITS = [
