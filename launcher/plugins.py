@@ -48,11 +48,15 @@ def job_dir(config: Any, overrides: Sequence[str], idx: int, config_loader: Any)
 
     if OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}":
         return Path(str(config.hydra.sweep.dir)) / str(idx)  # the default, without composing the job's config
-    job_config = config_loader.load_sweep_config(config, list(overrides))
-    with open_dict(job_config.hydra.job):
-        job_config.hydra.job.num = idx
-    with as_job(job_config):  # a subdir of ${hydra:job.num}
-        return Path(str(job_config.hydra.sweep.dir)) / str(job_config.hydra.sweep.subdir)
+    known = _dirs.setdefault(id(config), {})  # a sweep asks for a job's dir several times (check, submit, record)
+    key = (tuple(overrides), idx)
+    if key not in known:
+        job_config = config_loader.load_sweep_config(config, list(overrides))
+        with open_dict(job_config.hydra.job):
+            job_config.hydra.job.num = idx
+        with as_job(job_config):  # a subdir of ${hydra:job.num}
+            known[key] = Path(str(job_config.hydra.sweep.dir)) / str(job_config.hydra.sweep.subdir)
+    return known[key]
 
 
 BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hydra_plugins.launcher_sweeper.PlannedSweeper")
@@ -64,6 +68,7 @@ def plan_sweep(config: Any) -> None:
     first's run, or be refused, and its result overwrite the first's); else mark each job not started yet as
     pending in its dir (``submitted.json``), so the summary lists it even if the sweep stops before it."""
     _checked.clear()  # an earlier sweep's, in this process
+    _dirs.clear()
     _sweep["started_ns"] = time.time_ns()  # this sweep's mark in its jobs' dirs (mark_pending)
     sweep_dir = Path(str(config.hydra.sweep.dir))
     forks = False
@@ -205,6 +210,7 @@ COMPOSE_AHEAD = 32  # jobs composed before a sweep starts, at most
 # (:func:`take_composed`) rather than compose them again.
 _checked: Dict[int, Dict[Tuple[str, ...], Any]] = {}
 _sweep: Dict[str, int] = {}  # the sweep this process runs: when it started, the mark mark_pending leaves in its jobs' dirs
+_dirs: Dict[int, Dict[Tuple[Tuple[str, ...], int], Path]] = {}  # job_dir's answers, by the sweep config's id: (overrides, number)
 
 
 def checked(config: Any) -> bool:
