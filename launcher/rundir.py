@@ -256,6 +256,7 @@ class RunRecord:
             "seed": seed,
             "overrides": list(overrides or []),
             "cwd": os.getcwd(),
+            "dir": os.path.abspath(run_dir),  # a copy of the dir (cp -a while it trains) is not where this process writes
             "command": command_line(),
             "git": git_state(Path(os.getcwd())),
             "versions": {
@@ -398,6 +399,12 @@ def training_here_now(run_dir: Path) -> Optional[str]:
         return _training_in_slurm_job(data)
     if not isinstance(pid, int) or pid in (os.getpid(), os.getppid()):
         return None
+    if isinstance(data.get("dir"), str):  # records before 2026-12-07 lack it
+        try:
+            if not os.path.samefile(data["dir"], run_dir):
+                return None  # a copy of a run dir made while it trained: that run writes in the dir it was copied from
+        except OSError:
+            pass  # the dir it recorded is gone: moved here while it trains, perhaps (its open files follow)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -584,8 +591,8 @@ def values_back(defining: Sequence[Tuple[str, Any, Any]], cfg: Any) -> str:
     back = restoring_overrides(defining, cfg)
     if back:
         return (f"give that run's values back ({back} on the command line, or the config file that set them as it "
-                f"was; its overrides are in .hydra/overrides.yaml there)")
-    return "rerun with that run's overrides (.hydra/overrides.yaml there)"
+                f"was; its overrides are in run.json's \"overrides\" there)")
+    return "rerun with that run's overrides (run.json's \"overrides\" there)"
 
 
 def restoring_overrides(changes: Sequence[Tuple[str, Any, Any]], cfg: Any) -> str:

@@ -104,8 +104,9 @@ def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str,
         overrides = recorded_overrides(d, record, submitted) or []
         submitit = record.get("submitit") or {}
         row = {
-            "job": num, "dir": str(d), "overrides": " ".join(overrides), "override_list": list(overrides), "stderr": submitit.get("stderr") or submitted.get("stderr"),
-            "stdout": submitit.get("stdout") or submitted.get("stdout"),
+            "job": num, "dir": str(d), "overrides": " ".join(overrides), "override_list": list(overrides),
+            "stderr": _here(submitit.get("stderr") or submitted.get("stderr"), sweep_dir),
+            "stdout": _here(submitit.get("stdout") or submitted.get("stdout"), sweep_dir),
             "status": STATUS.get(record.get("status", ""), "pending"), "seconds": _seconds(record),
             "metrics": record.get("metrics", {}), "error": record.get("error", ""), "read_at": stamp,
             "attempts": record.get("attempt") if isinstance(record.get("attempt"), int) else None,
@@ -121,7 +122,7 @@ def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str,
                        metrics=row["metrics"] if own else {}, seconds=row["seconds"] if own else None)
             logs = failure.get("submitit") or {}
             if logs.get("stderr"):  # the failed attempt's, not those of the earlier one run.json may still name
-                row.update(stderr=logs["stderr"], stdout=logs.get("stdout"))
+                row.update(stderr=_here(logs["stderr"], sweep_dir), stdout=_here(logs.get("stdout"), sweep_dir))
         except (OSError, ValueError, KeyError, TypeError):
             pass
         if _submitted_since(d, record, submitted):  # submitted again (a rerun): its run has not started yet
@@ -137,6 +138,18 @@ def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str,
         rows.append(row)
     _settle_with_slurm(rows)
     return rows
+
+
+def _here(log: Optional[str], sweep_dir: Path) -> Optional[str]:
+    """A submitit log recorded with its absolute path, in this sweep dir where the dir was moved (mv, rsync) since:
+    ``<old sweep dir>/.submitit/<id>/<file>`` as ``<sweep dir>/.submitit/<id>/<file>`` where that is a file."""
+    if not log or Path(log).is_file():
+        return log
+    parts = Path(log).parts
+    if ".submitit" not in parts:
+        return log
+    moved = Path(sweep_dir).joinpath(*parts[parts.index(".submitit"):])
+    return str(moved) if moved.is_file() else log
 
 
 def _read_json(path: Path) -> Dict[str, Any]:

@@ -742,6 +742,15 @@ def test_a_second_run_in_a_dir_where_one_is_training_is_refused(tmp_path):
         assert second.returncode == 2 and "Traceback" not in out, out[-3000:]
         assert f"a run is training in this dir now (pid {first.pid} on this host" in out and "give this run a new hydra.run.dir (hydra.sweep.dir for a sweep)" in out
         assert first.poll() is None and read_run(tmp_path / "run")["pid"] == first.pid  # the first one goes on
+        # a copy of the dir made while it trains (cp -a) is not where it writes: free; the dir by another path is not
+        import shutil
+
+        from launcher.rundir import training_here_now
+
+        shutil.copytree(tmp_path / "run", tmp_path / "copy", symlinks=True)
+        (tmp_path / "link").symlink_to(tmp_path / "run")
+        assert training_here_now(tmp_path / "copy") is None and read_run(tmp_path / "copy")["pid"] == first.pid
+        assert training_here_now(tmp_path / "link").startswith(f"pid {first.pid} on this host")
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(timeout=120)
@@ -756,8 +765,6 @@ def test_a_second_run_in_a_dir_where_one_is_training_is_refused(tmp_path):
         started = datetime.datetime.now().astimezone() - datetime.timedelta(seconds=60)
         record.update(status="running", pid=stranger.pid, start_time=started.isoformat())
         (tmp_path / "run" / "run.json").write_text(json.dumps(record))
-        from launcher.rundir import training_here_now
-
         assert training_here_now(tmp_path / "run") is None
         record["start_time"] = datetime.datetime.now().astimezone().isoformat()
         (tmp_path / "run" / "run.json").write_text(json.dumps(record))
@@ -1110,6 +1117,7 @@ def test_a_run_refused_for_a_config_file_edited_since_is_told_the_values_that_re
     # data.seed follows seed (${seed}), model.num_classes data.train's (${..data.train.num_classes}); the key the
     # file no longer sets is added back with +
     assert "To resume it, give that run's values back (data.train.num_classes=10 +optimizer.dampening=0.0 " \
-           "optimizer.lr=0.05 seed=3 on the command line, or the config file that set them as it was;" in out, out[-2000:]
+           "optimizer.lr=0.05 seed=3 on the command line, or the config file that set them as it was; its overrides " \
+           "are in run.json's \"overrides\" there)" in out, out[-2000:]  # (.hydra/, which a copy may leave out, had them too)
     proc = cli(*args, "data.train.num_classes=10", "+optimizer.dampening=0.0", "optimizer.lr=0.05", "seed=3")
     assert proc.returncode == 0 and "This run already finished (completed)" in proc.stdout, proc.stderr[-2000:]

@@ -448,6 +448,16 @@ def test_failed_jobs_of_a_parallel_sweep_are_each_named_at_the_end_and_lose_no_o
     assert good["status"] == "completed" and "val/accuracy" in good["metrics"]
     # the report alone says it: not Hydra's re-raise of the first failure before it, nor its HYDRA_FULL_ERROR hint
     assert proc.returncode == 1 and proc.stderr.count("Invalid learning rate: -1") == 1, proc.stderr[-3000:]
+
+    # the sweep dir moved (mv, rsync): the jobs' submitit logs, recorded by their absolute paths, are found in it
+    import shutil
+
+    from launcher.summary import jobs
+
+    moved = tmp_path / "moved sweep"
+    shutil.move(str(run_dirs(tmp_path / "outputs" / "multirun")[0].parent), moved)
+    for row in jobs(moved):
+        assert row["stderr"].startswith(str(moved / ".submitit")) and Path(row["stderr"]).is_file(), row
     assert "Error executing job" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr
 
 
