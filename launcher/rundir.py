@@ -503,12 +503,24 @@ def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
         return []
     new = plain_config(cfg)
     before, after = _flat(old), _flat(new)
+    for key in _timed_keys(cfg):  # ${now:...}: the time this command ran, not a change to the run's config
+        after[key] = before.get(key, after[key])
     whole = _whole_groups(old, new)
     grouped = {key for key, _, _ in whole}
     inside = tuple(f"{key}." for key in grouped)
     return sorted(whole + [(k, before.get(k, _ABSENT), after.get(k, _ABSENT)) for k in set(before) | set(after)
                            if before.get(k, _ABSENT) != after.get(k, _ABSENT) and k not in grouped and not k.startswith(inside)],
                   key=lambda change: change[0])
+
+
+def _timed_keys(cfg: Any) -> List[str]:
+    """The keys of ``cfg`` whose value, as written, holds a ``${now:...}``: each command resolves it anew."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if not isinstance(cfg, DictConfig):
+        return []
+    raw = _flat(OmegaConf.to_container(cfg, resolve=False, enum_to_str=True))
+    return [key for key, value in raw.items() if isinstance(value, str) and "${now:" in value]
 
 
 def _whole_groups(old: Any, new: Any, prefix: str = "") -> List[Tuple[str, Any, Any]]:

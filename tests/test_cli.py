@@ -1099,6 +1099,17 @@ def test_the_run_log_is_train_log_whatever_the_job_is_named(cli, tmp_path):
     assert not (tmp_path / "other" / "train.log").exists()
 
 
+def test_a_time_stamp_in_the_config_is_not_a_change_on_a_rerun(cli, tmp_path):
+    """+tag=${now:...} resolves anew in each command: a rerun of the same command was warned "Not applied, as the
+    run is over: tag: '22-05-25' -> '22-05-33'" (and in a key that defines the run, refused as another config)."""
+    args = ["hydra.run.dir=run", "trainer.max_epochs=1", "+tag=${now:%H-%M-%S-%f}", *FAST]
+    first = cli(*args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = cli(*args)
+    out = again.stdout + again.stderr
+    assert again.returncode == 0 and "This run already finished (completed)" in out and "Not applied" not in out, out[-2000:]
+
+
 def test_a_run_refused_for_a_config_file_edited_since_is_told_the_values_that_resume_it(cli, tmp_path):
     """It said "Rerun with that run's overrides (.hydra/overrides.yaml there)", which were this command's own: the
     value had changed in a config file, and following the advice was refused again."""
