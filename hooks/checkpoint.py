@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -45,6 +46,7 @@ class PeriodicCheckpointer(HookBase):
         self.save_final = save_final
         self._saved: List[str] = []  # periodic checkpoints on disk, oldest first
         self._interrupt_file: Optional[str] = None  # the interrupt checkpoint this run resumed from
+        self._strays: List[str] = []  # periodic checkpoints out of the rotation, to remove (see _find_strays)
         self._writer = BackgroundWriter()
         if by_epoch:  # one of the two periodic events has nothing to do: the trainer skips it (see HookBase)
             self.after_step = None  # type: ignore[assignment]
@@ -72,7 +74,24 @@ class PeriodicCheckpointer(HookBase):
         self._saved.append(name)  # before saving, so the saved state knows of its own file
         expired = self._saved[: -self.keep_last] if self.keep_last else []
         del self._saved[: len(expired)]
-        return self.save(name, background, then_remove=expired + self._take_interrupt_file(name))
+        strays, self._strays = [n for n in self._strays if n != name], []
+        return self.save(name, background, then_remove=expired + strays + self._take_interrupt_file(name))
+
+    def _find_strays(self) -> List[str]:
+        """Periodic checkpoints left out of the rotation, older than the oldest it keeps: a process killed after it
+        wrote a checkpoint and before it removed the one that expired leaves that one on disk, and the state it
+        wrote no longer lists it. They go with the next periodic checkpoint, once that one is safe."""
+        pattern = re.compile(r"epoch_(\d{4,})\.pt" if self.by_epoch else r"iter_(\d{7,})\.pt")
+        kept = [int(m.group(1)) for m in map(pattern.fullmatch, self._saved) if m]
+        if not self.keep_last or not kept:
+            return []
+        resumed = Path(self.trainer.resumed_from).name if self.trainer.resumed_from else None
+        try:
+            names = [p.name for p in Path(self.trainer.checkpoint_dir).iterdir()]
+        except OSError:
+            return []
+        return sorted(n for n, m in zip(names, map(pattern.fullmatch, names)) if m and int(m.group(1)) < min(kept)
+                      and n not in self._saved and n != resumed and n != self._interrupt_file)
 
     def _take_interrupt_file(self, saving: str) -> List[str]:
         """The interrupt checkpoint resumed from, to remove once a newer checkpoint is safe."""
@@ -102,6 +121,8 @@ class PeriodicCheckpointer(HookBase):
         if resumed is not None and Path(resumed).parent == Path(self.trainer.checkpoint_dir) and \
                 Path(resumed).name.startswith("iter_") and Path(resumed).name not in self._saved:
             self._interrupt_file = Path(resumed).name
+        if resumed is not None and self.trainer.is_main:
+            self._strays = self._find_strays()
 
     def after_step(self) -> None:
         if not self.by_epoch and (self.trainer.iter + 1) % self.period == 0:

@@ -280,6 +280,23 @@ def test_killed_while_writing_final_pt_after_a_closing_validation_the_rerun_logs
     assert_same_metrics(run_dir, reference)
 
 
+def test_a_periodic_checkpoint_a_kill_left_out_of_the_rotation_goes_with_the_next_one(tmp_path):
+    """Killed after a periodic checkpoint was written and before the one it expired was removed, a run left that
+    one on disk, and the state it wrote no longer listed it: no rotation removed it (keep_last=3 kept four, one
+    more for each such kill)."""
+    run_dir = tmp_path / "run"
+    ckpts = run_dir / "checkpoints"
+    base = [sys.executable, "-m", "launcher", f"hydra.run.dir={run_dir}", "data=synthetic", "data.train.size=320",
+            "data.batch_size=32", "~hooks.tensorboard"]
+    run_to_end([*base, "trainer.max_epochs=5"], tmp_path)
+    assert sorted(p.name for p in ckpts.glob("epoch_*.pt")) == ["epoch_0003.pt", "epoch_0004.pt", "epoch_0005.pt"]
+    shutil.copy(ckpts / "epoch_0003.pt", ckpts / "epoch_0002.pt")  # what a kill in that window leaves
+    (ckpts / "best.pt").write_bytes(b"a file of one's own")
+    run_to_end([*base, "trainer.max_epochs=7"], tmp_path)  # trained on from final.pt
+    assert sorted(p.name for p in ckpts.glob("epoch_*.pt")) == ["epoch_0005.pt", "epoch_0006.pt", "epoch_0007.pt"]
+    assert (ckpts / "best.pt").read_bytes() == b"a file of one's own" and (ckpts / "final.pt").is_file()
+
+
 def test_truncated_newest_checkpoint_falls_back_to_the_previous_one_and_says_so(tmp_path, references, tmp_path_factory):
     reference = reference_for(references, tmp_path_factory, "iter", 0)
     run_dir = tmp_path / "run"
