@@ -32,7 +32,6 @@ class EarlyStopping(HookBase):
         self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, min_delta
         self.best = math.inf if mode == "min" else -math.inf
         self.best_iter = -1
-        self.best_epoch: Optional[int] = None  # the 0-based epoch the best validation followed (trainer=epoch)
         self.bad = 0
         # the iteration of a validation not judged for want of the monitor (the run stopped there for that config
         # error, see TrainerBase._stop_for): the mended rerun judges it as it starts, from the checkpoint's last_val
@@ -59,8 +58,9 @@ class EarlyStopping(HookBase):
                                       f"in {self.bad} validations")
             return
         where = f"{self.best_iter} steps: iter {max(self.best_iter - 1, 0)} in metrics.jsonl"
-        if self.best_epoch is not None and self.trainer.LENGTH_KEY == "max_epochs":  # epochs are what the run counts in
-            where = f"epoch {self.trainer.epoch_text(self.best_epoch)}, {where}"
+        after = self.trainer.epochs_in(self.best_iter)
+        if after is not None and self.trainer.LENGTH_KEY == "max_epochs":  # epochs are what the run counts in
+            where = f"epoch {after}, {where}"
         self.trainer.request_stop(f"early stopping: {self.monitor} did not improve on {self.best:.6g} (validated after "
                                   f"{where}) by more than {self.min_delta} for {self.bad} validations")
 
@@ -80,18 +80,17 @@ class EarlyStopping(HookBase):
         value = metrics[self.monitor]
         better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
         if better:
-            self.best, self.best_iter, self.best_epoch, self.bad = value, iteration, self.trainer.last_epoch, 0
+            self.best, self.best_iter, self.bad = value, iteration, 0
             return
         self.bad += 1
         if self.bad >= self.patience:
             self._stop()
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"best": self.best, "best_iter": self.best_iter, "best_epoch": self.best_epoch, "bad": self.bad, "unjudged": self.unjudged,
+        return {"best": self.best, "best_iter": self.best_iter, "bad": self.bad, "unjudged": self.unjudged,
                 "stopped": self.stopped}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.best, self.best_iter, self.bad = state["best"], state["best_iter"], state["bad"]
         self.unjudged = state.get("unjudged")
-        self.best_epoch = state.get("best_epoch")  # checkpoints before 2026-12-07 lack it: the message names steps only
         self.stopped = bool(state.get("stopped", self.bad >= self.patience))  # checkpoints before 2026-12-06 lack it

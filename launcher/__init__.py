@@ -567,8 +567,10 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
     finally:
         stopper.__exit__(None, None, None)
     if stopper.received is not None and trainer.status != "interrupted":
-        logger.warning("%s came as the run ended (%s): nothing was left to stop, and it is recorded %s", stopper.name,
-                       trainer.status, trainer.status)
+        # recorded as it ended; the signal goes on to the handler the run's replaced: a sweep in this process stops
+        # (a SLURM job's latch drops it once the job's result is in: a finished job is not requeued)
+        logger.warning("%s came as the run ended: it is recorded %s, and the signal is passed on", stopper.name, trainer.status)
+        os.kill(os.getpid(), stopper.received)
     if trainer.status == "interrupted":
         if main:  # rank 0 wrote the checkpoint; the other ranks cannot tell whether it is on disk yet
             last = trainer.checkpoint_dir / "last"
@@ -598,9 +600,9 @@ def _measured_when(trainer: Any, key: str) -> str:
     if step >= trainer.iter - 1:
         return ""
     what = "validated" if key.startswith("val/") else "recorded"
-    if trainer.LENGTH_KEY == "max_epochs" and trainer.steps_per_epoch:
-        return f" ({what} after epoch {trainer.epoch_text((step + 1) // trainer.steps_per_epoch - 1)}, not at the end)"
-    return f" ({what} after {step + 1} of {trainer.iter} steps, not at the end)"
+    epochs = trainer.epochs_in(step + 1) if trainer.LENGTH_KEY == "max_epochs" else None
+    return f" ({what} after epoch {epochs}, not at the end)" if epochs else \
+        f" ({what} after {step + 1} of {trainer.iter} steps, not at the end)"
 
 
 def check_unresolvable(cfg: DictConfig) -> None:

@@ -673,13 +673,12 @@ def _shape_message(full_key: str, msg: str, cause: BaseException, overrides: Seq
     if converted:
         kind = {"list": "a list", "dict": "a group of settings"}.get(converted.group(1), converted.group(1))
         return f"{full_key}={shown}: this key takes one string (a path, a name), not {kind}"
-    typed = re.match(r"Value '.*' of type '\w+' could not be converted to (Integer|Float|Boolean)", msg)
+    typed = re.match(r"Value '.*' of type '\w+' could not be converted to (Integer|Float)", msg)
     if typed:  # trainer.max_epochs=ten: OmegaConf names the type in its own words; say it as the user writes it
-        kind = {"Integer": "a whole number", "Float": "a number", "Boolean": "true or false"}[typed.group(1)]
+        kind = {"Integer": "a whole number", "Float": "a number"}[typed.group(1)]
         current = getattr(cause, "child_node", None)  # the value the key had before the override: an example
         example = current._value() if hasattr(current, "_value") else None
-        return f"{full_key}={shown}: this key takes {kind}" + (
-            f", e.g. {full_key}={str(example).lower() if isinstance(example, bool) else example}" if example is not None else "")
+        return f"{full_key}={shown}: this key takes {kind}" + (f", e.g. {full_key}={example}" if example is not None else "")
     if msg.startswith("Cannot merge DictConfig with"):
         return (f"{full_key}={shown}: {full_key} is a group of settings, not a single value or a list; set its keys "
                 f"({full_key}.<key>=...)" + (", or drop it with null" if full_key == "data.val" else ""))

@@ -290,26 +290,28 @@ def _warn_settings_not_applied(queued: Dict[int, Tuple[str, int]], settings: Dic
                                now: Dict[str, Any]) -> None:
     """A rerun whose ``hydra.launcher`` settings (a longer timeout_min, more mem_gb) differ from those of jobs that
     SLURM holds already: those jobs keep what they were submitted with. Said, naming the settings and the jobs."""
-    changed: Dict[str, Tuple[Any, Any]] = {}
+    was: Dict[str, List[str]] = {}  # each setting that changed: the values the jobs were submitted with
     jobs = []
     for idx in sorted(queued):
         then = settings.get(idx)
         if then is None:
             continue
-        diff = {k: (then.get(k, "<unset>"), now.get(k, "<unset>")) for k in sorted(set(then) | set(now))
-                if then.get(k) != now.get(k)}
+        diff = [k for k in set(then) | set(now) if then.get(k, "<unset>") != now.get(k, "<unset>")]
         if diff:
             jobs.append(idx)
-            changed.update(diff)
+        for k in diff:
+            if str(then.get(k, "<unset>")) not in was.setdefault(k, []):
+                was[k].append(str(then.get(k, "<unset>")))
     if not jobs:
         return
     from launcher.plugins import number_ranges
 
-    ids = sorted({queued[i][0].split("_")[0] for i in jobs})
+    ids = [queued[i][0] for i in jobs]
     log.warning("hydra.launcher changed since sweep job(s) %s were submitted (%s): SLURM holds them with the settings "
-                "they were submitted with, so the change applies to none of them. To apply it, stop them (scancel "
-                "--signal=TERM %s: a running job stops with a checkpoint) and run this command again", number_ranges(jobs),
-                ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in changed.items()), " ".join(ids))
+                "they were submitted with, so the change applies to none of them. To apply it, cancel them (scancel %s%s: "
+                "a running one saves a checkpoint as it stops) and run this command again", number_ranges(jobs),
+                ", ".join(f"{k}: {' or '.join(v)} -> {now.get(k, '<unset>')}" for k, v in sorted(was.items())),
+                " ".join(ids[:10]), " ..." if len(ids) > 10 else "")
 
 
 def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str]]]) -> List[Path]:

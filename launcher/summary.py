@@ -125,8 +125,10 @@ def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str,
                 row.update(stderr=_here(logs["stderr"], sweep_dir), stdout=_here(logs.get("stdout"), sweep_dir))
         except (OSError, ValueError, KeyError, TypeError):
             pass
+        row["as_read"] = STATUS.get(record.get("status", ""), "pending")  # run.json's word, as _status_now reads it later
         if _submitted_since(d, record, submitted):  # submitted again (a rerun): its run has not started yet
-            row.update(status="pending", error="")
+            row.update(status="pending", error="", metrics={}, seconds=None, attempts=None,
+                       stderr=_here(submitted.get("stderr"), sweep_dir), stdout=_here(submitted.get("stdout"), sweep_dir))
         row["slurm_job"] = _slurm_job(record, submitted, row["status"])
         if row["status"] == "running" and not row["slurm_job"] and _died_here(d, record):
             from launcher.rundir import _attempt_seconds
@@ -321,8 +323,8 @@ def _settle_with_slurm(rows: List[Dict[str, Any]]) -> None:
             if state is not None and r["status"] == "pending":
                 r["status"] = _SLURM_ACTIVE[state]  # running: its Python is starting
             continue
-        if _status_now(Path(r["dir"])) != r["status"]:
-            continue  # the next refresh reads it
+        if _status_now(Path(r["dir"])) != r["as_read"]:
+            continue  # the run recorded itself since it was read: the next refresh reads it
         ended = "left the queue" if state == "GONE" else f"ended {state}"
         log = r["stderr"]
         started = bool(log) and Path(log).is_file()  # submitit's log: the job's Python started

@@ -857,6 +857,13 @@ class TrainerBase:
                            "every rank as many batches (each pass checks it, at one small all-reduce a step)",
                            self.rank, self.inner_iter)
 
+    def epochs_in(self, steps: int) -> Optional[str]:
+        """``2/3`` where ``steps`` steps make whole epochs (a validation after the second of three epochs), as the
+        console numbers them; None for a count that ends inside an epoch, or without an epoch's length."""
+        if not self.steps_per_epoch or steps <= 0 or steps % self.steps_per_epoch:
+            return None
+        return self.epoch_text(steps // self.steps_per_epoch - 1)
+
     def epoch_text(self, epoch: int) -> str:
         """The 0-based ``epoch`` as the console shows it: from 1, out of ``max_epochs`` where that is known (a
         checkpoint of a longer run, resumed in a shorter one, shows its own: ``3/2``)."""

@@ -108,7 +108,7 @@ def test_linear_warmup_gives_the_expected_lr_then_the_schedule():
     assert lrs[8] == pytest.approx(0.1 * (1 + math.cos(math.pi * 4 / 8)) / 2)  # T_max = 12 - 4
 
 
-@pytest.mark.parametrize("kind", ["epoch", "iter"])
+@pytest.mark.parametrize("kind", ["epoch", "iter", "epoch, validated within epochs"])
 def test_early_stopping_stops_at_the_right_validation_on_a_scripted_metric(tmp_path, kind):
     """The iteration trainer validates inside a step's after_step: the best was named one step early there
     ("validated after 7 steps: iter 6" for the validation after 8 steps, the row iter 7 of metrics.jsonl)."""
@@ -127,12 +127,18 @@ def test_early_stopping_stops_at_the_right_validation_on_a_scripted_metric(tmp_p
         assert trainer.epoch == 5  # validations 3, 4, 5 did not beat 0.8 by more than 0.05
         steps = 2 * trainer.steps_per_epoch  # the best is epoch 2's: named as the files number its row, and the count is 3
         where = "epoch 2/20, "  # what an epoch run counts in, from 1 as the console shows it
-    else:
+    elif kind == "iter":
         trainer = make_trainer("iter", hooks=[Evaluator(period=4, by_epoch=False), Scripted(), stopper], max_iters=80,
                                work_dir=tmp_path)
         trainer.train()
         assert trainer.iter == 20
         steps, where = 8, ""
+    else:  # every 3 steps of 4-step epochs: the best, after 6 steps, is inside epoch 2, not after an epoch
+        trainer = make_trainer("epoch", hooks=[Evaluator(period=3, by_epoch=False), Scripted(), stopper], max_epochs=20,
+                               work_dir=tmp_path)
+        trainer.train()
+        assert trainer.iter == 15
+        steps, where = 6, ""
     assert trainer.status == "stopped" and trainer.stop_reason == (
         f"early stopping: val/loss did not improve on 0.8 (validated after {where}{steps} steps: iter {steps - 1} in "
         f"metrics.jsonl) by more than 0.05 for 3 validations")

@@ -384,9 +384,10 @@ def test_a_signal_while_the_run_is_built_reaches_the_previous_handler_once(build
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
-def test_a_signal_as_the_run_ends_leaves_it_recorded_as_it_ended(sig, tmp_path, monkeypatch, caplog):
+def test_a_signal_as_the_run_ends_leaves_it_recorded_as_it_ended_and_goes_on(sig, tmp_path, monkeypatch, caplog):
     """A Ctrl-C after the last step and before run.json said how the run ended raised KeyboardInterrupt out of a
-    trained run and left its record 'running' (a SIGTERM there ended the process, or requeued a finished SLURM job)."""
+    trained run and left its record 'running'. Now the run is recorded completed, and then the signal goes on to
+    the handler before the run's (a sweep in this process stops; a SLURM job's latch drops it)."""
     import os
     import signal
 
@@ -402,21 +403,27 @@ def test_a_signal_as_the_run_ends_leaves_it_recorded_as_it_ended(sig, tmp_path, 
     monkeypatch.setattr(launcher, "warn_if_nothing_saved", signalled)
     cfg = launcher.compose(["data=synthetic", "data.train.size=64", "data.batch_size=32", "trainer=iter",
                             "trainer.max_iters=4", "hooks=minimal"])
-    requeued = []  # a SIGTERM handler before the run's, as submitit's in a SLURM job: a finished run is not requeued
-    def requeue(signum, frame):
-        requeued.append(signum)
+    seen = []  # the handler before the run's, with what run.json said when the signal reached it
 
-    before = signal.signal(signal.SIGTERM, requeue)
+    def before_the_run(signum, frame):
+        seen.append((signum, read_run(tmp_path)["status"]))
+
+    before = signal.signal(signal.SIGTERM, before_the_run)
+    ended = None
     try:
         with caplog.at_level(logging.WARNING, logger="launcher"):
-            result = launcher.run(cfg, tmp_path)
-    except KeyboardInterrupt:
-        pytest.fail("the Ctrl-C aborted a run that had trained")
+            launcher.run(cfg, tmp_path)
+    except KeyboardInterrupt:  # SIGINT's handler before the run's: Python's
+        ended = "KeyboardInterrupt"
     finally:
         previous = signal.signal(signal.SIGTERM, before)
-    assert result.status == "completed" and read_run(tmp_path)["status"] == "completed" and requeued == []
-    assert f"{sig} came as the run ended (completed): nothing was left to stop, and it is recorded completed" in caplog.text
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and previous is requeue  # the run's are gone
+    assert read_run(tmp_path)["status"] == "completed"
+    assert f"{sig} came as the run ended: it is recorded completed, and the signal is passed on" in caplog.text
+    if sig == "SIGINT":
+        assert ended == "KeyboardInterrupt" and seen == []
+    else:
+        assert ended is None and seen == [(signal.SIGTERM, "completed")]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and previous is before_the_run  # the run's are gone
 
 
 def test_the_console_eta_counts_the_time_validation_takes_between_steps(caplog, tmp_path):

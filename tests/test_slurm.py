@@ -568,6 +568,16 @@ def test_a_job_stopped_by_scancel_term_stays_interrupted_and_a_one_job_sweep_see
     assert held.returncode == 0 and f"Sweep job 0 is queued or running in SLURM already ({new_job})" in out, out[-3000:]
     assert "train on from their checkpoints" not in out and "hydra.launcher changed" not in out
     subprocess.run(["scancel", new_job], env=cluster_env, check=True)
+    # cancelled before its run started: what SLURM says of the new submission, not pending for good
+    deadline, status = time.monotonic() + 60, ""
+    while time.monotonic() < deadline:
+        summary = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], capture_output=True, text=True,
+                                 env=cluster_env, timeout=120)
+        status = summary.stdout.split("\n| 0 |")[1].split(" | ")[1] if "\n| 0 |" in summary.stdout else summary.stdout
+        if status not in ("pending", "running"):
+            break
+        time.sleep(1)
+    assert status == "cancelled", summary.stdout
 
 
 def test_a_job_out_of_requeues_is_interrupted_with_its_checkpoint_not_failed(tmp_path, cluster_env):
@@ -781,8 +791,8 @@ def test_a_rerun_submits_no_job_slurm_holds_already_and_an_attached_one_waits_fo
     assert again.returncode == 0 and f"Sweep jobs 0-1 are queued or running in SLURM already ({ids[0]}, {ids[1]}): " \
                                      "not submitted again" in out, out[-3000:]
     assert "hydra.launcher changed since sweep job(s) 0-1 were submitted (mem_gb: 1 -> 2): SLURM holds them with the " \
-           "settings they were submitted with, so the change applies to none of them. To apply it, stop them (scancel " \
-           f"--signal=TERM {ids[0].split('_')[0]}: a running job stops with a checkpoint)" in out, out[-3000:]
+           "settings they were submitted with, so the change applies to none of them. To apply it, cancel them (scancel " \
+           f"{ids[0]} {ids[1]}: a running one saves a checkpoint as it stops)" in out, out[-3000:]
     assert "Nothing submitted to SLURM" in out
     assert [json.loads((sweep / j / "submitted.json").read_text())["job_id"] for j in ("0", "1")] == ids
     arrays = {p.name.split("_")[0] for p in (sweep / ".submitit").iterdir() if p.name[0].isdigit()}
