@@ -514,13 +514,23 @@ def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
 
 
 def _timed_keys(cfg: Any) -> List[str]:
-    """The keys of ``cfg`` whose value, as written, holds a ``${now:...}``: each command resolves it anew."""
+    """The keys of ``cfg`` whose value, as written, holds a ``${now:...}``, or interpolates such a key (``name:
+    run-${tag}`` with ``tag: ${now:%H-%M}``): each command resolves it anew."""
+    import re
+
     from omegaconf import DictConfig, OmegaConf
 
     if not isinstance(cfg, DictConfig):
         return []
-    raw = _flat(OmegaConf.to_container(cfg, resolve=False, enum_to_str=True))
-    return [key for key, value in raw.items() if isinstance(value, str) and "${now:" in value]
+    raw = {key: value for key, value in _flat(OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)).items()
+           if isinstance(value, str) and "${" in value}
+    timed = {key for key, value in raw.items() if "${now:" in value}
+    while True:  # a key reading a timed one is timed too, however many keys apart
+        reads = {key for key, value in raw.items() if key not in timed and any(
+            re.search(r"\$\{\s*" + re.escape(t) + r"\s*[}.\[]", value) for t in timed)}
+        if not reads:
+            return sorted(timed)
+        timed |= reads
 
 
 def _whole_groups(old: Any, new: Any, prefix: str = "") -> List[Tuple[str, Any, Any]]:

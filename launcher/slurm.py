@@ -340,6 +340,18 @@ def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str
     return dirs
 
 
+def done_and_queued(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+                    waits: bool = False) -> Tuple[Dict[int, Any], Dict[int, Tuple[str, int]]]:
+    """The jobs of this sweep that finished (:func:`launcher.plugins.finished_jobs`) and those SLURM holds already
+    (:func:`queued_jobs`), neither submitted again; says which of the others train on from a checkpoint, leaving
+    out the ones SLURM holds (not submitted; with ``waits``, said as waited for)."""
+    going_on: List[Tuple[int, Path]] = []
+    done = finished_jobs(launcher, job_overrides, initial_job_idx, "submitted", going_on)
+    queued = queued_jobs(launcher, job_overrides, initial_job_idx, done, waits=waits)
+    say_going_on([(idx, path) for idx, path in going_on if idx not in queued])
+    return done, queued
+
+
 class DetachedSlurmLauncher(SlurmLauncher):
     """The ``slurm`` launcher, returning once the job array is submitted; prints the job ids and sweep dir."""
 
@@ -349,10 +361,7 @@ class DetachedSlurmLauncher(SlurmLauncher):
 
         check_requests(self.params, "slurm_detached")
         submitted: List[Tuple[Any, int, List[str]]] = []
-        going_on: List[Tuple[int, Path]] = []
-        done = finished_jobs(self, job_overrides, initial_job_idx, "submitted", going_on)
-        queued = queued_jobs(self, job_overrides, initial_job_idx, done)
-        say_going_on([(idx, path) for idx, path in going_on if idx not in queued])  # a job SLURM holds is not submitted
+        done, queued = done_and_queued(self, job_overrides, initial_job_idx)
 
         def no_wait(job: "submitit.Job") -> List[JobReturn]:  # stands in for Job.results(), which blocks
             overrides = next(o for j, _, o in submitted if j is job)
@@ -401,11 +410,8 @@ class AttachedSlurmLauncher(SlurmLauncher):
         where: Dict[int, Tuple[int, List[str], Path]] = {}  # by id(job): its number, overrides and dir
         results, update = submitit.Job.results, SlurmInfoWatcher.update
         check_requests(self.params, "slurm")
-        going_on: List[Tuple[int, Path]] = []
-        done = finished_jobs(self, job_overrides, initial_job_idx, "submitted", going_on)
         attached: List[Tuple[Any, int, List[str]]] = []  # jobs queued already by an earlier submission, waited for
-        queued = queued_jobs(self, job_overrides, initial_job_idx, done, waits=True)
-        say_going_on([(idx, path) for idx, path in going_on if idx not in queued])  # those SLURM holds: said as waited for
+        done, queued = done_and_queued(self, job_overrides, initial_job_idx, waits=True)
         tasks = int(self.params.get("tasks_per_node") or 1) * int(self.params.get("nodes") or 1)
         submit = submit_unfinished(Executor.map_array, done, jobs, queued, attached, tasks)
 

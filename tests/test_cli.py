@@ -1101,8 +1101,9 @@ def test_the_run_log_is_train_log_whatever_the_job_is_named(cli, tmp_path):
 
 def test_a_time_stamp_in_the_config_is_not_a_change_on_a_rerun(cli, tmp_path):
     """+tag=${now:...} resolves anew in each command: a rerun of the same command was warned "Not applied, as the
-    run is over: tag: '22-05-25' -> '22-05-33'" (and in a key that defines the run, refused as another config)."""
-    args = ["hydra.run.dir=run", "trainer.max_epochs=1", "+tag=${now:%H-%M-%S-%f}", *FAST]
+    run is over: tag: '22-05-25' -> '22-05-33'" (and in a key that defines the run, refused as another config); a key
+    that reads it (+name=run-${tag}) is as new."""
+    args = ["hydra.run.dir=run", "trainer.max_epochs=1", "+tag=${now:%H-%M-%S-%f}", "+name=run-${tag}", *FAST]
     first = cli(*args)
     assert first.returncode == 0, first.stderr[-2000:]
     again = cli(*args)
