@@ -620,6 +620,9 @@ def popen(command: Any, *, env: Optional[Dict[str, str]] = None, stdout: Any = N
     return _Popen(command, env=env, stdout=stdout, stderr=stderr, **kwargs)
 
 
+PICKLE_WAIT_S = 60.0  # how long a controller waits for its job's folder and pickle (see run_controller)
+
+
 def run_controller(folder: str) -> None:
     """submitit's local job controller (``python -m submitit.local._local``), but exiting as its job did, and
     with its tasks forked by the sweep's server where it can (:func:`popen`).
@@ -644,6 +647,16 @@ def run_controller(folder: str) -> None:
             super()._forward_signal(signum, *args)
 
         def start_tasks(self) -> None:
+            # submitit's executor makes the job's folder (.submitit/<this pid>), moving the job's pickle there, once
+            # this process has started: one started as fast as ours can get there first, and found no folder for
+            # its logs (FileNotFoundError, the job lost). Wait for the pickle (the task would wait for it too,
+            # in 1 s sleeps), at most PICKLE_WAIT_S
+            from submitit.core.utils import JobPaths
+
+            pickle = JobPaths(self.folder, self.pid).submitted_pickle
+            deadline = time.monotonic() + PICKLE_WAIT_S
+            while not pickle.exists() and time.monotonic() < deadline:
+                time.sleep(0.005)
             super().start_tasks()
             if self.stopped_by is not None:  # came while the task was being started (waiting for the server)
                 self._forward_signal(self.stopped_by)

@@ -31,7 +31,7 @@ from launcher import forkserver
 from launcher.distributed import CPUS_ENV, omp_threads, usable_cores
 from launcher.errors import ConfigError
 from launcher.plugins import (BASIC_SWEEPERS, as_plain, finished_jobs, job_dir, launcher_errors_explained, mark_pending,
-                              record_dead_job, take_composed)
+                              record_dead_job, stop_sweep, take_composed)
 from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
 
 log = logging.getLogger("launcher")
@@ -134,11 +134,7 @@ class StopJobsOnSignal:
                     with contextlib.suppress(OSError):
                         if _alive(pid):
                             os.kill(pid, signal.SIGTERM)
-        from launcher.rundir import override_for_shell
-
-        log.warning("Sweep stopped by %s. Run the same command with %s to resume it: finished jobs are not run again, "
-                    "stopped ones resume from their checkpoints", name, override_for_shell("hydra.sweep.dir", str(self.sweep_dir)))
-        raise SystemExit(EXIT_INTERRUPTED)
+        stop_sweep(name, self.sweep_dir)
 
 
 class JobDied(CompactHydraException):

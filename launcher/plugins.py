@@ -35,6 +35,42 @@ def register(modules: Sequence[str] = MODULES) -> None:
             Plugins.instance().register(cls)
 
 
+def stop_sweep(signal_name: str, sweep_dir: Any) -> None:
+    """End a sweep stopped by a signal: say how to resume it, and exit 75 (the report at exit lists its jobs)."""
+    import logging
+
+    from launcher.rundir import override_for_shell
+    from launcher.signals import EXIT_INTERRUPTED
+
+    logging.getLogger("launcher").warning(
+        "Sweep stopped by %s. Run the same command with %s to resume it: finished jobs are not run again, stopped ones "
+        "resume from their checkpoints", signal_name, override_for_shell("hydra.sweep.dir", str(sweep_dir)))
+    raise SystemExit(EXIT_INTERRUPTED)
+
+
+def stop_basic_sweep_on_signal(sweep_dir: Any) -> None:
+    """A sweep whose jobs run in this process (the basic launcher): a SIGTERM or SIGUSR2 between its jobs, or one a
+    job's run passes on (after its checkpoint, or after its last step), stops the sweep with its report, exit 75;
+    with the default handler it ended the process at once, without a summary. A job's run handles those that come
+    while it trains. Leaves a handler that is not the default (submitit's, the user's) as it is."""
+    import signal
+    import threading
+
+    from launcher.signals import SignalLatch
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signals = [sig for sig in SignalLatch.SIGNALS if signal.getsignal(sig) == signal.SIG_DFL]
+
+    def stop(signum: int, frame: Any) -> None:
+        for sig in signals:  # once: the report written at exit is not cut short by another
+            signal.signal(sig, signal.SIG_IGN)
+        stop_sweep(signal.Signals(signum).name, sweep_dir)
+
+    for sig in signals:
+        signal.signal(sig, stop)
+
+
 def as_plain(cls: type, state: dict) -> object:
     """Unpickles one of our launchers as the plugin's own ``cls`` with the same attributes."""
     plain = cls.__new__(cls)

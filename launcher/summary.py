@@ -636,6 +636,10 @@ class SweepSummary(Callback):  # type: ignore[misc]
         sweep_dir = Path(str(config.hydra.sweep.dir))
         report = atexit.register(self._report, sweep_dir, config.get("objective", "val/accuracy"),
                                  config.get("objective_mode", "max"), attempts_so_far(sweep_dir), time.time_ns())
+        if str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher"):  # its jobs run in this process
+            from launcher.plugins import stop_basic_sweep_on_signal
+
+            stop_basic_sweep_on_signal(sweep_dir)
         try:
             plan_sweep(config)  # before any job runs
         except ConfigError as err:  # Hydra turns a callback's exception into a warning: exit here, as for a config error

@@ -10,7 +10,8 @@ from hooks import HookBase
 
 class Pace(HookBase):
     def __init__(self, seconds: float = 0.01, signal_after: Optional[int] = None, signal_when_built: bool = False,
-                 ctrl_c_when_built: bool = False, signal_at_exit: bool = False, priority=None):
+                 ctrl_c_when_built: bool = False, signal_at_exit: bool = False, signal_after_train: bool = False,
+                 priority=None):
         super().__init__(priority)
         if signal_at_exit:  # SIGTERM and Ctrl-C this process again as Python shuts down (after the run has ended)
             import atexit
@@ -22,6 +23,11 @@ class Pace(HookBase):
             os.kill(os.getpid(), signal.SIGINT)
         self.seconds = seconds
         self.signal_after = signal_after  # SIGTERM this process after this iteration (once: a resumed run is past it)
+        self.signal_after_train = signal_after_train  # SIGTERM this process once training is over (the last step taken)
+
+    def after_train(self):
+        if self.signal_after_train:
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def after_step(self):
         if self.signal_after is not None and self.trainer.iter == self.signal_after:

@@ -63,6 +63,27 @@ def _tensors(obj, prefix="") -> dict:
     return {}
 
 
+def test_a_controller_started_before_submitit_made_its_job_folder_waits_for_it(tmp_path):
+    """submitit's executor makes ``.submitit/<controller pid>/`` (moving the job's pickle there) only once the
+    controller has started; ours starts fast enough to get there first, under load: it found no folder for its
+    logs (FileNotFoundError) and the job was lost ("exited with status 1 without returning a result")."""
+    folder = tmp_path / ".submitit" / "%j"
+    folder.parent.mkdir()  # the executor's first folder: made before any job is submitted
+    env = {**os.environ, "SUBMITIT_LOCAL_NTASKS": "1", "SUBMITIT_LOCAL_TIMEOUT_S": "120", "SUBMITIT_LOCAL_SIGNAL_DELAY_S": "1",
+           "SUBMITIT_STDERR_TO_STDOUT": "", "SUBMITIT_LOCAL_WITH_SHELL": "", "SUBMITIT_EXECUTOR": "local",
+           "SUBMITIT_LOCAL_COMMAND": f"{sys.executable} -c \"print('the task ran')\""}
+    env.pop(forkserver.FD_ENV, None)
+    controller = subprocess.Popen(forkserver.controller_command(sys.executable, str(folder)), env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(1.0)  # the executor, slow this time
+    job = tmp_path / ".submitit" / str(controller.pid)
+    job.mkdir(parents=True)
+    (job / f"{controller.pid}_submitted.pkl").write_bytes(b"")
+    out, _ = controller.communicate(timeout=120)
+    assert controller.returncode == 0, out[-3000:]
+    assert "the task ran" in (job / f"{controller.pid}_0_log.out").read_text()
+
+
 def test_a_fork_server_value_that_is_not_true_or_false_is_one_line(tmp_path):
     proc = run_cli(["-m", "hydra/launcher=local", "hydra.launcher.fork_server=maybe", "seed=0,1", *FAST], tmp_path)
     assert proc.returncode == 2

@@ -851,6 +851,25 @@ def test_a_basic_sweep_stopped_midway_lists_the_jobs_it_never_reached_as_pending
     assert "| 2 | `seed=2 " in (sweep / "summary.md").read_text()
 
 
+def test_a_basic_sweep_signalled_between_its_jobs_stops_with_its_summary_and_says_how_to_resume(tmp_path):
+    """A SIGTERM that came as job 0 ended (after its last step: the run is recorded completed and passes the signal
+    on) reached the sweep's default handler: the sweep ended at once, 143, with no summary and no word of what to
+    do. It stops as for a SIGTERM during a job: 75, the summary, the jobs not reached pending."""
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, "-m", "launcher", "-m", *FAST, "trainer.max_epochs=1", f"hydra.sweep.dir={sweep}",
+               "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0", "+hooks.pace.signal_after_train=true,false,false"]
+    proc = subprocess.run(command, cwd=tmp_path, env=_paced_env(), capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 75, out[-3000:]
+    assert "SIGTERM came as the run ended: it is recorded completed, and the signal is passed on" in out
+    assert f"Sweep stopped by SIGTERM. Run the same command with hydra.sweep.dir={sweep} to resume it" in out, out[-3000:]
+    assert "Sweep of 3 job(s): 1 done, 2 pending" in out and "| 2 | " in (sweep / "summary.md").read_text(), out[-3000:]
+    assert read_run(sweep / "0")["status"] == "completed" and not (sweep / "1" / "run.json").exists()
+    again = subprocess.run(command, cwd=tmp_path, env=_paced_env(), capture_output=True, text=True, timeout=300)
+    out = again.stdout + again.stderr
+    assert again.returncode == 0 and "Sweep of 3 job(s): 3 done" in out and "came as the run ended" not in out, out[-3000:]
+
+
 def test_the_summary_keeps_a_failed_runs_time_and_metrics_and_names_a_misspelled_objective(tmp_path):
     from launcher.summary import jobs, record_failure
 
