@@ -138,6 +138,16 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     if cfg.model.get("_target_"):
         logger.info("Instantiating model <%s>", cfg.model.get("_target_"))
     model = build("model", cfg.model)
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(
+            f"model._target_: {cfg.model.get('_target_')} built a {type(model).__name__}, which is not a torch.nn.Module; "
+            f"the model must be an nn.Module whose forward(batch) returns the loss in train mode and a dict of metrics "
+            f"in eval mode (README: 'Model contract')")
+    if next(model.parameters(), None) is None:  # the optimizer would say "empty parameter list", naming itself
+        raise ConfigError(f"model._target_: {cfg.model.get('_target_')} built a {type(model).__name__} with no parameters: "
+                          f"nothing to train; the model must hold its layers (torch.nn.Linear, ...) as attributes")
     factory = build("optimizer", cfg.optimizer)
     if not callable(factory):
         raise ConfigError("optimizer: expected a factory of the model's parameters; set optimizer._partial_=true")
@@ -626,6 +636,10 @@ def check_unresolvable(cfg: DictConfig) -> None:
         if not key:
             return  # not about one key: whoever reads the config reports it
         if isinstance(err, MissingMandatoryValue):
+            options = _group_options(str(key))
+            if options:  # a group left without an option (~model)
+                raise ConfigError(f"{key}: no option chosen for this config group (removed with ~{key}?); choose one: "
+                                  f"{' or '.join(f'{key}={o}' for o in options)}") from None
             raise ConfigError(f"{key}: no value given (??? in the config); set it, e.g. {key}=<value>") from None
         raw: Any = "???"
         try:
@@ -639,6 +653,16 @@ def check_unresolvable(cfg: DictConfig) -> None:
         reason = str(getattr(err, "msg", "") or err).splitlines()[0]
         reason = reason.replace("KeyError raised while resolving interpolation: ", "").strip('"')
         raise ConfigError(f"{key}={raw}: {_not_a_container(cfg, str(key), raw, reason) or reason}") from None
+
+
+def _group_options(key: str) -> List[str]:
+    """The options of the config group ``key`` names (``model``: cnn, mlp), where Hydra can say; else ``[]``."""
+    try:
+        from hydra.core.global_hydra import GlobalHydra
+
+        return list(GlobalHydra.instance().config_loader().get_group_options(key)) if "." not in key else []
+    except Exception:  # noqa: BLE001 -- no Hydra context (the Python API's own config), or no such group
+        return []
 
 
 def _not_a_container(cfg: DictConfig, key: str, raw: Any, reason: str) -> Optional[str]:
@@ -694,8 +718,13 @@ def warn_if_objective_unknown(objective: str, recorded: Mapping[str, Any], among
 
     if objective in recorded:
         return False
-    logger.warning("objective %r is not among %s (%s)%s %s.", objective, among, ", ".join(sorted(recorded)) or "none",
-                   did_you_mean(objective, recorded, "objective") or ".", outcome)
+    close = did_you_mean(objective, recorded, "objective")
+    advice = ""
+    if not close and objective.startswith("val/"):  # not a typo: the model may not return it
+        advice = (f" In eval mode the model's forward returns the metrics, logged as val/<name>: a dict such as "
+                  f"{{'loss': ..., '{objective[4:]}': ...}}; or rank by one recorded, e.g. objective=val/loss objective_mode=min.")
+    logger.warning("objective %r is not among %s (%s)%s %s.%s", objective, among, ", ".join(sorted(recorded)) or "none",
+                   close or ".", outcome, advice)
     return True
 
 

@@ -554,6 +554,11 @@ def done_report(rows: List[Dict[str, Any]], sweep_dir: Path, objective: str, mod
     state = ", ".join(f"{n} {status}" for status, n in
                       sorted(counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
     top = f"; best: job {best['job']} [{distinct_overrides(rows)[best['job']]}] {objective} = {best['metrics'][objective]:.4g}" if best else ""
+    done = [r for r in rows if r["status"] == "done"]
+    if not best and done:  # finished jobs, none ranked: the objective is no metric of theirs (each job's log said so)
+        recorded = sorted({k for r in done for k in r["metrics"]})
+        top = f"; best: none (no finished job has a number for {objective}" + \
+            (f"; they recorded {', '.join(recorded[:8])}{', ...' if len(recorded) > 8 else ''})" if recorded else ")")
     before = {r["dir"]: _attempts_before(r, attempts_before or {}, started_ns) for r in rows}
     requeued = [r for r in rows if (r.get("attempts") or 0) - before[r["dir"]] > 1]
     again = (f"; {len(requeued)} requeued by SLURM (preempted or timed out) and went on: "

@@ -183,6 +183,7 @@ BAD_INPUTS = [
     (["trainer.devices=0", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"], ["trainer.devices should be an integer of at least 1", "got 0"]),  # before the data
     (["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}"], ["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}: Environment variable 'LAUNCHER_NO_SUCH_VAR' not found"]),
     (["model.in_features=???"], ["model.in_features: no value given (??? in the config)"]),
+    (["~model"], ["model: no option chosen for this config group (removed with ~model?); choose one: model=cnn or model=mlp"]),
     (["trainer.max_epochs=null"], ["trainer.max_epochs=null: this key needs a value; give one"]),
     # OmegaConf's words ("str is not a ListConfig", "Cannot convert 'list' to string", "Cannot merge DictConfig with ListConfig")
     (["trainer.workflow=train"], ["Config error: trainer.workflow=train: this key takes a list, e.g. trainer.workflow=[[train,2],[val,1]]\n"]),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hooks.base import HookBase
-from conftest import REPO, read_run, run_cli, run_dirs
+from conftest import FAST, REPO, read_run, run_cli, run_dirs
 
 EXAMPLE = REPO / "examples" / "text_project"
 SHORT = ["trainer.max_epochs=2", "data.train.size=400", "data.val.size=100"]
@@ -221,7 +221,8 @@ def test_python_api_warnings_reach_stderr_when_logging_is_left_unconfigured(tmp_
 def test_help_lists_groups_options_and_examples(tmp_path):
     proc = run_cli(["--help"], tmp_path)
     assert proc.returncode == 0
-    for text in ("model: cnn, mlp", "trainer: epoch, iter", "experiment: digits_cnn", "== Examples ==", "--config-dir"):
+    for text in ("model: cnn, mlp", "trainer: epoch, iter", "experiment: digits_cnn", "== Examples ==", "--config-dir",
+                 "'hooks=[default,ema]' adds ema to the default\nhooks, while hooks=ema runs ema alone"):
         assert text in proc.stdout
 
 
@@ -234,6 +235,31 @@ def test_user_errors_name_module_class_and_keys(project):
     for overrides, message in cases:
         proc = run_cli(["--config-dir", "conf", "+experiment=parity", *SHORT, *overrides], project)
         assert proc.returncode == 2 and message in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_a_model_that_is_no_module_or_has_nothing_to_train_is_named_and_a_model_without_the_objective_is_told_how(tmp_path):
+    """A model class that is not an nn.Module failed with a traceback (AttributeError: no 'parameters'), and one
+    without parameters as the optimizer's error ("optimizer got an empty parameter list"); a model that returns
+    no val/accuracy left the user to find out from the README what eval mode's forward returns."""
+    (tmp_path / "mymodel.py").write_text(
+        "import torch\n"
+        "class NotModule:\n    def __init__(self, **kw):\n        pass\n"
+        "class NoParams(torch.nn.Module):\n    def __init__(self, **kw):\n        super().__init__()\n"
+        "class LossOnly(torch.nn.Module):\n"
+        "    def __init__(self, in_features, num_classes, **kw):\n"
+        "        super().__init__()\n        self.net = torch.nn.Linear(in_features, num_classes)\n"
+        "    def forward(self, batch):\n        x, y = batch\n"
+        "        return torch.nn.functional.cross_entropy(self.net(x.flatten(1)), y)\n")
+    for target, says in (("NotModule", "model._target_: mymodel.NotModule built a NotModule, which is not a torch.nn.Module"),
+                         ("NoParams", "model._target_: mymodel.NoParams built a NoParams with no parameters: nothing to train")):
+        proc = run_cli([f"model._target_=mymodel.{target}", *FAST, "trainer.max_epochs=1"], tmp_path)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and says in out and "Traceback" not in out and "optimizer" not in out, out[-2000:]
+    proc = run_cli(["model._target_=mymodel.LossOnly", *FAST, "trainer.max_epochs=1"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "objective 'val/accuracy' is not among the validation metrics (val/loss)" in out, out[-2000:]
+    assert "In eval mode the model's forward returns the metrics, logged as val/<name>: a dict such as {'loss': ..., " \
+        "'accuracy': ...}; or rank by one recorded, e.g. objective=val/loss objective_mode=min." in out, out[-2000:]
 
 
 def test_a_bug_in_a_users_constructor_is_shown_where_it_is_not_blamed_on_the_config(project):

@@ -870,6 +870,21 @@ def test_a_basic_sweep_signalled_between_its_jobs_stops_with_its_summary_and_say
     assert again.returncode == 0 and "Sweep of 3 job(s): 3 done" in out and "came as the run ended" not in out, out[-3000:]
 
 
+def test_a_sweep_whose_finished_jobs_lack_the_objective_says_so_in_its_end_line(tmp_path):
+    """"Sweep of 2 job(s): 2 done; summary: ..." left out why no job was best (said only in each job's log)."""
+    from launcher.summary import done_report, jobs
+
+    for job in ("0", "1"):
+        (tmp_path / job).mkdir()
+        (tmp_path / job / "run.json").write_text(json.dumps({
+            "status": "completed", "overrides": [f"seed={job}"], "metrics": {"val/loss": 0.5, "train/loss": 0.4}}))
+    line = done_report(jobs(tmp_path), tmp_path, "val/accuracy", "max")
+    assert line == (f"Sweep of 2 job(s): 2 done; best: none (no finished job has a number for val/accuracy; they recorded "
+                    f"train/loss, val/loss); summary: {tmp_path / 'summary.md'}"), line
+    (tmp_path / "1" / "run.json").write_text(json.dumps({"status": "running", "overrides": ["seed=1"], "metrics": {}}))
+    assert "best: job 0 [seed=0] val/loss = 0.5" in done_report(jobs(tmp_path), tmp_path, "val/loss", "min")
+
+
 def test_the_summary_keeps_a_failed_runs_time_and_metrics_and_names_a_misspelled_objective(tmp_path):
     from launcher.summary import jobs, record_failure
 
