@@ -226,7 +226,8 @@ def init(env: DistEnv, device: str = "auto") -> bool:
         raise DistributedError(
             f"rank {env.rank} of {env.world_size} could not join the process group at master "
             f"{env.master_addr}:{env.master_port} within {seconds:.0f} s ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else ''}). Check that every rank was started, that the master "
+            f"{str(err).splitlines()[0] if str(err) else ''}). Check that every rank was started and none failed before "
+            f"joining (its node's output says why), that the master "
             f"address is reachable from this host and that the port is free (LAUNCHER_DIST_TIMEOUT_S sets the wait)"
         ) from err
     finally:
@@ -346,6 +347,7 @@ def share_run_dir(config: Any) -> None:
     if env is None or env.source == "slurm":  # SLURM jobs get their dir from the sweep launcher
         return
     init(env, str(config.trainer.get("device", "auto")) if "trainer" in config else "auto")
+    check_same_config(config)
     run_dir = broadcast_object(str(config.hydra.run.dir) if env.is_main else None)
     with open_dict(config):
         config.hydra.run.dir = run_dir
@@ -358,6 +360,26 @@ def share_run_dir(config: Any) -> None:
             console = OmegaConf.select(config, "hydra.job_logging.handlers.console")
             if console is not None:
                 console.level = "WARNING"  # one console voice; each rank's file keeps everything
+
+
+def check_same_config(config: Any) -> None:
+    """Raise :class:`DistributedError` on every rank when the ranks were started with different configs (nodes
+    given other overrides): each would train its own model, silently, or wait for the others at a step they
+    never take (another batch size, another length). Compares the configs as written, less Hydra's."""
+    from omegaconf import OmegaConf
+
+    from launcher.rundir import _flat
+
+    mine = _flat({k: v for k, v in OmegaConf.to_container(config, resolve=False, enum_to_str=True).items() if k != "hydra"})
+    configs = all_gather_object(mine)
+    first = configs[0]
+    for rank, other in enumerate(configs[1:], start=1):
+        keys = sorted(k for k in set(first) | set(other) if first.get(k, "(absent)") != other.get(k, "(absent)"))
+        if keys:
+            shown = ", ".join(f"{k}={other.get(k, '(absent)')} (rank 0: {first.get(k, '(absent)')})" for k in keys[:5])
+            more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
+            raise DistributedError(f"rank {rank} was started with another config than rank 0: {shown}{more}; start every "
+                                   f"rank (each node's torchrun) with the same overrides")
 
 
 # -- trainer.devices=N: spawn the workers ---------------------------------------------------------------

@@ -447,8 +447,9 @@ def _training_in_slurm_job(data: Mapping[str, Any]) -> Optional[str]:
 # What a run's checkpoints and results are made of: resuming them under other values would fail to
 # load or silently train another experiment. Every other key (how long, where, how often to log,
 # which hooks) may change between attempts; the change is logged.
-DEFINING = ("model", "optimizer", "data", "seed", "trainer._target_", "trainer.workflow",
-            "trainer.devices")  # the world size: each step's global batch, each epoch's steps
+DEFINING = ("model", "optimizer", "data", "seed", "trainer._target_", "trainer.workflow")
+# not compared: trainer.devices is not the world size under torchrun or srun; the checkpoint's (TrainerBase) is checked
+UNCOMPARED = ("trainer.devices",)
 # not the run's experiment: how its batches are loaded, and the val data (validation leaves training as it was)
 FREE_IN_DEFINING = ("data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor", "data.val")
 LENGTH = ("trainer.max_epochs", "trainer.max_iters")
@@ -505,6 +506,9 @@ def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
     before, after = _flat(old), _flat(new)
     for key in _timed_keys(cfg):  # ${now:...}: the time this command ran, not a change to the run's config
         after[key] = before.get(key, after[key])
+    for key in UNCOMPARED:
+        if key in after:
+            after[key] = before.get(key, after[key])
     whole = _whole_groups(old, new)
     grouped = {key for key, _, _ in whole}
     inside = tuple(f"{key}." for key in grouped)

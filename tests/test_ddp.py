@@ -243,12 +243,26 @@ def test_sigterm_under_ddp_checkpoints_on_rank0_and_resumes_bitwise(tmp_path, un
     # another world size trained on with half the global batch and ended "completed" short of its steps: refused
     fewer = launch(cli(*RESUMABLE, "hydra.run.dir=run", "trainer.devices=1"), tmp_path)
     out = fewer.stdout + fewer.stderr
-    assert fewer.returncode == 2 and "holds a run made with another config (trainer.devices: 2 -> 1)" in out, out[-3000:]
+    assert fewer.returncode == 2 and "was written by a run of 2 process(es), and this run has 1" in out, out[-3000:]
+    assert "trainer.devices=2 (or as many processes)" in out and "another config" not in out, out[-3000:]
     assert {p: p.read_bytes() for p in kept} == kept
     again = launch(cli(*RESUMABLE, "hydra.run.dir=run"), tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert read_run(tmp_path / "run")["resumed_from"].endswith(f"iter_{record['iter']:07d}.pt")
     _assert_same_run(tmp_path / "run", uninterrupted)
+
+
+def test_a_run_started_by_torchrun_trains_on_with_trainer_devices_of_the_same_world_size(tmp_path):
+    """Refused in a circle: the checkpoint's check said "resume it with trainer.devices=2", and with it the run dir's
+    config check said "another config (trainer.devices: 1 -> 2)": under torchrun trainer.devices is not the world size."""
+    common = ["data=synthetic", "data.train.size=320", "data.batch_size=32", "hydra.run.dir=run"]
+    first = launch([*TORCHRUN, *common, "trainer.max_epochs=1"], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    longer = launch(cli(*common, "trainer.max_epochs=2", "trainer.devices=2"), tmp_path)
+    out = longer.stdout + longer.stderr
+    assert longer.returncode == 0 and "another config" not in out, out[-3000:]
+    record = read_run(tmp_path / "run")
+    assert record["status"] == "completed" and record["resumed_from"].endswith("final.pt") and record["iter"] == 8, record
 
 
 def test_a_sigterm_sent_again_while_rank0_writes_its_checkpoint_leaves_the_run_interrupted(tmp_path):
@@ -575,9 +589,32 @@ def test_a_dist_timeout_that_is_no_wait_is_named_before_any_rank_tries_to_join(t
 
 
 def test_torchrun_refuses_a_sweep_with_advice(tmp_path):
-    proc = launch([*TORCHRUN, "-m", "data=synthetic", "seed=0,1"], tmp_path, timeout=120)
+    proc = launch([*TORCHRUN, "-m", "data=synthetic", "seed=0,1", "hydra.sweep.dir=sweep"], tmp_path, timeout=120)
     assert proc.returncode != 0
     assert "trainer.devices=N" in proc.stdout + proc.stderr
+    # refused before the sweep marked its jobs pending: it left a summary of 2 pending jobs, and said so
+    assert not (tmp_path / "sweep").exists() and "Sweep of" not in proc.stdout + proc.stderr
+
+
+def test_nodes_started_with_different_overrides_are_refused_on_every_rank(tmp_path):
+    """Two torchrun nodes (here one process each, on localhost) given another optimizer.lr trained two models in
+    silence, each rank stepping with its own rate, and exited 0; another batch size hung in backward()."""
+    from launcher.distributed import free_port
+
+    port = free_port()
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={rank}",
+                               "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}", "-m", "launcher",
+                               "data=synthetic", "data.train.size=320", "trainer.max_epochs=1", "hydra.run.dir=run",
+                               f"optimizer.lr={lr}", *extra],
+                              cwd=tmp_path, env={**ENV, "LAUNCHER_DIST_TIMEOUT_S": "60"}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+             for rank, lr, extra in ((0, 0.1, []), (1, 0.9, ["data.batch_size=16"]))]
+    outs = [node.communicate(timeout=120)[0] for node in nodes]
+    says = ("rank 1 was started with another config than rank 0: data.batch_size=16 (rank 0: 64), optimizer.lr=0.9 "
+            "(rank 0: 0.1); start every rank (each node's torchrun) with the same overrides")
+    for node, out in zip(nodes, outs):
+        assert node.returncode != 0 and says in out, out[-3000:]
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 def test_a_nan_on_one_rank_is_skipped_by_every_rank_together(tmp_path):
