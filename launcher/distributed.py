@@ -360,6 +360,14 @@ def share_run_dir(config: Any) -> None:
             console = OmegaConf.select(config, "hydra.job_logging.handlers.console")
             if console is not None:
                 console.level = "WARNING"  # one console voice; each rank's file keeps everything
+                formatters = OmegaConf.select(config, "hydra.job_logging.formatters")
+                name = console.get("formatter")
+                fmt = OmegaConf.select(formatters, f"{name}.format") if formatters is not None and name else None
+                if isinstance(fmt, str):  # its warnings and errors, which rank 0's console shows too, say whose they are
+                    tagged = fmt.replace("%(levelname)s]", f"%(levelname)s][rank {env.rank}]", 1)
+                    formatters[f"{name}_rank"] = {**OmegaConf.to_container(formatters[name], resolve=False),
+                                                  "format": tagged if tagged != fmt else f"[rank {env.rank}] {fmt}"}
+                    console.formatter = f"{name}_rank"
 
 
 def check_same_config(config: Any) -> None:

@@ -140,6 +140,16 @@ def test_a_config_error_found_in_the_workers_is_one_line_and_exit_status_2(tmp_p
     assert record["status"] == "failed" and record["exit_code"] == 2 and record["error"].startswith("ConfigError: optimizer")
 
 
+def test_under_torchrun_the_other_ranks_console_lines_say_their_rank(tmp_path):
+    """Rank 1's console shows its warnings and errors, as rank 0's does: each line came twice, untagged."""
+    proc = launch([*TORCHRUN, "data=synthetic", "data.train.size=320", "optimizer.lr=-1", "hydra.run.dir=run"], tmp_path,
+                  timeout=120)
+    out = proc.stdout + proc.stderr
+    says = "Config error: optimizer (torch.optim.SGD): ValueError: Invalid learning rate: -1"
+    assert proc.returncode != 0 and f"[ERROR] {says}" in out and f"[ERROR][rank 1] {says}" in out, out[-3000:]
+    assert f"[rank 1] {says}" not in (tmp_path / "run" / "train_rank1.log").read_text()  # the file is that rank's alone
+
+
 def test_a_validation_error_on_one_rank_fails_the_run_at_once_naming_it(tmp_path):
     """Stopping at the boundary for an error in one rank's validation (here its model's eval output) left that
     rank at the boundary's all-reduce while the others waited in the validation's: a hang until gloo's timeout
