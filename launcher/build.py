@@ -678,6 +678,8 @@ def _shape_message(full_key: str, msg: str, cause: BaseException, overrides: Seq
         kind = {"Integer": "a whole number", "Float": "a number"}[typed.group(1)]
         current = getattr(cause, "child_node", None)  # the value the key had before the override: an example
         example = current._value() if hasattr(current, "_value") else None
+        if value is not None:  # the value refused, not another override of the same key (max_epochs=ten max_epochs=2)
+            shown = str(value)
         return f"{full_key}={shown}: this key takes {kind}" + (f", e.g. {full_key}={example}" if example is not None else "")
     if msg.startswith("Cannot merge DictConfig with"):
         return (f"{full_key}={shown}: {full_key} is a group of settings, not a single value or a list; set its keys "

@@ -130,6 +130,7 @@ BAD_INPUTS = [
     (["+trainer.max_epoch=3"], ["max_epoch", "accepts: max_epochs"]),
     (["trainer.max_epochs=ten"], ["trainer.max_epochs=ten: this key takes a whole number, e.g. trainer.max_epochs=20"]),
     (["trainer.devices=abc"], ["trainer.devices=abc: this key takes a whole number, e.g. trainer.devices=1"]),
+    (["trainer.max_epochs=ten", "trainer.max_epochs=2"], ["trainer.max_epochs=ten: this key takes a whole number"]),  # not =2
     (["hooks.lr_scheduler.warmup_factor=x"], ["hooks.lr_scheduler.warmup_factor=x: this key takes a number, e.g. "
                                               "hooks.lr_scheduler.warmup_factor=0.001"]),
     # an environment variable gives a string: how to read the bool it spells
