@@ -434,9 +434,14 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
                            "base LR; start a new run dir for one that spans the new length)", done["status"], done.get("iter"))
         if changes:
             length = any(k in LENGTH for k, _, _ in changes) and done is None
-            logger.warning("This run dir's run was started with other settings; continuing with: %s%s", describe_changes(changes),
+            workers = [(a, b) for k, a, b in changes if k == "data.num_workers" and isinstance(a, int) and isinstance(b, int)
+                       and (a == 0) != (b == 0)]
+            logger.warning("This run dir's run was started with other settings; continuing with: %s%s%s", describe_changes(changes),
                            "; the LR schedule goes on from its checkpointed state, made for the old length (a cosine "
-                           "schedule will not span the new one: start a new run dir for that)" if length else "")
+                           "schedule will not span the new one: start a new run dir for that)" if length else "",
+                           f"; data.num_workers {workers[0][0]} -> {workers[0][1]}: a dataset's random augmentation draws "
+                           f"differently with workers and without, so the run goes on but is no longer bitwise the "
+                           f"uninterrupted one (any number of workers above 0 draws alike)" if workers else "")
 
     # a rerun that trains nothing (a bad value found while building) keeps the run dir's record and config files
     before = ConfigFilesBefore(run_dir) if on_start is not None and (env is None or env.is_main) else None

@@ -61,6 +61,11 @@ class ModelInputError(RunError, TypeError):
     batch as the loader yields it (``forward(x)`` given ``[x, y]``); names the batch and the contract."""
 
 
+class BatchCollateError(RunError, RuntimeError):
+    """The train loader could not make a batch of its samples (torch's collate: samples of other shapes); names
+    the batch, torch's words, and what a batch's samples must share."""
+
+
 class HookStateError(RunError, RuntimeError):
     """A hook's state could not go into a checkpoint (its ``state_dict`` holds what pickle cannot take) or come out
     of one (its ``load_state_dict`` refused what its checkpoint holds); names the hook (and the file)."""

@@ -58,8 +58,8 @@ from hooks.base import EVENTS, HookBase, is_number
 from launcher import distributed
 from launcher.data import is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
-from launcher.errors import (CheckpointWriteError, ConfigError, HookStateError, ModelInputError, ModelOutputError, describe,  # noqa: F401
-                             NonFiniteLoss, what_to_mend)
+from launcher.errors import (BatchCollateError, CheckpointWriteError, ConfigError, HookStateError, ModelInputError,  # noqa: F401
+                             ModelOutputError, NonFiniteLoss, describe, what_to_mend)
 
 # Errors a hook (or a validation) finds at a step's, epoch's or validation's end in the config or the model's
 # eval output: the training so far is whole, so the run stops there with a checkpoint (TrainerBase._stop_for).
@@ -184,6 +184,25 @@ class StreamPass:
             self._ranks._stream_ended_elsewhere()
             raise StreamEnded
         return batch
+
+
+def _collate_failure(err: Exception, trainer: Any) -> Optional[Exception]:
+    """A :class:`BatchCollateError` for a batch torch's collate could not make of its samples (a sample of another
+    shape: torch says "stack expects each tensor to be equal size", or, in a worker, "Trying to resize storage that
+    is not resizable"), else None: an error in the dataset's own code keeps its traceback."""
+    import traceback
+
+    text = str(err)
+    in_collate = "utils/data/_utils/collate.py" in text or any(  # a worker's: its traceback is in the message
+        frame.filename.replace("\\", "/").endswith("utils/data/_utils/collate.py") for frame in traceback.extract_tb(err.__traceback__))
+    if not in_collate:
+        return None
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    said = (lines[-1] if "Original Traceback" in text else f"{type(err).__name__}: {lines[-1]}") if lines else type(err).__name__
+    return BatchCollateError(
+        f"data.train: batch {trainer.inner_iter + 1} of epoch {trainer.epoch + 1} could not be made of its samples "
+        f"(torch's collate: {said}); every sample of a batch must have the same structure and shapes, which the "
+        f"default collate stacks (with data.num_workers=0 torch names the shapes that differ)")
 
 
 def _check_capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
@@ -397,6 +416,7 @@ class TrainerBase:
         self._train_keys: Dict[str, str] = {}  # loss name -> "train/<name>"
         self._unchecked: List[tuple] = []  # losses not yet checked for finiteness (accelerators)
         self._short_stream_said = False
+        self._long_stream_said = False
         self._uneven_stream_said = False
         self._hooks: List[HookBase] = []
         self._handlers: Dict[str, List[Callable[[], None]]] = {e: [] for e in EVENTS}
@@ -825,6 +845,8 @@ class TrainerBase:
                 self.at_boundary()
                 if self.stop_reason:
                     break
+        if self.inner_iter == steps and self.steps_per_epoch is not None and isinstance(self._data_iter, StreamPass):
+            self._past_its_length()
         self._data_iter = iter(())
         self.batch = None
         self._check_unchecked()
@@ -847,6 +869,21 @@ class TrainerBase:
             logger.warning("The train stream ended after %d batches, short of the %d its length promises: epoch %d "
                            "ends there (so does every epoch that falls short)", self.inner_iter, self.steps_per_epoch,
                            self.epoch + 1)
+
+    def _past_its_length(self) -> None:
+        """A stream's pass took the batches its ``__len__`` promises: ask for one more (every epoch, on every rank,
+        so each run asks at the same points), and say once that the pass went on past its length, whose rest is
+        not trained on (one worker's partial batch more than ``__len__`` counts, a stream not shared out)."""
+        try:
+            next(self._data_iter)
+        except StreamEnded:
+            return
+        if not self._long_stream_said:
+            self._long_stream_said = True
+            logger.warning("The train stream had more batches after the %d its length promises: epoch %d ends there, and "
+                           "the rest of each pass that runs over is not trained on. Make __len__ count what a pass yields (with "
+                           "data.num_workers>0, each worker's share ends in a partial batch of its own, unless the stream "
+                           "shares itself out in whole batches)", self.steps_per_epoch, self.epoch + 1)
 
     def _stream_ended_elsewhere(self) -> None:
         """Under DDP another rank's pass over the stream ended while this rank had batches left: said once."""
@@ -897,7 +934,10 @@ class TrainerBase:
         override that fetches its own batch should set them too.
         """
         start = time.perf_counter()
-        batch = next(self._data_iter)
+        try:  # costs nothing until it raises (Python 3.11+)
+            batch = next(self._data_iter)
+        except Exception as err:
+            raise _collate_failure(err, self) or err
         if self._move:
             batch = move_to_device(batch, self.device, self._non_blocking)
         self.batch = batch  # for hooks that look at the data of the step (throughput, samples)

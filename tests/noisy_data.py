@@ -86,3 +86,15 @@ class RankShardedStream(NoisyStream):
         for index in order[rank::world] + (order[:self.extra] if rank == 0 else []):
             x, y = self.data[index]
             yield x + 0.1 * random.uniform(0.5, 1.5) * torch.randn_like(x), y
+
+
+class RaggedAt(NoisySynthetic):
+    """The same, but sample ``at`` is one feature short: the batch holding it cannot be stacked."""
+
+    def __init__(self, at=10, **kwargs):
+        super().__init__(**kwargs)
+        self.at = at
+
+    def __getitem__(self, index):
+        x, y = super().__getitem__(index)
+        return (x[..., :-1] if index == self.at else x), y

@@ -1056,6 +1056,20 @@ def test_resuming_another_runs_checkpoint_under_a_config_defining_another_run_is
     assert read_run(tmp_path / "longer")["resumed_from"] == str(ckpt)
 
 
+def test_a_rerun_that_turns_data_workers_on_says_the_run_is_no_longer_bitwise_the_uninterrupted_one(cli, tmp_path):
+    """"continuing with: data.num_workers: 0 -> 1" read as still exact; with workers a dataset's random augmentation
+    draws from the workers' seeds, not the run's stream (README: Checkpoints)."""
+    assert cli(*FAST, "trainer.max_epochs=1", "hydra.run.dir=run").returncode == 0
+    proc = cli(*FAST, "trainer.max_epochs=2", "data.num_workers=1", "hydra.run.dir=run")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "continuing with: trainer.max_epochs: 1 -> 2, data.num_workers: 0 -> 1; " in out, out[-3000:]
+    assert "data.num_workers 0 -> 1: a dataset's random augmentation draws differently with workers and without, so " \
+        "the run goes on but is no longer bitwise the uninterrupted one" in out, out[-3000:]
+    proc = cli(*FAST, "trainer.max_epochs=3", "data.num_workers=2", "hydra.run.dir=run")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "num_workers: 1 -> 2" in out and "no longer bitwise" not in out, out[-3000:]
+
+
 def test_a_run_dir_whose_log_file_cannot_be_opened_is_one_config_error(tmp_path):
     """Hydra opens ``train.log`` before any of the run's code: its failure was two chained tracebacks ending
     "Unable to configure handler 'file'", naming no file."""

@@ -523,6 +523,41 @@ def test_a_stream_shorter_than_its_length_ends_its_epochs_early_and_says_so_once
                     "(so does every epoch that falls short)"]
 
 
+def test_a_stream_longer_than_its_length_says_so_once_and_one_of_the_right_length_says_nothing(caplog):
+    """A pass past its __len__ (each worker's partial batch, a stream not shared out) was cut at the length in
+    silence: the rest of every pass never trained on."""
+    trainer = stream_trainer("epoch", promise=-16, max_epochs=3)  # promises 6 batches, yields 8
+    assert trainer.steps_per_epoch == 6
+    trainer.train()
+    assert (trainer.iter, trainer.epoch) == (18, 3)
+    said = [r.getMessage() for r in caplog.records if "its length promises" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("The train stream had more batches after the 6 its length promises: "
+                                                 "epoch 1 ends there, and the rest of each pass that runs over is not "
+                                                 "trained on. Make __len__ count what a pass yields"), said
+    caplog.clear()
+    trainer = stream_trainer("epoch", promise=0, max_epochs=3)
+    trainer.train()
+    assert (trainer.iter, trainer.epoch) == (24, 3) and "its length promises" not in caplog.text
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_batch_whose_samples_do_not_stack_is_one_error_naming_the_batch_and_the_data(tmp_path, workers):
+    """Torch's collate error came as a 60-line traceback naming neither data.train nor the batch; with workers its
+    words were "Trying to resize storage that is not resizable"."""
+    from launcher.data import DataLoaders
+    from launcher.errors import BatchCollateError, RunError
+    from noisy_data import RaggedAt
+
+    options = {"size": 80, "shape": [4], "num_classes": 2, "val_fraction": 0.2}
+    data = DataLoaders(RaggedAt(at=10, split="train", **options), batch_size=8, num_workers=workers, shuffle=False)
+    trainer = make_trainer("epoch", data=data, work_dir=tmp_path, model=ToyModel())
+    with pytest.raises(BatchCollateError) as caught:
+        trainer.train()
+    assert isinstance(caught.value, RunError) and str(caught.value).startswith(
+        "data.train: batch 2 of epoch 1 could not be made of its samples (torch's collate: RuntimeError: ")
+    assert ("stack expects each tensor to be equal size" if workers == 0 else "resize") in str(caught.value)
+
+
 def test_a_stream_refuses_persistent_workers_which_would_repeat_its_first_pass():
     from launcher.data import DataLoaders
     from noisy_data import NoisyStream
