@@ -703,7 +703,13 @@ def composition_message(err: BaseException, overrides: Sequence[str] = ()) -> st
         if "is not Optional" in str(cause.msg):  # OmegaConf's words for null where the schema wants a value
             return f"{full_key}=null: this key needs a value; give one, e.g. {full_key}=<value>, or leave the override out"
         shaped = _shape_message(full_key, str(cause.msg), cause, overrides)
-        return shaped or f"{full_key}: {str(cause.msg).strip().splitlines()[0]}"
+        first = str(cause.msg).strip().splitlines()[0]
+        if not shaped and f"~{full_key}" in overrides and first.startswith("Interpolation key"):
+            # Hydra reads a value as it deletes it: one that interpolates a key deleted before it does not resolve
+            return (f"~{full_key}: {full_key} reads another key that an earlier ~ override deleted ({first}); Hydra reads "
+                    f"a value as it deletes it, so put ~{full_key} before the deletion of the key it reads (for data.val's "
+                    f"keys: delete them before data.train's, or set data.val=null)")
+        return shaped or f"{full_key}: {first}"
     deleted = re.match(r"Could not delete from config\. '([^']+)' does not exist", text)
     if deleted:
         path = deleted.group(1)

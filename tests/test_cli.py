@@ -184,6 +184,9 @@ BAD_INPUTS = [
     (["trainer.devices=0", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"], ["trainer.devices should be an integer of at least 1", "got 0"]),  # before the data
     (["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}"], ["seed=${oc.env:LAUNCHER_NO_SUCH_VAR}: Environment variable 'LAUNCHER_NO_SUCH_VAR' not found"]),
     (["model.in_features=???"], ["model.in_features: no value given (??? in the config)"]),
+    (["data=synthetic", "~data.train.val_fraction", "~data.val.val_fraction"],
+     ["~data.val.val_fraction: data.val.val_fraction reads another key that an earlier ~ override deleted (Interpolation "
+      "key 'train.val_fraction' not found); Hydra reads a value as it deletes it, so put ~data.val.val_fraction before"]),
     (["~model"], ["model: no option chosen for this config group (removed with ~model?); choose one: model=cnn or model=mlp"]),
     (["trainer.max_epochs=null"], ["trainer.max_epochs=null: this key needs a value; give one"]),
     # OmegaConf's words ("str is not a ListConfig", "Cannot convert 'list' to string", "Cannot merge DictConfig with ListConfig")
