@@ -469,7 +469,7 @@ def unknown_key_message(err: BaseException, overrides: Sequence[str] = ()) -> Op
     if in_file or full == "hydra" or full.startswith("hydra."):
         add = ""  # a file's key is mended in the file; Hydra's settings take no keys of one's own
     elif fixed and not where:  # the top level: no _target_ takes its keys
-        add = f" (a key of your own is added with +{full}=...)"
+        add = f" (a key of your own is added with +{deeper}=...)"
     elif fixed:  # the schema's keys are the built-in class's; a class of one's own may take more
         add = f" (an argument of a _target_ of your own that the schema lacks is added with +{full}=...)"
     elif where == "hooks":

@@ -224,6 +224,7 @@ BAD_INPUTS = [
     (["objective="], ["objective='': name the metric the run returns", "objective=val/accuracy"]),
     (["trainer.load_from=true"], ["trainer.load_from: true is not a file path"]),
     (["sed=1"], ["sed: no such key in the config; did you mean seed?", "(a key of your own is added with +sed=...)"]),
+    (["foo.bar=3"], ["foo: no such key in the config.", "(a key of your own is added with +foo.bar=...)"]),
     # three lines each, the first naming "[1]" or a "full_key" line below it
     (["optimizer=adamw", "optimizer.betas=[0.9]"], ["Config error: optimizer.betas: [0.9] has 1 value(s); torch.optim.AdamW "
                                                     "takes 2 there, e.g. [0.9, 0.999]\n"]),
