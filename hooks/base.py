@@ -115,6 +115,15 @@ class HookBase:
         """Restore what :meth:`state_dict` returned."""
 
 
+def iterations_per_step(trainer: Any) -> int:
+    """Iterations (micro-batches) per optimizer step: the gradient accumulation of the hook that owns the step
+    (``hooks.optimizer_step.accumulate``), else 1. What follows the optimizer steps (a schedule, an EMA) moves
+    once per this many iterations, as in the same run on batches this many times larger."""
+    owner = getattr(trainer, "_step_hook", None)
+    accumulate = getattr(owner, "accumulate", 1)
+    return accumulate if isinstance(accumulate, int) and accumulate > 1 else 1
+
+
 def is_number(value: Any) -> bool:
     """A real number, not true/false (a bool is an int to Python: ``window=true`` is not a window of 1)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)

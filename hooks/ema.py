@@ -6,7 +6,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from hooks.base import HookBase, Priority
+from hooks.base import HookBase, Priority, iterations_per_step
 
 
 class EMA(HookBase):
@@ -39,6 +39,7 @@ class EMA(HookBase):
         self._raw: Optional[Dict[str, torch.Tensor]] = None  # the model's own weights while the EMA's are in it
         self._final = False  # the EMA weights were put in at the end, to stay
         self._last_val: Optional[Tuple[int, bool]] = None  # (step, of the EMA weights) of the last validation
+        self._every = 1  # iterations per optimizer step (gradient accumulation)
 
     def _build(self) -> AveragedModel:
         if self.ema is None:
@@ -51,9 +52,12 @@ class EMA(HookBase):
     def before_train(self) -> None:
         self._build()
         self._put_back_raw()  # trained again in this process after an end: on from the model's own weights
+        self._every = iterations_per_step(self.trainer)
 
     def after_step(self) -> None:
-        self.ema.update_parameters(self.trainer.model)
+        # with gradient accumulation, after each optimizer step (not each micro-batch): as in the run on larger batches
+        if self._every == 1 or (self.trainer.iter + 1) % self._every == 0:
+            self.ema.update_parameters(self.trainer.model)
 
     def _swap_in(self) -> None:
         model = self.trainer.model

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 
-from hooks.base import HookBase, Priority, is_number
+from hooks.base import HookBase, Priority, is_number, iterations_per_step
 from launcher.errors import ConfigError, did_you_mean
 
 # Parameters that hold a scheduler's horizon; filled in from the run's length when left out.
@@ -105,11 +105,12 @@ class LRScheduler(HookBase):
                 params = inspect.signature(target).parameters
             except (TypeError, ValueError):
                 params = {}
-            accumulate = self._every = self._accumulate()
+            accumulate = self._every = iterations_per_step(self.trainer)
             warmup = -(-self.warmup_iters // accumulate)  # in optimizer steps, as the schedule is stepped
-            horizon = self.trainer.max_epochs if self.by_epoch else -(-self.trainer.max_iters // accumulate) - warmup
+            # the optimizer steps the run takes: micro-batches left over past the last whole step are not stepped
+            horizon = self.trainer.max_epochs if self.by_epoch else self.trainer.max_iters // accumulate - warmup
             if warmup and horizon is not None and horizon < 1:  # the whole run in its warmup: the schedule never starts
-                most = (-(-self.trainer.max_iters // accumulate) - 1) * accumulate  # whole optimizer steps, in iterations
+                most = (self.trainer.max_iters // accumulate - 1) * accumulate  # whole optimizer steps, in iterations
                 raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.warmup_iters={self.warmup_iters}: the warmup "
                                   f"would last the whole run ({self.trainer.max_iters} iterations), so the schedule would "
                                   f"never start; use 0 to {most}")
@@ -161,12 +162,6 @@ class LRScheduler(HookBase):
                 logger.warning("hooks.%s.monitor=%s is not used: only ReduceLROnPlateau steps on a metric, and %s "
                                "follows its own schedule", self.name or "lr_scheduler", self.monitor, type(main).__name__)
         return self.scheduler
-
-    def _accumulate(self) -> int:
-        """Iterations per optimizer step (gradient accumulation in the hook that owns the step), else 1."""
-        owner = getattr(self.trainer, "_step_hook", None)
-        accumulate = getattr(owner, "accumulate", 1)
-        return accumulate if isinstance(accumulate, int) and accumulate > 1 else 1
 
     def before_train(self) -> None:
         self._build()

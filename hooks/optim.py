@@ -81,6 +81,24 @@ class OptimizerStep(HookBase):
         self.skipped_steps = 0
         self._pending_grads: Optional[list] = None
 
+    def _warn_if_uneven(self) -> None:
+        """Accumulation runs over the run's iterations in order, across epochs: say where that is not the run on
+        batches ``accumulate`` times larger (an epoch's steps not a multiple of it), and where the last
+        micro-batches are never stepped (the run's iterations not a multiple of it)."""
+        t, n = self.trainer, self.accumulate
+        if n == 1 or not getattr(t, "is_main", True):
+            return
+        name = f"hooks.{self.name or 'optimizer_step'}.accumulate={n}"
+        left = t.max_iters % n
+        if left:
+            logger.warning("%s: the run's %d iterations are not a multiple of it, so its last %d micro-batch(es) are not "
+                           "stepped (their gradients are kept in the checkpoints, for a run trained on); give the run a "
+                           "length that is a multiple of %d", name, t.max_iters, left, n)
+        if t.steps_per_epoch and t.steps_per_epoch % n:
+            logger.warning("%s: an epoch has %d steps, not a multiple of it, so optimizer steps take micro-batches of two "
+                           "epochs: the run is not the one on batches %d times larger (make data.batch_size or the epoch's "
+                           "length fit)", name, t.steps_per_epoch, n)
+
     def before_train(self) -> None:
         if self.accumulate > self.trainer.max_iters:  # no optimizer step would run: the weights never changed
             from launcher.errors import ConfigError
@@ -88,6 +106,7 @@ class OptimizerStep(HookBase):
             raise ConfigError(f"hooks.{self.name or 'optimizer_step'}.accumulate={self.accumulate}: more micro-batches "
                               f"than the run's {self.trainer.max_iters} iterations, so no optimizer step would run; use "
                               f"1 to {self.trainer.max_iters}")
+        self._warn_if_uneven()
         device = self.trainer.device.type
         if self.amp == "fp16":
             self.scaler = torch.amp.GradScaler(device)

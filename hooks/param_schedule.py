@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from hooks.base import HookBase, Priority, is_number
+from hooks.base import HookBase, Priority, is_number, iterations_per_step
 
 
 class ParamSchedule(HookBase):
@@ -29,14 +29,18 @@ class ParamSchedule(HookBase):
             raise ValueError(f"ParamSchedule: key should be a setting of the optimizer (momentum, weight_decay) or one "
                              f"value of one that holds several (betas.0), got {key!r}")
         self._name, self._index = name, int(index) if index else None
+        self._every = 1  # iterations per optimizer step (gradient accumulation)
 
     def value_at(self, iteration: int) -> float:
-        frac = min(iteration / max(self.trainer.max_iters - 1, 1), 1.0)
+        """The value for ``iteration``'s step: with gradient accumulation, for its optimizer step among the run's."""
+        every = self._every
+        frac = min((iteration // every) / max(self.trainer.max_iters // every - 1, 1), 1.0)
         if self.schedule == "cosine":
             frac = (1 - math.cos(math.pi * frac)) / 2
         return self.start + (self.end - self.start) * frac
 
     def before_train(self) -> None:
+        self._every = iterations_per_step(self.trainer)
         group = self.trainer.optimizer.param_groups[0]
         if self.key == "momentum" and "momentum" not in group and "betas" in group:
             self._name, self._index = "betas", 0  # Adam's beta1 is its momentum (as mmcv treats it)

@@ -79,6 +79,42 @@ def test_with_accumulation_the_lr_schedule_moves_with_the_optimizer_steps():
     assert lrs_small[1::2] == lrs_big and lrs_small[0::2] == lrs_big  # each micro-batch of a step logs its step's lr
 
 
+def test_with_accumulation_ema_and_momentum_schedule_move_with_the_optimizer_steps_too(caplog):
+    """The EMA was updated after every micro-batch (decay**N a step, the first weights averaged in N-1 more times) and
+    the momentum schedule counted micro-batches: neither was the run on N-times larger batches. A length that is no
+    multiple of N dropped its last micro-batches in silence, and the cosine schedule was made one step too long."""
+    from hooks.param_schedule import ParamSchedule
+
+    def hooks(accumulate):
+        return [*([OptimizerStep(accumulate=accumulate)] if accumulate > 1 else []), EMA(decay=0.5),
+                ParamSchedule(key="momentum", start=0.5, end=0.9)]
+
+    torch.manual_seed(0)
+    model = ToyModel()
+    twin = copy.deepcopy(model)
+    small = make_trainer("iter", model=model, data=ToyData(n=64, batch=16, val=False), max_iters=16, hooks=hooks(2))
+    small.train()
+    big = make_trainer("iter", model=twin, data=ToyData(n=64, batch=32, val=False), max_iters=8, hooks=hooks(1))
+    big.train()
+    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values()):  # the EMA's weights, put in at the end
+        assert torch.allclose(a, b, atol=1e-6), (name, (a - b).abs().max().item())
+    ema_small, ema_big = (next(h for h in t.hooks if isinstance(h, EMA)).ema.n_averaged.item() for t in (small, big))
+    assert ema_small == ema_big == 8
+    momentum = [[v for v, _ in t.storage.history("momentum").values()] for t in (small, big)]
+    assert momentum[0][0::2] == momentum[0][1::2] == momentum[1]
+    assert not [r for r in caplog.records if "accumulate" in r.getMessage()]
+
+    caplog.set_level(logging.WARNING)
+    cosine = LRScheduler(functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR))
+    odd = make_trainer("iter", data=ToyData(n=64, batch=16, val=False), max_iters=15, hooks=[OptimizerStep(accumulate=2), cosine])
+    odd.train()
+    said = [r.getMessage() for r in caplog.records if "accumulate=2" in r.getMessage()]
+    assert said and said[0].endswith("accumulate=2: the run's 15 iterations are not a multiple of it, so its last 1 "
+                                     "micro-batch(es) are not stepped (their gradients are kept in the checkpoints, for a run "
+                                     "trained on); give the run a length that is a multiple of 2"), said
+    assert cosine.scheduler.T_max == 7 and cosine.scheduler.last_epoch == 7  # the 7 optimizer steps the run takes
+
+
 def test_clipping_bounds_the_gradient_norm_and_records_it_unclipped():
     seen = []
 
