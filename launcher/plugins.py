@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 MODULES = ("launcher.sweeper", "launcher.local", "launcher.slurm")
 
@@ -48,18 +48,19 @@ def stop_sweep(signal_name: str, sweep_dir: Any) -> None:
     raise SystemExit(EXIT_INTERRUPTED)
 
 
-def stop_basic_sweep_on_signal(sweep_dir: Any) -> None:
+def stop_basic_sweep_on_signal(sweep_dir: Any) -> Callable[[], None]:
     """A sweep whose jobs run in this process (the basic launcher): a SIGTERM or SIGUSR2 between its jobs, or one a
     job's run passes on (after its checkpoint, or after its last step), stops the sweep with its report, exit 75;
     with the default handler it ended the process at once, without a summary. A job's run handles those that come
-    while it trains. Leaves a handler that is not the default (submitit's, the user's) as it is."""
+    while it trains. Leaves a handler that is not the default (submitit's, the user's) as it is. Returns what the
+    report at exit calls first: the sweep is over then, and a signal no longer stops it (nor cuts the report short)."""
     import signal
     import threading
 
     from launcher.signals import SignalLatch
 
     if threading.current_thread() is not threading.main_thread():
-        return
+        return lambda: None
     signals = [sig for sig in SignalLatch.SIGNALS if signal.getsignal(sig) == signal.SIG_DFL]
 
     def stop(signum: int, frame: Any) -> None:
@@ -67,8 +68,13 @@ def stop_basic_sweep_on_signal(sweep_dir: Any) -> None:
             signal.signal(sig, signal.SIG_IGN)
         stop_sweep(signal.Signals(signum).name, sweep_dir)
 
+    def over() -> None:
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)
+
     for sig in signals:
         signal.signal(sig, stop)
+    return over
 
 
 def as_plain(cls: type, state: dict) -> object:

@@ -17,7 +17,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import OmegaConf
 
@@ -639,12 +639,13 @@ class SweepSummary(Callback):  # type: ignore[misc]
         from launcher.plugins import plan_sweep
 
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        report = atexit.register(self._report, sweep_dir, config.get("objective", "val/accuracy"),
-                                 config.get("objective_mode", "max"), attempts_so_far(sweep_dir), time.time_ns())
+        over = None
         if str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher"):  # its jobs run in this process
             from launcher.plugins import stop_basic_sweep_on_signal
 
-            stop_basic_sweep_on_signal(sweep_dir)
+            over = stop_basic_sweep_on_signal(sweep_dir)
+        report = atexit.register(self._report, sweep_dir, config.get("objective", "val/accuracy"),
+                                 config.get("objective_mode", "max"), attempts_so_far(sweep_dir), time.time_ns(), over)
         try:
             plan_sweep(config)  # before any job runs
         except ConfigError as err:  # Hydra turns a callback's exception into a warning: exit here, as for a config error
@@ -657,7 +658,9 @@ class SweepSummary(Callback):  # type: ignore[misc]
 
     @staticmethod
     def _report(sweep_dir: Path, objective: str, mode: str, attempts_before: Optional[Dict[str, int]] = None,
-                started_ns: Optional[int] = None) -> None:
+                started_ns: Optional[int] = None, over: Optional[Callable[[], None]] = None) -> None:
+        if over is not None:  # a basic sweep's: it is over, and a signal no longer stops it (nor cuts this short)
+            over()
         if not sweep_dir.is_dir():
             return
         rows = write_summary(sweep_dir, objective, mode)
