@@ -361,8 +361,9 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
 def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[List[str]],
          on_start: Optional[Callable[[], None]], checked: bool) -> RunResult:
     from launcher.files import candidates as saved_checkpoints, resume_off
-    from launcher.rundir import (LENGTH, REPORTED, ConfigFilesBefore, check_resume_source, check_rerun, describe_changes, finished_result,
-                                 ignore_outputs_in_git, lengthens, new_dir_advice, save_config_files, training_here_now)
+    from launcher.rundir import (LENGTH, REPORTED, ConfigFilesBefore, check_resume_source, check_rerun, check_world_size,
+                                 describe_changes, finished_result, ignore_outputs_in_git, lengthens, new_dir_advice,
+                                 save_config_files, training_here_now)
 
     check_unresolvable(cfg)
     check_objective(cfg)  # also where a finished run returns its result without building anything
@@ -412,6 +413,8 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
         never = gone and _saved_none(run_dir)
         if gone and lengthens(changes):
             raise ConfigError(nothing_to_train_on(run_dir, done, changes))
+        if (done is None or lengthens(changes)) and cfg.trainer.get("resume", "auto") in ("auto", True):
+            check_world_size(run_dir, env.world_size if env is not None else devices)  # it trains on from here
         if done is not None and not lengthens(changes):  # an explicit checkpoint path always trains on
             check_values_not_applied(cfg, changes)
             value = done["metrics"].get(cfg.objective)
@@ -882,6 +885,12 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     value = metrics.get(cfg.objective, float("nan"))
     if status == "interrupted" and callable(previous) and previous is not signal.default_int_handler:
         chain_to(previous, received)  # e.g. submitit's handler, which requeues the job: rank 0's checkpoint is on disk
+    elif received is not None and received != signal.SIGINT and status in ("completed", "stopped"):
+        # it came as the run ended, once rank 0 had recorded it: passed on, as a single process does (a sweep in this
+        # process stops; a SLURM job's latch drops it once its result is in)
+        logger.warning("%s came as the run ended: it is recorded %s, and the signal is passed on",
+                       signal.Signals(received).name, status)
+        os.kill(os.getpid(), received)
     return RunResult(objective=float(value), metrics=metrics, status=status, run_dir=run_dir,
                      stop_reason=data.get("stop_reason"))
 

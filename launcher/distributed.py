@@ -498,11 +498,11 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
         err.forwarded = list(received)  # type: ignore[attr-defined]  # a signal may have ended a worker that was done
         raise
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for process in processes:
+        for process in processes:  # before the handlers go back: one that raises (a sweep's stop) skips nothing here
             if process.is_alive():
                 process.kill()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for name in error_files:  # its rank's error, read into the exception by now: torch leaves each in the temp dir
             try:
                 os.unlink(name)

@@ -655,7 +655,7 @@ def run_controller(folder: str) -> None:
 
             pickle = JobPaths(self.folder, self.pid).submitted_pickle
             deadline = time.monotonic() + PICKLE_WAIT_S
-            while not pickle.exists() and time.monotonic() < deadline:
+            while not pickle.exists() and time.monotonic() < deadline and self.stopped_by is None:
                 time.sleep(0.005)
             super().start_tasks()
             if self.stopped_by is not None:  # came while the task was being started (waiting for the server)

@@ -53,7 +53,8 @@ def stop_basic_sweep_on_signal(sweep_dir: Any) -> Callable[[], None]:
     job's run passes on (after its checkpoint, or after its last step), stops the sweep with its report, exit 75;
     with the default handler it ended the process at once, without a summary. A job's run handles those that come
     while it trains. Leaves a handler that is not the default (submitit's, the user's) as it is. Returns what the
-    report at exit calls first: the sweep is over then, and a signal no longer stops it (nor cuts the report short)."""
+    sweep's end and its report at exit call: the default handlers back (a signal no longer stops a sweep that is
+    over), but ignored where one has stopped it (its report is not cut short)."""
     import signal
     import threading
 
@@ -70,7 +71,8 @@ def stop_basic_sweep_on_signal(sweep_dir: Any) -> Callable[[], None]:
 
     def over() -> None:
         for sig in signals:
-            signal.signal(sig, signal.SIG_IGN)
+            if signal.getsignal(sig) is stop:
+                signal.signal(sig, signal.SIG_DFL)
 
     for sig in signals:
         signal.signal(sig, stop)

@@ -265,6 +265,9 @@ class RunRecord:
                 "hydra": hydra.__version__,
             },
             "host": socket.gethostname(),
+            # the processes training (trainer.devices, torchrun's or SLURM's): each step's global batch, each epoch's steps
+            "world_size": torch.distributed.get_world_size() if torch.distributed.is_available() and
+            torch.distributed.is_initialized() else 1,
             "threads": torch.get_num_threads(),  # intra-op threads: they change the math's order, so its last bits
             "pid": os.getpid(),
             "start_time": _now(),
@@ -608,6 +611,25 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
             f"checkpoints belong to that run. To resume it, {values_back(defining, cfg)}, or choose {new_dir_advice()} "
             f"for this one")
     return changes
+
+
+def check_world_size(run_dir: Path, coming: int) -> None:
+    """Refuse, before anything in the run dir is touched, to train on a run of another number of processes than
+    ``coming`` (its global batch and epoch length would differ): the world size its ``run.json`` recorded (records
+    from before 2026-12-07 have none: the checkpoint's own check refuses it as the run resumes)."""
+    from launcher.errors import ConfigError
+
+    try:
+        recorded = json.loads((Path(run_dir) / "run.json").read_text()).get("world_size")
+    except (OSError, ValueError, AttributeError):
+        return
+    if not isinstance(recorded, int) or recorded == coming or not candidates(Path(run_dir) / "checkpoints"):
+        return
+    raise ConfigError(
+        f"run dir {str(run_dir)!r} holds a run of {recorded} process(es), and this run would have {coming}: each step's "
+        f"global batch and each epoch's steps would differ from the run it continues; resume it with "
+        f"trainer.devices={recorded} (or as many processes under torchrun or SLURM), or choose {new_dir_advice()} "
+        f"(trainer.load_from=<one of its checkpoints> starts a new run from its weights)")
 
 
 def values_back(defining: Sequence[Tuple[str, Any, Any]], cfg: Any) -> str:

@@ -644,6 +644,7 @@ class SweepSummary(Callback):  # type: ignore[misc]
             from launcher.plugins import stop_basic_sweep_on_signal
 
             over = stop_basic_sweep_on_signal(sweep_dir)
+        self._over = over
         report = atexit.register(self._report, sweep_dir, config.get("objective", "val/accuracy"),
                                  config.get("objective_mode", "max"), attempts_so_far(sweep_dir), time.time_ns(), over)
         try:
@@ -654,12 +655,14 @@ class SweepSummary(Callback):  # type: ignore[misc]
             sys.exit(2)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        if getattr(self, "_over", None) is not None:
+            self._over()
         self._write(config)
 
     @staticmethod
     def _report(sweep_dir: Path, objective: str, mode: str, attempts_before: Optional[Dict[str, int]] = None,
                 started_ns: Optional[int] = None, over: Optional[Callable[[], None]] = None) -> None:
-        if over is not None:  # a basic sweep's: it is over, and a signal no longer stops it (nor cuts this short)
+        if over is not None:  # a basic sweep's: it is over (a signal that stopped it cannot cut this short)
             over()
         if not sweep_dir.is_dir():
             return

@@ -186,6 +186,10 @@ class StreamPass:
         return batch
 
 
+_UNSTACKABLE = ("stack expects each tensor to be equal size", "Trying to resize storage that is not resizable",
+                "each element in list of batch should be of equal size")
+
+
 def _collate_failure(err: Exception, trainer: Any) -> Optional[Exception]:
     """A :class:`BatchCollateError` for a batch torch's collate could not make of its samples (a sample of another
     shape: torch says "stack expects each tensor to be equal size", or, in a worker, "Trying to resize storage that
@@ -193,6 +197,8 @@ def _collate_failure(err: Exception, trainer: Any) -> Optional[Exception]:
     import traceback
 
     text = str(err)
+    if not any(words in text for words in _UNSTACKABLE):  # torch's words for samples of other shapes, and no other error
+        return None
     in_collate = "utils/data/_utils/collate.py" in text or any(  # a worker's: its traceback is in the message
         frame.filename.replace("\\", "/").endswith("utils/data/_utils/collate.py") for frame in traceback.extract_tb(err.__traceback__))
     if not in_collate:
@@ -821,6 +827,7 @@ class TrainerBase:
             self._call("before_epoch")
         self._data_iter = self._epoch_batches()
         storage, handlers = self.storage, self._handlers  # the per-step events dispatched inline: a call less each
+        ended = False  # the stream said its pass ended
         while self.inner_iter < steps and (until_iter is None or self.iter < until_iter):
             storage.iter = self.iter
             self._in_step = True
@@ -832,6 +839,7 @@ class TrainerBase:
                 self._in_step = False
                 self._stream_ended()
                 steps = self.inner_iter
+                ended = True
                 break
             try:  # costs nothing until it raises (Python 3.11+)
                 for handler in handlers["after_step"]:
@@ -845,7 +853,7 @@ class TrainerBase:
                 self.at_boundary()
                 if self.stop_reason:
                     break
-        if self.inner_iter == steps and self.steps_per_epoch is not None and isinstance(self._data_iter, StreamPass):
+        if not ended and self.inner_iter == steps and self.steps_per_epoch is not None and isinstance(self._data_iter, StreamPass):
             self._past_its_length()
         self._data_iter = iter(())
         self.batch = None

@@ -10,7 +10,7 @@ from hooks import HookBase
 
 class Pace(HookBase):
     def __init__(self, seconds: float = 0.01, signal_after: Optional[int] = None, signal_when_built: bool = False,
-                 ctrl_c_when_built: bool = False, signal_at_exit: bool = False, signal_after_train: bool = False,
+                 ctrl_c_when_built: bool = False, signal_at_exit: bool = False, signal_after_train=False,
                  priority=None):
         super().__init__(priority)
         if signal_at_exit:  # SIGTERM and Ctrl-C this process again as Python shuts down (after the run has ended)
@@ -26,7 +26,11 @@ class Pace(HookBase):
         self.signal_after_train = signal_after_train  # SIGTERM this process once training is over (the last step taken)
 
     def after_train(self):
-        if self.signal_after_train:
+        if self.signal_after_train == "parent":  # a trainer.devices worker's: the launcher process that spawned it
+            if self.trainer.is_main:
+                os.kill(os.getppid(), signal.SIGTERM)
+                time.sleep(1.0)  # the launcher passes it on to the workers, still in their runs' ends
+        elif self.signal_after_train:
             os.kill(os.getpid(), signal.SIGTERM)
 
     def after_step(self):

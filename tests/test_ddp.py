@@ -253,8 +253,8 @@ def test_sigterm_under_ddp_checkpoints_on_rank0_and_resumes_bitwise(tmp_path, un
     # another world size trained on with half the global batch and ended "completed" short of its steps: refused
     fewer = launch(cli(*RESUMABLE, "hydra.run.dir=run", "trainer.devices=1"), tmp_path)
     out = fewer.stdout + fewer.stderr
-    assert fewer.returncode == 2 and "was written by a run of 2 process(es), and this run has 1" in out, out[-3000:]
-    assert "trainer.devices=2 (or as many processes)" in out and "another config" not in out, out[-3000:]
+    assert fewer.returncode == 2 and "holds a run of 2 process(es), and this run would have 1" in out, out[-3000:]
+    assert "resume it with trainer.devices=2 (or as many processes" in out and "another config" not in out, out[-3000:]
     assert {p: p.read_bytes() for p in kept} == kept
     again = launch(cli(*RESUMABLE, "hydra.run.dir=run"), tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -625,6 +625,35 @@ def test_nodes_started_with_different_overrides_are_refused_on_every_rank(tmp_pa
     for node, out in zip(nodes, outs):
         assert node.returncode != 0 and says in out, out[-3000:]
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_signal_as_a_spawned_run_ends_stops_its_basic_sweep_once_the_run_is_recorded(tmp_path):
+    """A SIGTERM to the launcher while trainer.devices=2 workers ended their run was forwarded to them, the run was
+    recorded completed, and the signal went no further: the sweep ran its next job (a single process passes it on)."""
+    proc = launch(cli("-m", "data=synthetic", "data.train.size=320", "trainer.max_epochs=1", "trainer.devices=2",
+                      "hydra.sweep.dir=sweep", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0",
+                      "+hooks.pace.signal_after_train=parent,false"), tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 75 and "Sweep of 2 job(s): 1 done, 1 pending" in out, out[-3000:]
+    assert "SIGTERM came as the run ended: it is recorded completed, and the signal is passed on" in out
+    assert read_run(tmp_path / "sweep" / "0")["status"] == "completed" and not (tmp_path / "sweep" / "1" / "run.json").exists()
+
+
+def test_a_failed_ddp_run_rerun_with_another_world_size_is_refused_before_its_dir_changes(tmp_path):
+    """trainer.devices is not compared with the recorded config (under torchrun it is not the world size): the world
+    size recorded in run.json is, before anything is written. Refused only as it resumed, a failed run's rerun had
+    rewritten .hydra/ and run.json with the refused config."""
+    common = ["data=synthetic", "data.train.size=320", "data.batch_size=16", "hydra.run.dir=run",
+              "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=2", "trainer.max_epochs=2"]
+    failed = launch(cli(*common, "trainer.devices=2", "+hooks.breaks._target_=pace.BreaksAt", "+hooks.breaks.at=5"), tmp_path)
+    assert failed.returncode != 0 and read_run(tmp_path / "run")["status"] == "failed", failed.stderr[-3000:]
+    assert read_run(tmp_path / "run")["world_size"] == 2
+    kept = {p: p.read_bytes() for p in [tmp_path / "run" / "run.json", *(tmp_path / "run" / ".hydra").iterdir()]}
+    fewer = launch(cli(*common, "trainer.devices=1"), tmp_path)
+    out = fewer.stdout + fewer.stderr
+    assert fewer.returncode == 2 and f"run dir '{tmp_path / 'run'}' holds a run of 2 process(es), and this run would " \
+        "have 1" in out and "resume it with trainer.devices=2" in out, out[-3000:]
+    assert {p: p.read_bytes() for p in kept} == kept
 
 
 def test_a_nan_on_one_rank_is_skipped_by_every_rank_together(tmp_path):
