@@ -885,9 +885,10 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     value = metrics.get(cfg.objective, float("nan"))
     if status == "interrupted" and callable(previous) and previous is not signal.default_int_handler:
         chain_to(previous, received)  # e.g. submitit's handler, which requeues the job: rank 0's checkpoint is on disk
-    elif received is not None and received != signal.SIGINT and status in ("completed", "stopped"):
-        # it came as the run ended, once rank 0 had recorded it: passed on, as a single process does (a sweep in this
-        # process stops; a SLURM job's latch drops it once its result is in)
+    elif received is not None and received != signal.SIGINT and status in ("completed", "stopped") and \
+            callable(signal.getsignal(received)):
+        # it came as the run ended, once rank 0 had recorded it: passed on to a handler of this process's (a sweep in
+        # this process stops; a SLURM job's latch drops it once its result is in); a lone run ends as it finished
         logger.warning("%s came as the run ended: it is recorded %s, and the signal is passed on",
                        signal.Signals(received).name, status)
         os.kill(os.getpid(), received)
