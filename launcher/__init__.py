@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 from omegaconf import DictConfig
 
-from launcher.build import ConfigError, build, call
+from launcher.build import ConfigError, _group_options, build, call
 from launcher.config import register_configs
 
 logger = logging.getLogger("launcher")
@@ -644,7 +644,7 @@ def check_unresolvable(cfg: DictConfig) -> None:
         if not key:
             return  # not about one key: whoever reads the config reports it
         if isinstance(err, MissingMandatoryValue):
-            options = _group_options(str(key))
+            options = _group_options(str(key)) if "." not in str(key) else []
             if options:  # a group left without an option (~model)
                 raise ConfigError(f"{key}: no option chosen for this config group (removed with ~{key}?); choose one: "
                                   f"{' or '.join(f'{key}={o}' for o in options)}") from None
@@ -661,16 +661,6 @@ def check_unresolvable(cfg: DictConfig) -> None:
         reason = str(getattr(err, "msg", "") or err).splitlines()[0]
         reason = reason.replace("KeyError raised while resolving interpolation: ", "").strip('"')
         raise ConfigError(f"{key}={raw}: {_not_a_container(cfg, str(key), raw, reason) or reason}") from None
-
-
-def _group_options(key: str) -> List[str]:
-    """The options of the config group ``key`` names (``model``: cnn, mlp), where Hydra can say; else ``[]``."""
-    try:
-        from hydra.core.global_hydra import GlobalHydra
-
-        return list(GlobalHydra.instance().config_loader().get_group_options(key)) if "." not in key else []
-    except Exception:  # noqa: BLE001 -- no Hydra context (the Python API's own config), or no such group
-        return []
 
 
 def _not_a_container(cfg: DictConfig, key: str, raw: Any, reason: str) -> Optional[str]:

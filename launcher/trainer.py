@@ -190,10 +190,11 @@ _UNSTACKABLE = ("stack expects each tensor to be equal size", "Trying to resize 
                 "each element in list of batch should be of equal size")
 
 
-def _collate_failure(err: Exception, trainer: Any) -> Optional[Exception]:
+def _collate_failure(err: Exception, split: str, which: str) -> Optional[Exception]:
     """A :class:`BatchCollateError` for a batch torch's collate could not make of its samples (a sample of another
     shape: torch says "stack expects each tensor to be equal size", or, in a worker, "Trying to resize storage that
-    is not resizable"), else None: an error in the dataset's own code keeps its traceback."""
+    is not resizable"), else None: an error in the dataset's own code keeps its traceback. ``split``: ``data.train`` or
+    ``data.val``; ``which``: the batch, as the message names it ("batch 2 of epoch 1")."""
     import traceback
 
     text = str(err)
@@ -206,9 +207,9 @@ def _collate_failure(err: Exception, trainer: Any) -> Optional[Exception]:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     said = (lines[-1] if "Original Traceback" in text else f"{type(err).__name__}: {lines[-1]}") if lines else type(err).__name__
     return BatchCollateError(
-        f"data.train: batch {trainer.inner_iter + 1} of epoch {trainer.epoch + 1} could not be made of its samples "
+        f"{split}: {which} could not be made of its samples "
         f"(torch's collate: {said}); every sample of a batch must have the same structure and shapes, which the "
-        f"default collate stacks (with data.num_workers=0 torch names the shapes that differ)")
+        f"default collate stacks{'' if 'but got' in said else ' (with data.num_workers=0 torch names the shapes that differ)'}")
 
 
 def _check_capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
@@ -945,7 +946,7 @@ class TrainerBase:
         try:  # costs nothing until it raises (Python 3.11+)
             batch = next(self._data_iter)
         except Exception as err:
-            raise _collate_failure(err, self) or err
+            raise _collate_failure(err, "data.train", f"batch {self.inner_iter + 1} of epoch {self.epoch + 1}") or err
         if self._move:
             batch = move_to_device(batch, self.device, self._non_blocking)
         self.batch = batch  # for hooks that look at the data of the step (throughput, samples)
@@ -1042,7 +1043,15 @@ class TrainerBase:
         counts: Dict[str, int] = {}  # samples per metric: a metric some batches leave out is averaged over the rest
         failed = True
         try:
-            for batch in self.val_loader:
+            batches = iter(self.val_loader)
+            for index in itertools.count(1):
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                except Exception as err:
+                    raise _collate_failure(err, "data.val", f"batch {index} of the validation after "
+                                           f"{self.steps_done} steps") or err
                 if self.device.type != "cpu":
                     batch = move_to_device(batch, self.device, self._non_blocking)
                 n = batch_size_of(batch)

@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional
 import pytest
 import torch
 
-from conftest import REPO, read_run
+from conftest import read_run
 
 TESTS = Path(__file__).resolve().parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}

@@ -556,6 +556,26 @@ def test_a_batch_whose_samples_do_not_stack_is_one_error_naming_the_batch_and_th
     assert isinstance(caught.value, RunError) and str(caught.value).startswith(
         "data.train: batch 2 of epoch 1 could not be made of its samples (torch's collate: RuntimeError: ")
     assert ("stack expects each tensor to be equal size" if workers == 0 else "resize") in str(caught.value)
+    # the way to see the shapes is named only where torch's words leave them out (a worker's)
+    assert ("with data.num_workers=0 torch names the shapes" in str(caught.value)) == (workers > 0)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_val_batch_whose_samples_do_not_stack_names_data_val_and_the_batch(tmp_path, workers):
+    """The val loader's collate error came as torch's long traceback, naming neither data.val nor the batch."""
+    from launcher.data import DataLoaders
+    from launcher.errors import BatchCollateError
+    from noisy_data import NoisySynthetic, RaggedAt
+
+    options = {"size": 80, "shape": [4], "num_classes": 2, "val_fraction": 0.5}
+    data = DataLoaders(NoisySynthetic(split="train", **options), RaggedAt(at=20, split="val", **options), batch_size=8,
+                       num_workers=workers, shuffle=False)
+    trainer = make_trainer("epoch", data=data, work_dir=tmp_path, model=ToyModel(), max_epochs=2)
+    with pytest.raises(BatchCollateError) as caught:
+        trainer.validate()
+    assert str(caught.value).startswith("data.val: batch 3 of the validation after 0 steps could not be made of its "
+                                        "samples (torch's collate: ")
+    assert trainer.model.training  # the model went back to training mode
 
 
 def test_a_stream_refuses_persistent_workers_which_would_repeat_its_first_pass():
