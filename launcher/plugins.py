@@ -427,7 +427,7 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
     from launcher import check_trainer_config, check_values_not_applied, nothing_to_train_on
     from launcher.errors import ConfigError
     from launcher.files import candidates
-    from launcher.rundir import REPORTED, check_rerun, lengthens
+    from launcher.rundir import REPORTED, check_rerun, check_world_size, lengthens
 
     composed = _checked.get(id(config), {}).get(tuple(overrides))  # the sweep's check composed it already
     try:
@@ -441,6 +441,7 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
             if last_id is not None:  # per attempt: the last one's (a run outside submitit has none)
                 job_config.hydra.job.id = str(last_id)
             job_config.hydra.runtime.output_dir = os.path.abspath(path)
+        world_size = _job_world_size(job_config)
         with as_job(job_config):  # Hydra's config holds a copy of the job's hydra node from here: the job's task is the rest
             task = job_config
             with read_write(task), open_dict(task):
@@ -450,6 +451,8 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
             if task.trainer.get("resume", "auto") not in ("auto", True):
                 return None
             objective = str(task.get("objective", "val/accuracy"))
+            if world_size is not None and (not record or lengthens(changes)):  # it trains on, as the run would
+                check_world_size(path, world_size)
             if not lengthens(changes):
                 check_values_not_applied(task, changes)  # a value no run takes is refused, as the run refuses it
             elif record and not candidates(path / "checkpoints"):  # lengthened, with nothing to train on from
@@ -463,6 +466,18 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
                                               "and its run decides", idx, path, type(err).__name__, err)
         return None
     return None if lengthens(changes) else (objective, [c for c in changes if c[0] not in REPORTED])
+
+
+def _job_world_size(job_config: Any) -> Optional[int]:
+    """The processes a sweep job would train in: the SLURM launcher's tasks (``nodes`` x ``tasks_per_node``) where
+    more than one, else ``trainer.devices``; None where the config does not say (the job's run checks it)."""
+    launcher = job_config.hydra.get("launcher") or {}
+    if "slurm" in str(launcher.get("_target_", "")).lower():
+        tasks = launcher.get("tasks_per_node", 1), launcher.get("nodes", 1)
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in tasks) and tasks[0] * tasks[1] > 1:
+            return tasks[0] * tasks[1]
+    devices = (job_config.get("trainer") or {}).get("devices", 1)
+    return devices if isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1 else None
 
 
 def number_ranges(numbers: Sequence[int]) -> str:

@@ -165,6 +165,23 @@ def test_a_rerun_an_unfinished_jobs_run_would_refuse_is_refused_before_any_job_r
     assert proc.returncode == 0 and read_run(stopped)["status"] == "completed", proc.stderr[-3000:]
 
 
+def test_a_sweep_rerun_with_another_number_of_processes_is_refused_before_any_job_runs(tmp_path):
+    """trainer.devices is no key the rerun check compares (under torchrun it is not the world size); each job's run
+    refused another world size as it came, so the sweep ran, and failed, job after job."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "hydra/launcher=basic", "seed=0,1", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST]
+    assert run_cli(args, tmp_path).returncode == 0
+    stopped_after_epoch(sweep / "1", 1, of=2)
+    before = {p: p.stat().st_mtime_ns for p in sweep.rglob("*") if p.is_file() and p.name != "multirun.yaml"}
+
+    proc = run_cli([*args, "trainer.devices=2"], tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.startswith(f"Config error: run dir '{sweep / '1'}' holds a run of 1 process(es), and this run "
+                                  f"would have 2") and "(sweep job 1: seed=1 " in proc.stderr, proc.stderr
+    assert "Sweep of" not in proc.stdout + proc.stderr and "Starting 2 worker processes" not in proc.stdout + proc.stderr
+    assert {p: p.stat().st_mtime_ns for p in sweep.rglob("*") if p.is_file() and p.name != "multirun.yaml"} == before
+
+
 def test_a_local_job_composed_by_the_sweep_has_the_config_it_would_compose_itself(tmp_path):
     """The sweep's check composes jobs that between them use every swept value; a local job it composed gets that
     config rather than compose it again, and it is the config (and Hydra config) the job would compose."""
