@@ -220,8 +220,6 @@ class LRScheduler(HookBase):
             self._unjudged = False
             self.scheduler.step(metrics[self.monitor])
 
-    def state_dict(self) -> Dict[str, Any]:
-        return {"scheduler": self._build().state_dict(), "unjudged": self._unjudged}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         # Building a scheduler may rewrite the lr (LinearLR, SequentialLR...) that the optimizer
@@ -233,3 +231,19 @@ class LRScheduler(HookBase):
             group.update(values)
         self.scheduler.load_state_dict(state["scheduler"])
         self._unjudged = bool(state.get("unjudged"))
+        # the iterations per schedule step it was saved with: a checkpoint without them is of launchers before
+        # 2026-12-04, which stepped the schedule every iteration whatever the gradient accumulation
+        saved_every = state.get("every", 1)
+        if saved_every != self._every and not self.by_epoch and not self._plateau and getattr(self.trainer, "is_main", True):
+            logger.warning(
+                "hooks.%s: the checkpoint's schedule was stepped once every %d iteration(s)%s, and this run steps it "
+                "once every %d (hooks.optimizer_step.accumulate=%d): its length, counted in the checkpoint's steps, no "
+                "longer matches this run's, and the learning rate will not end where the run ends. To finish the run "
+                "as it started, resume it with %s; or train it in a new run dir",
+                self.name or "lr_scheduler", saved_every, "" if "every" in state else " (a checkpoint of a launcher "
+                "before 2026-12-04, which stepped it every iteration whatever the accumulation)", self._every,
+                self._every, f"hooks.optimizer_step.accumulate={saved_every}" if "every" in state else
+                "the launcher it started with (run.json records its git commit)")
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"scheduler": self._build().state_dict(), "unjudged": self._unjudged, "every": self._every}

@@ -363,7 +363,7 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
     from launcher.files import candidates as saved_checkpoints, resume_off
     from launcher.rundir import (LENGTH, REPORTED, ConfigFilesBefore, check_resume_source, check_rerun, check_world_size,
                                  describe_changes, finished_result, ignore_outputs_in_git, lengthens, new_dir_advice,
-                                 save_config_files, training_here_now)
+                                 save_config_files, split_additions, training_here_now)
 
     check_unresolvable(cfg)
     check_objective(cfg)  # also where a finished run returns its result without building anything
@@ -399,7 +399,10 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
             remove_stale_temporaries(run_dir, ".run.json.tmp*")  # not the sweep's files beside it (submitted.json)
             remove_stale_temporaries(run_dir / ".hydra")
         check_trainer_config(cfg)  # a value no run takes is named as such, before "another config" or "finished"
-        changes = check_rerun(run_dir, cfg)
+        changes, added = split_additions(run_dir, check_rerun(run_dir, cfg), overrides)
+        if added and (env is None or env.is_main):
+            logger.info("Settings the run's record lacks (added by a later launcher than the one that started it), at "
+                        "their values now: %s", describe_changes(added))
         resume = cfg.trainer.get("resume", "auto")
         if isinstance(resume, str) and resume != "auto" and not resume_off(resume):
             elsewhere = check_resume_source(resume, run_dir, cfg)

@@ -32,7 +32,10 @@ def describe(value: object) -> str:
 
 def what_to_mend(err: BaseException) -> str:
     """What a run stopped at a boundary for ``err`` asks the user to mend: "the config" for a
-    :class:`ConfigError`, else "the model" (its output in eval mode, say)."""
+    :class:`ConfigError`, "the val data" for a batch of it that could not be made, else "the model" (its output
+    in eval mode, say)."""
+    if isinstance(err, BatchCollateError):
+        return "the val data (data.val)"
     return "the config" if isinstance(err, ConfigError) else "the model"
 
 

@@ -427,7 +427,7 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
     from launcher import check_trainer_config, check_values_not_applied, nothing_to_train_on
     from launcher.errors import ConfigError
     from launcher.files import candidates
-    from launcher.rundir import REPORTED, check_rerun, check_world_size, lengthens
+    from launcher.rundir import REPORTED, check_rerun, check_world_size, lengthens, split_additions
 
     composed = _checked.get(id(config), {}).get(tuple(overrides))  # the sweep's check composed it already
     try:
@@ -447,7 +447,7 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
             with read_write(task), open_dict(task):
                 del task["hydra"]
             check_trainer_config(task)
-            changes = check_rerun(path, task)  # first, as the run does: it refuses trainer.resume=false here
+            changes = split_additions(path, check_rerun(path, task), overrides)[0]  # first, as the run does: it refuses trainer.resume=false here
             if task.trainer.get("resume", "auto") not in ("auto", True):
                 return None
             objective = str(task.get("objective", "val/accuracy"))

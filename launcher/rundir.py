@@ -520,6 +520,29 @@ def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
                   key=lambda change: change[0])
 
 
+def split_additions(run_dir: Path, changes: Sequence[Tuple[str, Any, Any]],
+                    overrides: Optional[Sequence[str]]) -> Tuple[List[Tuple[str, Any, Any]], List[Tuple[str, Any, Any]]]:
+    """``changes`` split into those of this command, and the keys the run's record lacks that no override of this
+    command names, nor one the run was not started with: settings a later launcher added, at their values now
+    (a run of an earlier version lacks ``data.persistent_workers``). Without ``overrides`` (a config made in
+    Python) every change is this command's."""
+    if overrides is None:
+        return list(changes), []
+    try:
+        recorded = json.loads((Path(run_dir) / "run.json").read_text()).get("overrides")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if not isinstance(recorded, list):
+        return list(changes), []
+    named = [str(o).split("=", 1)[0].lstrip("+~") for o in overrides if o not in recorded]
+
+    def by_this_command(key: str) -> bool:
+        return any(key == n or key.startswith(n + ".") or n.startswith(key + ".") for n in named)
+
+    added = [c for c in changes if c[1] == _ABSENT and not by_this_command(c[0])]
+    return [c for c in changes if c not in added], added
+
+
 def _timed_keys(cfg: Any) -> List[str]:
     """The keys of ``cfg`` whose value, as written, holds a ``${now:...}``, or interpolates such a key (``name:
     run-${tag}`` with ``tag: ${now:%H-%M}``): each command resolves it anew."""

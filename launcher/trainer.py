@@ -63,7 +63,7 @@ from launcher.errors import (BatchCollateError, CheckpointWriteError, ConfigErro
 
 # Errors a hook (or a validation) finds at a step's, epoch's or validation's end in the config or the model's
 # eval output: the training so far is whole, so the run stops there with a checkpoint (TrainerBase._stop_for).
-STOPS_AT_BOUNDARY = (ConfigError, ModelOutputError)
+STOPS_AT_BOUNDARY = (ConfigError, ModelOutputError, BatchCollateError)  # the last: the val loader's (the train loader's fails its step)
 from launcher.storage import EventStorage, to_le_bytes, unpack_le
 
 logger = logging.getLogger(__name__)
@@ -409,6 +409,7 @@ class TrainerBase:
         self._resumed_length: Optional[int] = None  # max_iters of the run that wrote the checkpoint resumed from
         self.started_at: Optional[int] = None  # the iteration this train() began from, once resumed
         self.last_val: Dict[str, float] = {}
+        self._validated_at: Optional[int] = None  # steps done at the last validation: a workflow's val phase skips those weights
         self.batch: Any = None  # the batch of the current step, as the model received it
         self.data_time = 0.0  # seconds the current step waited for its batch
         self.meta: Dict[str, Any] = {}  # about the run, for hooks: e.g. {"overrides": [...], "seed": 0}
@@ -1072,6 +1073,11 @@ class TrainerBase:
             names = list(dict.fromkeys(k for rank_names in distributed.all_gather_object(list(sums)) for k in rank_names))
         else:
             names = list(sums)
+        if not names:  # no rank had a batch: a stream that ended at once (a sized empty val set is refused as built)
+            dataset = getattr(self.val_loader, "dataset", None)
+            raise ConfigError(f"data.val: its loader yielded no batches{f' ({type(dataset).__name__})' if dataset is not None else ''}, "
+                              f"so validation has no metrics; give it samples, or set data.val=null to train without "
+                              f"validation")
         parts = [sums[k] if k in sums else torch.zeros(()) for k in names]
         if len({t.device for t in parts}) == 1:  # one transfer for all of them
             totals = torch.stack(parts).cpu().double().tolist() if parts else []
@@ -1086,6 +1092,7 @@ class TrainerBase:
             values = reduced.tolist()
             totals, samples = values[:len(names)], values[len(names):]
         self.last_val = {f"val/{k}": t / max(c, 1) for k, t, c in zip(names, totals, samples)}
+        self._validated_at = self.steps_done
         self.storage.put_scalars(smoothing_hint=False, **self.last_val)
         self._call_at_end("after_val")
         return self.last_val
@@ -1111,6 +1118,7 @@ class TrainerBase:
             "epoch": self.epoch,
             "inner_iter": self.inner_iter,
             "phase_index": self.phase_index,
+            "validated_at": self._validated_at,
             "data": {"epoch": self.epoch, "batches_done": self.inner_iter, "seed": getattr(self.train_loader, "seed", None)},
             "storage": self.storage.state_dict(),
             # so a run resumed at its end knows its last validation (the evaluator's at-end one, ReduceLROnPlateau)
@@ -1132,6 +1140,7 @@ class TrainerBase:
         self.optimizer.load_state_dict(_by_name(state["optimizer"], state.get("optimizer_params"), self._optimizer_param_names()))
         self.iter, self.epoch, self.inner_iter = state["iter"], state["epoch"], state["inner_iter"]
         self.phase_index = state.get("phase_index", 0)
+        self._validated_at = state.get("validated_at")
         self.storage.load_state_dict(state["storage"])
         self.last_val = dict(state.get("last_val", {}))
         saved_hooks = state["hooks"]
@@ -1272,6 +1281,7 @@ class EpochTrainer(TrainerBase):
         if any(phase == "val" for phase, _ in self.workflow) and self.val_loader is None:
             raise ConfigError("trainer.workflow has a 'val' phase but the data config has no val set (data.val)")
         self.max_iters = max_epochs * self.steps_per_epoch
+        self._said_validated = False
 
     @classmethod
     def check_config(cls, config: Mapping[str, Any]) -> None:
@@ -1304,6 +1314,12 @@ class EpochTrainer(TrainerBase):
             if phase == "train":
                 if self.epoch >= self.max_epochs or not self.train_epoch():
                     return
+            elif self._validated_at == self.steps_done:  # hooks.evaluator validated these weights just now
+                if not self._said_validated:
+                    self._said_validated = True
+                    logger.info("trainer.workflow's val phase after epoch %d: hooks.evaluator validated these weights "
+                                "already; a val phase that follows one of its validations is skipped (once is enough: "
+                                "early stopping and ReduceLROnPlateau would count it twice)", self.epoch)
             else:
                 try:
                     self.validate()

@@ -79,6 +79,38 @@ def test_with_accumulation_the_lr_schedule_moves_with_the_optimizer_steps():
     assert lrs_small[1::2] == lrs_big and lrs_small[0::2] == lrs_big  # each micro-batch of a step logs its step's lr
 
 
+@pytest.mark.parametrize("saved, now", [(1, 2), (2, 1), ("absent", 2), (2, 2), ("absent", 1)])
+def test_a_schedule_resumed_at_another_rate_of_steps_is_warned_of(tmp_path, caplog, saved, now):
+    """A checkpoint of a launcher before 2026-12-04 (its schedule stepped every micro-batch, no 'every' in its state),
+    or one resumed with another hooks.optimizer_step.accumulate, restored a schedule whose length counts other steps:
+    it ended far from its end (lr 0.03 of 0.1) with no word."""
+    import functools
+
+    def run(accumulate, max_iters):
+        schedule = LRScheduler(functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR))
+        return make_trainer("iter", data=ToyData(n=64, batch=16, val=False), max_iters=max_iters, work_dir=tmp_path,
+                            hooks={"lr_scheduler": schedule, **({"optimizer_step": OptimizerStep(accumulate=accumulate)}
+                                                                if accumulate > 1 else {})})
+
+    first = run(1 if saved == "absent" else saved, 8)
+    first.train()
+    state = first.state_dict()
+    if saved == "absent":
+        del state["hooks"]["lr_scheduler"]["every"]
+    again = run(now, 16)
+    with caplog.at_level(logging.WARNING):
+        again.load_state_dict(state)
+    said = [r.getMessage() for r in caplog.records if "the checkpoint's schedule was stepped" in r.getMessage()]
+    if (1 if saved == "absent" else saved) == now:
+        assert said == []
+    else:
+        every = 1 if saved == "absent" else saved
+        assert len(said) == 1 and said[0].startswith(
+            f"hooks.lr_scheduler: the checkpoint's schedule was stepped once every {every} iteration(s)"), said
+        assert f"this run steps it once every {now} (hooks.optimizer_step.accumulate={now})" in said[0]
+        assert ("a checkpoint of a launcher before 2026-12-04" in said[0]) == (saved == "absent")
+
+
 def test_with_accumulation_ema_and_momentum_schedule_move_with_the_optimizer_steps_too(caplog):
     """The EMA was updated after every micro-batch (decay**N a step, the first weights averaged in N-1 more times) and
     the momentum schedule counted micro-batches: neither was the run on N-times larger batches. A length that is no

@@ -457,6 +457,28 @@ def test_raising_max_iters_trains_a_finished_run_on_from_its_final_checkpoint(tm
     assert "already finished" in out and "Not applied, as the run is over: hooks.jsonl.period: 1 -> 5" in out
 
 
+def test_settings_a_later_launcher_added_are_no_change_of_the_users(tmp_path, references, tmp_path_factory):
+    """A run dir of an earlier launcher, whose record lacks settings added since (data.persistent_workers), was
+    warned "started with other settings" or "Not applied, as the run is over: data.persistent_workers: (absent) ->
+    False" on every rerun of the very same command; a value this command sets for such a key still is."""
+    import json
+
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    record = json.loads((run_dir / "run.json").read_text())
+    del record["config"]["data"]["persistent_workers"], record["config"]["hooks"]["jsonl"]["flush_secs"]
+    (run_dir / "run.json").write_text(json.dumps(record))
+    proc = run_to_end(command(run_dir, "iter", 0), tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "already finished" in out and "Not applied" not in out and "other settings" not in out, out[-3000:]
+    assert "Settings the run's record lacks (added by a later launcher than the one that started it), at their values " \
+        "now: data.persistent_workers: (absent) -> False, hooks.jsonl.flush_secs: (absent) -> 0.0" in out, out[-3000:]
+    proc = run_to_end([*command(run_dir, "iter", 0), "data.persistent_workers=true"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "Not applied, as the run is over: data.persistent_workers: (absent) -> True" in out, out[-3000:]
+
+
 def test_a_run_trained_on_without_its_checkpointer_says_what_it_leaves_unsaved(tmp_path, references, tmp_path_factory):
     """``~hooks.checkpointer`` on a rerun that trains on: it was listed as each of the hook's five keys changed to
     '<absent>', and nothing said the run would save nothing, leaving final.pt at the old length's model while

@@ -578,6 +578,75 @@ def test_a_val_batch_whose_samples_do_not_stack_names_data_val_and_the_batch(tmp
     assert trainer.model.training  # the model went back to training mode
 
 
+@pytest.mark.parametrize("val", ["ragged", "empty stream"])
+def test_val_data_that_yields_no_usable_batch_stops_the_run_with_a_checkpoint_and_the_mended_rerun_trains_on(tmp_path, val):
+    """Found only at the first validation, after an epoch's training: a val batch that does not stack raised torch's
+    collate error, and a val stream that yielded nothing finished the run with val metrics of NaN; either way now the
+    run stops at that boundary with a checkpoint, as for val data that does not fit the model."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    from hooks.checkpoint import PeriodicCheckpointer
+    from hooks.evaluator import Evaluator
+    from launcher.errors import BatchCollateError, ConfigError
+    from noisy_data import RaggedAt
+
+    class Empty(IterableDataset):
+        def __iter__(self):
+            return iter(())
+
+    class Bad(ToyData):
+        def val_loader(self):
+            if val == "ragged":
+                return DataLoader(RaggedAt(at=2, size=16, shape=[4], num_classes=2, val_fraction=0.5, split="val"), batch_size=4)
+            return DataLoader(Empty(), batch_size=4)
+
+    def hooks():
+        return {"evaluator": Evaluator(), "checkpointer": PeriodicCheckpointer()}
+
+    trainer = make_trainer("epoch", data=Bad(), hooks=hooks(), work_dir=tmp_path, max_epochs=2)
+    with pytest.raises(BatchCollateError if val == "ragged" else ConfigError) as caught:
+        trainer.train()
+    assert str(caught.value).startswith("data.val: batch 1 of the validation after 4 steps could not be made" if val == "ragged"
+                                        else "data.val: its loader yielded no batches (Empty), so validation has no metrics")
+    assert (tmp_path / "checkpoints" / "last").read_text().strip() == "iter_0000004.pt"
+    mended = make_trainer("epoch", hooks=hooks(), work_dir=tmp_path, max_epochs=2)
+    mended.resume_or_load()
+    assert mended.iter == 4
+    mended.train()
+    assert mended.iter == 8 and "val/accuracy" in mended.last_val
+
+
+def test_a_workflow_val_phase_after_the_evaluator_validated_the_same_weights_is_skipped(tmp_path):
+    """With trainer.workflow=[[train,1],[val,1]] and the evaluator hook, every epoch's weights were validated twice,
+    and early stopping and ReduceLROnPlateau counted each twice. A resumed run skips as the uninterrupted one does."""
+    from hooks.evaluator import Evaluator
+
+    class Count(HookBase):
+        def __init__(self):
+            super().__init__()
+            self.at = []
+
+        def after_val(self):
+            self.at.append(self.trainer.steps_done)
+
+    from hooks.checkpoint import PeriodicCheckpointer
+
+    count = Count()
+    trainer = make_trainer("epoch", hooks={"evaluator": Evaluator(period=2), "count": count,
+                                           "checkpointer": PeriodicCheckpointer(keep_last=0)},
+                           work_dir=tmp_path / "a", max_epochs=4, workflow=[("train", 1), ("val", 1)])
+    trainer.train()
+    assert count.at == [4, 8, 12, 16]  # epochs 2 and 4 by the evaluator, 1 and 3 by the workflow's val phase
+    # epoch 2's checkpoint: saved after the evaluator's validation, before the val phase, which its resume skips too
+    again = Count()
+    resumed = make_trainer("epoch", hooks={"evaluator": Evaluator(period=2), "count": again}, work_dir=tmp_path / "b",
+                           max_epochs=4, workflow=[("train", 1), ("val", 1)],
+                           resume=str(tmp_path / "a" / "checkpoints" / "epoch_0002.pt"))
+    resumed.resume_or_load()
+    resumed.train()
+    assert again.at == [12, 16]
+
+
 def test_a_stream_refuses_persistent_workers_which_would_repeat_its_first_pass():
     from launcher.data import DataLoaders
     from noisy_data import NoisyStream
