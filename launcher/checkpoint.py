@@ -8,6 +8,7 @@ save removes.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -264,7 +265,8 @@ def load_checkpoint(path: PathLike, map_location: Any = "cpu", weights_only: boo
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=weights_only)
+        with torch.serialization.safe_globals(_numpy_array_globals()) if weights_only else contextlib.nullcontext():
+            state = torch.load(path, map_location=map_location, weights_only=weights_only)
     except Exception as err:
         reason: BaseException = err
         if weights_only and isinstance(err, pickle.UnpicklingError):
@@ -280,6 +282,19 @@ def load_checkpoint(path: PathLike, map_location: Any = "cpu", weights_only: boo
     if not isinstance(state, dict):
         raise RuntimeError(f"checkpoint {str(path)!r} holds a {type(state).__name__}, not a dict of state")
     return state
+
+
+def _numpy_array_globals() -> List[Any]:
+    """What a NumPy array of numbers unpickles through (as torch's docs list them for ``weights_only``): data, no
+    code. This launcher's checkpoints before 2026-12-03 held the NumPy RNG state as an array, which
+    ``trainer.load_from`` refused as "Python objects"."""
+    try:
+        import numpy as np
+    except ImportError:
+        return []
+    core = getattr(np, "_core", None) or np.core
+    kinds = [type(np.dtype(t)) for t in ("b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "e", "f", "d", "?")]
+    return [core.multiarray._reconstruct, np.ndarray, np.dtype, *dict.fromkeys(kinds)]
 
 
 def brief(err: BaseException) -> str:

@@ -264,6 +264,30 @@ def test_resume_path_false_and_load_from(tmp_path):
     assert tuned.iter == 0  # weights only: counters and optimizer start fresh
 
 
+def test_load_from_takes_a_checkpoint_holding_numpy_arrays_and_refuses_other_objects(tmp_path):
+    """This launcher's checkpoints before 2026-12-03 held NumPy's RNG state as an array: load_from (weights_only)
+    refused them as "Python objects" although an array is data; an object that runs code as it loads still is."""
+    import collections
+    import fractions
+
+    import numpy as np
+
+    from launcher.errors import ConfigError
+
+    from conftest import ToyModel
+
+    weights = ToyModel().state_dict()
+    torch.save({"model": weights, "rng": {"numpy": ("MT19937", np.arange(624, dtype=np.uint32), 3, 0, 0.0)},
+                "counts": np.zeros(3)}, tmp_path / "old.pt")
+    tuned = make_trainer("iter", max_iters=1, work_dir=tmp_path / "tune", load_from=str(tmp_path / "old.pt"), resume=False)
+    tuned.resume_or_load()
+    assert torch.equal(tuned.model.lin.weight, weights["lin.weight"])
+
+    torch.save({"model": weights, "other": collections.Counter(a=fractions.Fraction(1, 3))}, tmp_path / "objects.pt")
+    with pytest.raises(ConfigError, match=r"holds Python objects \(.*fractions.Fraction"):
+        make_trainer("iter", work_dir=tmp_path / "t2", load_from=str(tmp_path / "objects.pt"), resume=False).resume_or_load()
+
+
 def test_bad_resume_and_load_from_name_the_key_and_the_shapes(tmp_path):
     from conftest import ToyModel
 
