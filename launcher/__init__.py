@@ -741,7 +741,17 @@ def warn_if_objective_never_recorded(trainer: Any, objective: str) -> bool:
             not any(phase == "val" for phase, _ in getattr(trainer, "workflow", ())):
         why = "it has no evaluator hook (hooks.evaluator) and no val phase in trainer.workflow"
     else:
-        return False
+        evaluators = [h for h in trainer.hooks if isinstance(h, Evaluator)]
+        if not evaluators or any(phase == "val" for phase, _ in getattr(trainer, "workflow", ())):
+            return False
+        lengths = {True: getattr(trainer, "max_epochs", None), False: trainer.max_iters}
+        if not all(not e.at_end and lengths[bool(e.by_epoch)] is not None and e.period > lengths[bool(e.by_epoch)]
+                   for e in evaluators):
+            return False
+        e = evaluators[0]
+        unit = "epochs" if e.by_epoch else "iterations"
+        why = (f"hooks.{e.name}.period={e.period} ({unit}) is longer than the run ({lengths[bool(e.by_epoch)]} {unit}) "
+               f"and hooks.{e.name}.at_end=false")
     logger.warning("objective %r will not be recorded: this run never validates, as %s; the run will return NaN. "
                    "Add validation, or name a training metric, e.g. objective=train/loss objective_mode=min", objective, why)
     return True

@@ -410,6 +410,7 @@ class TrainerBase:
         self.started_at: Optional[int] = None  # the iteration this train() began from, once resumed
         self.last_val: Dict[str, float] = {}
         self._validated_at: Optional[int] = None  # steps done at the last validation: a workflow's val phase skips those weights
+        self._said_nonfinite: set = set()  # val metrics warned of as NaN or infinite
         self.batch: Any = None  # the batch of the current step, as the model received it
         self.data_time = 0.0  # seconds the current step waited for its batch
         self.meta: Dict[str, Any] = {}  # about the run, for hooks: e.g. {"overrides": [...], "seed": 0}
@@ -1093,6 +1094,12 @@ class TrainerBase:
             totals, samples = values[:len(names)], values[len(names):]
         self.last_val = {f"val/{k}": t / max(c, 1) for k, t, c in zip(names, totals, samples)}
         self._validated_at = self.steps_done
+        bad = [k for k, v in self.last_val.items() if not math.isfinite(v) and k not in self._said_nonfinite]
+        if bad and self.is_main:  # once a metric: each validation after may say the same
+            self._said_nonfinite.update(bad)
+            logger.warning("Validation after %d steps: %s: the model's forward in eval mode returned a non-finite value "
+                           "for some batch (training's losses were finite); recorded as such", self.steps_done,
+                           ", ".join(f"{k} = {self.last_val[k]}" for k in bad))
         self.storage.put_scalars(smoothing_hint=False, **self.last_val)
         self._call_at_end("after_val")
         return self.last_val

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import weakref
 
@@ -867,3 +868,41 @@ def test_a_checkpoint_of_a_model_with_other_parameters_names_each_side_once():
     both = {**{k: v for k, v in own.items() if k != "lin.bias"}, **{f"x{i}": torch.zeros(1) for i in range(7)}}
     assert trainer._weights_mismatch(both, "there") == ("the model has lin.bias, which the weights there lack; the weights "
                                                         "there have x0, x1, x2, x3, x4 and 2 more, which the model lacks")
+
+
+def test_a_non_finite_val_metric_is_warned_of_once(tmp_path, caplog):
+    """val/loss nan went by in silence: the run finished, completed, with its objective NaN."""
+    from hooks.evaluator import Evaluator
+
+    class NaNInEval(ToyModel):
+        def forward(self, batch):
+            out = super().forward(batch)
+            return out if self.training else {**out, "loss": out["loss"] * float("nan")}
+
+    trainer = make_trainer("epoch", model=NaNInEval(), hooks={"evaluator": Evaluator()}, work_dir=tmp_path, max_epochs=3)
+    with caplog.at_level(logging.WARNING, logger="launcher"):
+        trainer.train()
+    said = [r.getMessage() for r in caplog.records if "non-finite" in r.getMessage()]
+    assert said == ["Validation after 4 steps: val/loss = nan: the model's forward in eval mode returned a non-finite "
+                    "value for some batch (training's losses were finite); recorded as such"]
+    assert math.isnan(trainer.last_val["val/loss"]) and trainer.status == "completed"
+
+
+@pytest.mark.parametrize("by_epoch, period, said", [(False, 100, "hooks.evaluator.period=100 (iterations) is longer than "
+                                                                 "the run (8 iterations) and hooks.evaluator.at_end=false"),
+                                                    (True, 3, "hooks.evaluator.period=3 (epochs) is longer than the run "
+                                                              "(2 epochs) and hooks.evaluator.at_end=false"),
+                                                    (True, 2, None)])
+def test_an_evaluator_whose_period_the_run_never_reaches_is_named_before_training(tmp_path, caplog, by_epoch, period, said):
+    """It was found at the end, as "objective 'val/accuracy' is not among the run's metrics", with advice on what the
+    model's forward returns in eval mode: the model was blamed for the evaluator's settings."""
+    import launcher
+    from hooks.evaluator import Evaluator
+
+    trainer = make_trainer("epoch", hooks={"evaluator": Evaluator(period=period, by_epoch=by_epoch, at_end=False)},
+                           work_dir=tmp_path, max_epochs=2)
+    with caplog.at_level(logging.WARNING, logger="launcher"):
+        warned = launcher.warn_if_objective_never_recorded(trainer, "val/accuracy")
+    assert warned == (said is not None)
+    if said:
+        assert f"objective 'val/accuracy' will not be recorded: this run never validates, as {said}" in caplog.text
