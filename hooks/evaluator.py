@@ -36,7 +36,7 @@ class Evaluator(HookBase):
 
     def before_train(self) -> None:
         if self.trainer.val_loader is None:
-            logger.warning("hooks.evaluator: the data config has no val set (data.val is null); no validation will run")
+            logger.warning("hooks.evaluator: %s; no validation will run", getattr(self.trainer, "no_val_set", "there is no val set"))
             self._enabled = False
         elif self._missed:  # at the first step boundary, once every hook is ready (the writers' files open)
             self.trainer.call_at_boundary(self._validate)

@@ -736,7 +736,7 @@ def warn_if_objective_never_recorded(trainer: Any, objective: str) -> bool:
     if not objective.startswith("val/") or not trainer.is_main:
         return False
     if trainer.val_loader is None:
-        why = "it has no val set (data.val is null)"
+        why = trainer.no_val_set
     elif not any(isinstance(h, Evaluator) for h in trainer.hooks) and \
             not any(phase == "val" for phase, _ in getattr(trainer, "workflow", ())):
         why = "it has no evaluator hook (hooks.evaluator) and no val phase in trainer.workflow"

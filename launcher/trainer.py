@@ -440,6 +440,14 @@ class TrainerBase:
     def build_val_loader(self) -> Optional[Iterable]:
         return self.data.val_loader(**self.data_shard())
 
+    @property
+    def no_val_set(self) -> str:
+        """Why there is no val loader, in words for a message: the config's ``data.val`` is null, or a data object of
+        the user's own returned None."""
+        if getattr(self.data, "val", None) is None and hasattr(self.data, "val"):
+            return "the data config has no val set (data.val is null)"
+        return f"the data object's val_loader() ({type(self.data).__name__}) returned None"
+
     def data_shard(self) -> Dict[str, int]:
         """``{rank, world_size}`` for the data's loaders under DDP (each process reads its share); else ``{}``."""
         return {"rank": self.rank, "world_size": self.world_size} if self.dist else {}
@@ -1035,7 +1043,7 @@ class TrainerBase:
         more or less (a run's end, a resume) changes nothing in the training that follows.
         """
         if self.val_loader is None:
-            raise RuntimeError("validation was asked for but the data config has no val set (data.val is null)")
+            raise RuntimeError(f"validation was asked for but {self.no_val_set}")
         self.storage.iter, self.storage.epoch = self.last_step, self.last_epoch
         training_rng = get_rng_state()  # before the before_val hooks, which may draw too (PreciseBN's forwards)
         self._call("before_val")
@@ -1286,7 +1294,7 @@ class EpochTrainer(TrainerBase):
         self.max_epochs = _positive_length("max_epochs", max_epochs)
         self.workflow = self._check_workflow(workflow)
         if any(phase == "val" for phase, _ in self.workflow) and self.val_loader is None:
-            raise ConfigError("trainer.workflow has a 'val' phase but the data config has no val set (data.val)")
+            raise ConfigError(f"trainer.workflow has a 'val' phase but {self.no_val_set}")
         self.max_iters = max_epochs * self.steps_per_epoch
         self._said_validated = False
 

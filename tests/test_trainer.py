@@ -906,3 +906,18 @@ def test_an_evaluator_whose_period_the_run_never_reaches_is_named_before_trainin
     assert warned == (said is not None)
     if said:
         assert f"objective 'val/accuracy' will not be recorded: this run never validates, as {said}" in caplog.text
+
+
+def test_no_val_set_names_the_data_object_that_returned_none_rather_than_data_val(tmp_path, caplog):
+    """A data object of the user's own whose val_loader() returned None was said to have data.val null."""
+    from hooks.evaluator import Evaluator
+    from launcher.data import DataLoaders
+    from noisy_data import NoisySynthetic
+
+    config = make_trainer("epoch", data=DataLoaders(NoisySynthetic(size=32, shape=[4], num_classes=2, val_fraction=0.5,
+                                                                   split="train"), None, batch_size=8), work_dir=tmp_path)
+    assert config.no_val_set == "the data config has no val set (data.val is null)"
+    own = make_trainer("epoch", data=ToyData(val=False), hooks={"evaluator": Evaluator()}, work_dir=tmp_path)
+    with caplog.at_level(logging.WARNING):
+        own.train()
+    assert "hooks.evaluator: the data object's val_loader() (ToyData) returned None; no validation will run" in caplog.text
