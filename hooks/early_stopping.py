@@ -54,8 +54,8 @@ class EarlyStopping(HookBase):
         # rerun from its final.pt completes again rather than taking the decision as one that stopped it.
         self.stopped = self.trainer.status == "running"
         if self.best_iter < 0:  # no validation gave a value to improve on (nan each time)
-            self.trainer.request_stop(f"early stopping: no validation gave {self.monitor} a value that compares (nan?) "
-                                      f"in {self.bad} validations")
+            self.trainer.request_stop(f"early stopping: no validation gave {self.monitor} a value to improve on (NaN or "
+                                      f"infinite each time) in {self.bad} validations")
             return
         where = f"{self.best_iter} steps: iter {max(self.best_iter - 1, 0)} in metrics.jsonl"
         after = self.trainer.epochs_in(self.best_iter)

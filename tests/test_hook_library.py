@@ -737,4 +737,4 @@ def test_early_stopping_on_a_metric_that_is_nan_each_time_says_so(tmp_path):
                            work_dir=tmp_path)
     trainer.train()
     assert trainer.epoch == 2 and trainer.stop_reason == \
-        "early stopping: no validation gave val/loss a value that compares (nan?) in 2 validations"
+        "early stopping: no validation gave val/loss a value to improve on (NaN or infinite each time) in 2 validations"
