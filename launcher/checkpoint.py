@@ -270,8 +270,9 @@ def load_checkpoint(path: PathLike, map_location: Any = "cpu", weights_only: boo
     except Exception as err:
         reason: BaseException = err
         if weights_only and isinstance(err, pickle.UnpicklingError):
-            try:  # refused for the objects it holds, or not a torch.save file at all?
-                objects = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+            try:  # refused for the objects it holds (not those read here), or not a torch.save file at all?
+                allowed = {f"{g.__module__}.{g.__qualname__}" for g in _numpy_array_globals()}
+                objects = [o for o in torch.serialization.get_unsafe_globals_in_checkpoint(path) if o not in allowed]
             except Exception as why:
                 objects, reason = [], why
             if objects:
@@ -294,7 +295,7 @@ def _numpy_array_globals() -> List[Any]:
         return []
     core = getattr(np, "_core", None) or np.core
     kinds = [type(np.dtype(t)) for t in ("b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "e", "f", "d", "?")]
-    return [core.multiarray._reconstruct, np.ndarray, np.dtype, *dict.fromkeys(kinds)]
+    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype, *dict.fromkeys(kinds)]
 
 
 def brief(err: BaseException) -> str:

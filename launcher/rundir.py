@@ -522,8 +522,8 @@ def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
 
 def split_additions(run_dir: Path, changes: Sequence[Tuple[str, Any, Any]],
                     overrides: Optional[Sequence[str]]) -> Tuple[List[Tuple[str, Any, Any]], List[Tuple[str, Any, Any]]]:
-    """``changes`` split into those of this command, and the keys the run's record lacks that no override of this
-    command names, nor one the run was not started with: settings a later launcher added, at their values now
+    """``changes`` split into those of this command, and the keys the run's record lacks that no override names
+    that this command or the run's own had and the other lacks: settings a later launcher added, at their values now
     (a run of an earlier version lacks ``data.persistent_workers``). Without ``overrides`` (a config made in
     Python) every change is this command's."""
     if overrides is None:
@@ -534,7 +534,9 @@ def split_additions(run_dir: Path, changes: Sequence[Tuple[str, Any, Any]],
         recorded = None
     if not isinstance(recorded, list):
         return list(changes), []
-    named = [str(o).split("=", 1)[0].lstrip("+~") for o in overrides if o not in recorded]
+    # this command's overrides the run was not started with, and the run's that this command dropped (hooks=minimal)
+    differing = [o for o in overrides if o not in recorded] + [o for o in recorded if o not in overrides]
+    named = [str(o).split("=", 1)[0].lstrip("+~") for o in differing]
 
     def by_this_command(key: str) -> bool:
         return any(key == n or key.startswith(n + ".") or n.startswith(key + ".") for n in named)

@@ -278,14 +278,16 @@ def test_load_from_takes_a_checkpoint_holding_numpy_arrays_and_refuses_other_obj
 
     weights = ToyModel().state_dict()
     torch.save({"model": weights, "rng": {"numpy": ("MT19937", np.arange(624, dtype=np.uint32), 3, 0, 0.0)},
-                "counts": np.zeros(3)}, tmp_path / "old.pt")
+                "counts": np.zeros(3), "scale": np.float64(2.0)}, tmp_path / "old.pt")
     tuned = make_trainer("iter", max_iters=1, work_dir=tmp_path / "tune", load_from=str(tmp_path / "old.pt"), resume=False)
     tuned.resume_or_load()
     assert torch.equal(tuned.model.lin.weight, weights["lin.weight"])
 
-    torch.save({"model": weights, "other": collections.Counter(a=fractions.Fraction(1, 3))}, tmp_path / "objects.pt")
-    with pytest.raises(ConfigError, match=r"holds Python objects \(.*fractions.Fraction"):
+    torch.save({"model": weights, "other": collections.Counter(a=fractions.Fraction(1, 3)), "counts": np.zeros(3)},
+               tmp_path / "objects.pt")
+    with pytest.raises(ConfigError, match=r"holds Python objects \(.*fractions.Fraction") as refused:
         make_trainer("iter", work_dir=tmp_path / "t2", load_from=str(tmp_path / "objects.pt"), resume=False).resume_or_load()
+    assert "numpy" not in str(refused.value).partition("besides")[0]  # only what is refused is named
 
 
 def test_bad_resume_and_load_from_name_the_key_and_the_shapes(tmp_path):

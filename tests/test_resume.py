@@ -477,6 +477,14 @@ def test_settings_a_later_launcher_added_are_no_change_of_the_users(tmp_path, re
     proc = run_to_end([*command(run_dir, "iter", 0), "data.persistent_workers=true"], tmp_path)
     out = proc.stdout + proc.stderr
     assert "Not applied, as the run is over: data.persistent_workers: (absent) -> True" in out, out[-3000:]
+    # a hook the run was started without (~hooks.tensorboard) that this command has: the user's change, not the launcher's
+    record = json.loads((run_dir / "run.json").read_text())
+    record["overrides"].append("~hooks.tensorboard")
+    del record["config"]["hooks"]["tensorboard"]
+    (run_dir / "run.json").write_text(json.dumps(record))
+    proc = run_to_end(command(run_dir, "iter", 0), tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "Not applied, as the run is over: hooks.tensorboard: (absent) -> " in out, out[-3000:]
 
 
 def test_a_run_trained_on_without_its_checkpointer_says_what_it_leaves_unsaved(tmp_path, references, tmp_path_factory):
