@@ -519,7 +519,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
                 before_chain: Callable[[], None]) -> RunResult:
     from launcher.files import candidates
     from launcher.rundir import RunRecord, plain_config, same_command
-    from launcher.signals import EXIT_INTERRUPTED, GracefulStop
+    from launcher.signals import EXIT_INTERRUPTED, GracefulStop, pass_on_late
 
     record = RunRecord(run_dir, cfg.seed, overrides, write=main, config=plain_config(cfg) if main else None)
     record.start()
@@ -588,10 +588,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
     finally:
         stopper.__exit__(None, None, None)
     if stopper.received is not None and trainer.status != "interrupted":
-        # recorded as it ended; the signal goes on to the handler the run's replaced: a sweep in this process stops
-        # (a SLURM job's latch drops it once the job's result is in: a finished job is not requeued)
-        logger.warning("%s came as the run ended: it is recorded %s, and the signal is passed on", stopper.name, trainer.status)
-        os.kill(os.getpid(), stopper.received)
+        pass_on_late(stopper.received, trainer.status)  # recorded as it ended: to the handler the run's replaced
     if trainer.status == "interrupted":
         if main:  # rank 0 wrote the checkpoint; the other ranks cannot tell whether it is on disk yet
             last = trainer.checkpoint_dir / "last"
@@ -846,7 +843,7 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
 
     from launcher import distributed
     from launcher.rundir import mark_failed
-    from launcher.signals import chain_to
+    from launcher.signals import chain_to, pass_on_late
 
     try:
         distributed.timeout_s()  # the environment's setting, said once here rather than by each worker
@@ -888,13 +885,8 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     value = metrics.get(cfg.objective, float("nan"))
     if status == "interrupted" and callable(previous) and previous is not signal.default_int_handler:
         chain_to(previous, received)  # e.g. submitit's handler, which requeues the job: rank 0's checkpoint is on disk
-    elif received is not None and received != signal.SIGINT and status in ("completed", "stopped") and \
-            callable(signal.getsignal(received)):
-        # it came as the run ended, once rank 0 had recorded it: passed on to a handler of this process's (a sweep in
-        # this process stops; a SLURM job's latch drops it once its result is in); a lone run ends as it finished
-        logger.warning("%s came as the run ended: it is recorded %s, and the signal is passed on",
-                       signal.Signals(received).name, status)
-        os.kill(os.getpid(), received)
+    elif received is not None and received != signal.SIGINT and status in ("completed", "stopped"):
+        pass_on_late(received, status)  # it came as the run ended, once rank 0 had recorded it
     return RunResult(objective=float(value), metrics=metrics, status=status, run_dir=run_dir,
                      stop_reason=data.get("stop_reason"))
 

@@ -194,3 +194,19 @@ def chain_to(previous: Callable[[int, Any], Any], signum: int) -> None:
             "resume it. hydra.launcher.max_num_timeout (3 unless set) is how often a job is requeued after a timeout, and "
             "submitit counts a preemption as one once the job has run 80%% of timeout_min or all but its last 10 minutes",
             str(err).replace("Job not requeued because: ", "").rstrip("."))
+
+
+def pass_on_late(signum: int, status: str) -> None:
+    """A signal that came as the run ended, once its end is recorded (``status``): passed on to a handler of this
+    process's own (a sweep in this process stops; a SLURM job's latch drops it once the job's result is in;
+    Ctrl-C's raises KeyboardInterrupt); with none (the default action), the run ends as it finished, exit 0, as a
+    process stopped a moment later would find it."""
+    import logging
+
+    name = signal.Signals(signum).name
+    if callable(SignalLatch.unlatched(signal.getsignal(signum), signum)):  # a latch passes it on to what is under it
+        logging.getLogger("launcher").warning("%s came as the run ended: it is recorded %s, and the signal is passed "
+                                              "on", name, status)
+        os.kill(os.getpid(), signum)
+    else:
+        logging.getLogger("launcher").warning("%s came as the run ended: it is recorded %s", name, status)

@@ -887,6 +887,18 @@ def test_a_basic_sweep_signalled_between_its_jobs_stops_with_its_summary_and_say
     assert again.returncode == 0 and "Sweep of 3 job(s): 3 done" in out and "came as the run ended" not in out, out[-3000:]
 
 
+def test_a_lone_run_signalled_as_it_ends_exits_as_it_finished(tmp_path):
+    """With no handler of the process's own to pass it on to, a SIGTERM that came after the run's last step ended a
+    lone single-process run by the signal (143) once run.json said completed, where a trainer.devices run exited 0."""
+    command = [sys.executable, "-m", "launcher", *FAST, "trainer.max_epochs=1", "hydra.run.dir=run",
+               "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0", "+hooks.pace.signal_after_train=true"]
+    proc = subprocess.run(command, cwd=tmp_path, env=_paced_env(), capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "SIGTERM came as the run ended: it is recorded completed" in out and "passed on" not in out, out[-3000:]
+    assert read_run(tmp_path / "run")["status"] == "completed"
+
+
 def test_a_sweep_whose_finished_jobs_lack_the_objective_says_so_in_its_end_line(tmp_path):
     """"Sweep of 2 job(s): 2 done; summary: ..." left out why no job was best (said only in each job's log)."""
     from launcher.summary import done_report, jobs
