@@ -220,7 +220,6 @@ class LRScheduler(HookBase):
             self._unjudged = False
             self.scheduler.step(metrics[self.monitor])
 
-
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         # Building a scheduler may rewrite the lr (LinearLR, SequentialLR...) that the optimizer
         # state just restored: keep every group's hyperparameters across the build.
@@ -243,7 +242,7 @@ class LRScheduler(HookBase):
                 self.name or "lr_scheduler", saved_every, "" if "every" in state else " (a checkpoint of a launcher "
                 "before 2026-12-04, which stepped it every iteration whatever the accumulation)", self._every,
                 self._every, f"hooks.optimizer_step.accumulate={saved_every}" if "every" in state else
-                "the launcher it started with (run.json records its git commit)")
+                "the launcher it started with (run.json records its git commit), or with accumulate=1 if it started so")
 
     def state_dict(self) -> Dict[str, Any]:
         return {"scheduler": self._build().state_dict(), "unjudged": self._unjudged, "every": self._every}

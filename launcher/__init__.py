@@ -401,8 +401,8 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
         check_trainer_config(cfg)  # a value no run takes is named as such, before "another config" or "finished"
         changes, added = split_additions(run_dir, check_rerun(run_dir, cfg), overrides)
         if added and (env is None or env.is_main):
-            logger.info("Settings the run's record lacks (added by a later launcher than the one that started it), at "
-                        "their values now: %s", describe_changes(added))
+            logger.info("Settings the run's record lacks, which no override names (added to the config files since "
+                        "it started: by a later launcher, or in your own), at their values now: %s", describe_changes(added))
         resume = cfg.trainer.get("resume", "auto")
         if isinstance(resume, str) and resume != "auto" and not resume_off(resume):
             elsewhere = check_resume_source(resume, run_dir, cfg)

@@ -14,6 +14,7 @@ import logging
 import os
 import pickle
 import queue
+import re
 import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -271,10 +272,14 @@ def load_checkpoint(path: PathLike, map_location: Any = "cpu", weights_only: boo
         reason: BaseException = err
         if weights_only and isinstance(err, pickle.UnpicklingError):
             try:  # refused for the objects it holds (not those read here), or not a torch.save file at all?
-                allowed = {f"{g.__module__}.{g.__qualname__}" for g in _numpy_array_globals()}
+                allowed = {g[1] if isinstance(g, tuple) else f"{g.__module__}.{g.__qualname__}" for g in _numpy_array_globals()}
                 objects = [o for o in torch.serialization.get_unsafe_globals_in_checkpoint(path) if o not in allowed]
             except Exception as why:
                 objects, reason = [], why
+            # every global allowed, yet refused: a NumPy array of strings or objects, whose dtype class torch names
+            refused = re.search(r"but got <class '([\w.]+)'>", str(err)) if not objects and "Weights only load failed" in str(err) else None
+            if refused:
+                objects = [refused.group(1)]
             if objects:
                 listed = ", ".join(objects[:5]) + (", ..." if len(objects) > 5 else "")
                 raise UntrustedCheckpointError(f"{str(path)!r} holds Python objects ({listed}) besides tensors and plain "
@@ -295,7 +300,10 @@ def _numpy_array_globals() -> List[Any]:
         return []
     core = getattr(np, "_core", None) or np.core
     kinds = [type(np.dtype(t)) for t in ("b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "e", "f", "d", "?")]
-    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype, *dict.fromkeys(kinds)]
+    # under the name each NumPy pickles them by: numpy.core.* before NumPy 2, numpy._core.* since
+    named = [(f, f"numpy.{where}.multiarray.{f.__name__}") for f in (core.multiarray._reconstruct, core.multiarray.scalar)
+             for where in ("core", "_core")]
+    return [*named, np.ndarray, np.dtype, *dict.fromkeys(kinds)]
 
 
 def brief(err: BaseException) -> str:

@@ -536,7 +536,9 @@ def split_additions(run_dir: Path, changes: Sequence[Tuple[str, Any, Any]],
         return list(changes), []
     # this command's overrides the run was not started with, and the run's that this command dropped (hooks=minimal)
     differing = [o for o in overrides if o not in recorded] + [o for o in recorded if o not in overrides]
-    named = [str(o).split("=", 1)[0].lstrip("+~") for o in differing]
+    # a key, or a group (model=cnn: model; hooks/ema@hooks.ema=ema: its package hooks.ema; a/b=c: a.b)
+    named = [key.rpartition("@")[2] if "@" in key else key.replace("/", ".")
+             for key in (str(o).split("=", 1)[0].lstrip("+~") for o in differing)]
 
     def by_this_command(key: str) -> bool:
         return any(key == n or key.startswith(n + ".") or n.startswith(key + ".") for n in named)

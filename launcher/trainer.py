@@ -1083,6 +1083,8 @@ class TrainerBase:
         else:
             names = list(sums)
         if not names:  # no rank had a batch: a stream that ended at once (a sized empty val set is refused as built)
+            for handler in self._handlers["val_failed"]:  # as for an error in the pass: the EMA puts the model's weights back
+                handler()
             dataset = getattr(self.val_loader, "dataset", None)
             raise ConfigError(f"data.val: its loader yielded no batches{f' ({type(dataset).__name__})' if dataset is not None else ''}, "
                               f"so validation has no metrics; give it samples, or set data.val=null to train without "
@@ -1106,7 +1108,7 @@ class TrainerBase:
         if bad and self.is_main:  # once a metric: each validation after may say the same
             self._said_nonfinite.update(bad)
             logger.warning("Validation after %d steps: %s: the model's forward in eval mode returned a non-finite value "
-                           "for some batch (training's losses were finite); recorded as such", self.steps_done,
+                           "for some batch; recorded as such", self.steps_done,
                            ", ".join(f"{k} = {self.last_val[k]}" for k in bad))
         self.storage.put_scalars(smoothing_hint=False, **self.last_val)
         self._call_at_end("after_val")
@@ -1329,16 +1331,18 @@ class EpochTrainer(TrainerBase):
             if phase == "train":
                 if self.epoch >= self.max_epochs or not self.train_epoch():
                     return
-            elif self._validated_at == self.steps_done:  # hooks.evaluator validated these weights just now
-                if not self._said_validated:
+            elif self._validated_at == self.steps_done:  # a hook (hooks.evaluator) validated these weights just now
+                if not self._said_validated and self.is_main:
                     self._said_validated = True
-                    logger.info("trainer.workflow's val phase after epoch %d: hooks.evaluator validated these weights "
-                                "already; a val phase that follows one of its validations is skipped (once is enough: "
-                                "early stopping and ReduceLROnPlateau would count it twice)", self.epoch)
+                    logger.info("trainer.workflow's val phase after epoch %d: these weights were validated already (by "
+                                "hooks.evaluator, or a call of trainer.validate()); a val phase that follows such a "
+                                "validation is skipped (once is enough: early stopping and ReduceLROnPlateau would count "
+                                "it twice)", self.epoch)
             else:
                 try:
                     self.validate()
-                except STOPS_AT_BOUNDARY as err:  # at the phase's start: the mended rerun validates again
-                    self._stop_for(err, (), None)
+                except STOPS_AT_BOUNDARY as err:  # at the phase's start: the mended rerun validates again (only the
+                    self._stop_for(err, (), None)  # pass's errors come here: an after_val hook's stop in _call_at_end)
                     return
+                self._validated_at = None  # the workflow's own: its next val phase ([val, 2]) validates again
             self.phase_index += 1

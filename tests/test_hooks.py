@@ -289,6 +289,22 @@ def test_load_from_takes_a_checkpoint_holding_numpy_arrays_and_refuses_other_obj
         make_trainer("iter", work_dir=tmp_path / "t2", load_from=str(tmp_path / "objects.pt"), resume=False).resume_or_load()
     assert "numpy" not in str(refused.value).partition("besides")[0]  # only what is refused is named
 
+    # NumPy 1 pickled its arrays through numpy.core.*, NumPy 2 through numpy._core.*: a file of either is read
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "old.pt") as now, zipfile.ZipFile(tmp_path / "numpy1.pt", "w") as before:
+        for item in now.infolist():
+            data = now.read(item.filename)
+            before.writestr(item, data.replace(b"numpy._core.", b"numpy.core.") if item.filename.endswith("data.pkl") else data)
+    assert "numpy.core.multiarray._reconstruct" in torch.serialization.get_unsafe_globals_in_checkpoint(tmp_path / "numpy1.pt")
+    tuned = make_trainer("iter", max_iters=1, work_dir=tmp_path / "t3", load_from=str(tmp_path / "numpy1.pt"), resume=False)
+    tuned.resume_or_load()
+    assert torch.equal(tuned.model.lin.weight, weights["lin.weight"])
+    # an array of strings: refused for its dtype, named as such (it was said to be a truncated or corrupt file)
+    torch.save({"model": weights, "names": np.array(["a", "b"])}, tmp_path / "strings.pt")
+    with pytest.raises(ConfigError, match=r"holds Python objects \(numpy.dtypes.StrDType\)"):
+        make_trainer("iter", work_dir=tmp_path / "t4", load_from=str(tmp_path / "strings.pt"), resume=False).resume_or_load()
+
 
 def test_bad_resume_and_load_from_name_the_key_and_the_shapes(tmp_path):
     from conftest import ToyModel

@@ -472,8 +472,8 @@ def test_settings_a_later_launcher_added_are_no_change_of_the_users(tmp_path, re
     proc = run_to_end(command(run_dir, "iter", 0), tmp_path)
     out = proc.stdout + proc.stderr
     assert "already finished" in out and "Not applied" not in out and "other settings" not in out, out[-3000:]
-    assert "Settings the run's record lacks (added by a later launcher than the one that started it), at their values " \
-        "now: data.persistent_workers: (absent) -> False, hooks.jsonl.flush_secs: (absent) -> 0.0" in out, out[-3000:]
+    assert "Settings the run's record lacks, which no override names (added to the config files since it started: by " \
+        "a later launcher, or in your own), at their values now: data.persistent_workers: (absent) -> False, hooks.jsonl.flush_secs: (absent) -> 0.0" in out, out[-3000:]
     proc = run_to_end([*command(run_dir, "iter", 0), "data.persistent_workers=true"], tmp_path)
     out = proc.stdout + proc.stderr
     assert "Not applied, as the run is over: data.persistent_workers: (absent) -> True" in out, out[-3000:]

@@ -587,6 +587,7 @@ def test_val_data_that_yields_no_usable_batch_stops_the_run_with_a_checkpoint_an
     from torch.utils.data import DataLoader, IterableDataset
 
     from hooks.checkpoint import PeriodicCheckpointer
+    from hooks.ema import EMA
     from hooks.evaluator import Evaluator
     from launcher.errors import BatchCollateError, ConfigError
     from noisy_data import RaggedAt
@@ -602,11 +603,17 @@ def test_val_data_that_yields_no_usable_batch_stops_the_run_with_a_checkpoint_an
             return DataLoader(Empty(), batch_size=4)
 
     def hooks():
-        return {"evaluator": Evaluator(), "checkpointer": PeriodicCheckpointer()}
+        return {"evaluator": Evaluator(), "checkpointer": PeriodicCheckpointer(), "ema": EMA(decay=0.5)}
 
     trainer = make_trainer("epoch", data=Bad(), hooks=hooks(), work_dir=tmp_path, max_epochs=2)
     with pytest.raises(BatchCollateError if val == "ragged" else ConfigError) as caught:
         trainer.train()
+    # the checkpoint holds the model's own weights, not the EMA's that validation swapped in
+    own = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    saved = torch.load(tmp_path / "checkpoints" / "iter_0000004.pt", weights_only=True)
+    assert all(torch.equal(saved["model"][k], v) for k, v in own.items())
+    averaged = saved["hooks"]["ema"]["ema"]
+    assert not torch.equal(averaged["module.lin.weight"], own["lin.weight"])
     assert str(caught.value).startswith("data.val: batch 1 of the validation after 4 steps could not be made" if val == "ragged"
                                         else "data.val: its loader yielded no batches (Empty), so validation has no metrics")
     assert (tmp_path / "checkpoints" / "last").read_text().strip() == "iter_0000004.pt"
@@ -646,6 +653,11 @@ def test_a_workflow_val_phase_after_the_evaluator_validated_the_same_weights_is_
     resumed.resume_or_load()
     resumed.train()
     assert again.at == [12, 16]
+    # a workflow's own val phases all run: [val, 2] validates twice, as it asks
+    twice = Count()
+    make_trainer("epoch", hooks={"count": twice}, work_dir=tmp_path / "c", max_epochs=2,
+                 workflow=[("train", 1), ("val", 2)]).train()
+    assert twice.at == [4, 4, 8, 8]
 
 
 def test_a_stream_refuses_persistent_workers_which_would_repeat_its_first_pass():
@@ -884,7 +896,7 @@ def test_a_non_finite_val_metric_is_warned_of_once(tmp_path, caplog):
         trainer.train()
     said = [r.getMessage() for r in caplog.records if "non-finite" in r.getMessage()]
     assert said == ["Validation after 4 steps: val/loss = nan: the model's forward in eval mode returned a non-finite "
-                    "value for some batch (training's losses were finite); recorded as such"]
+                    "value for some batch; recorded as such"]
     assert math.isnan(trainer.last_val["val/loss"]) and trainer.status == "completed"
 
 
