@@ -39,7 +39,8 @@ CONTENDERS = [("mlp", c) for c in ("hand", "hand+save", "none", "minimal", "defa
              [("tiny", c) for c in ("hand", "none", "minimal", "default")]
 STEPS_PER_EPOCH = {"mlp": 128, "tiny": 256}
 NAMES = {"hand": "hand-written loop", "hand+save": "hand-written loop, torch.save each epoch",
-         "none": "trainer, hooks=none", "minimal": "trainer, hooks=minimal", "default": "trainer, hooks=default"}
+         "none": "trainer, hooks=none", "minimal": "trainer, hooks=minimal, a checkpoint every epoch",
+         "default": "trainer, hooks=default, a checkpoint every epoch"}
 
 
 def one(kind: str, contender: str, epochs: int) -> None:
@@ -54,13 +55,16 @@ def one(kind: str, contender: str, epochs: int) -> None:
     import loop
 
     torch.set_num_threads(1)
+    # a checkpoint every epoch, whatever valgrind's slowdown does to the presets' 10 s between periodic ones
+    every_epoch = [loop.EVERY_EPOCH] if contender in ("minimal", "default") else []
     with tempfile.TemporaryDirectory() as tmp:
         if kind == "tiny":
-            fn = loop.tiny_hand_written(epochs) if contender == "hand" else loop.tiny_trainer(contender, epochs, Path(tmp))
+            fn = loop.tiny_hand_written(epochs) if contender == "hand" else \
+                loop.tiny_trainer(contender, epochs, Path(tmp), *every_epoch)
         elif contender.startswith("hand"):
             fn = loop.hand_written(epochs, Path(tmp) / "hand" if contender == "hand+save" else None)
         else:
-            fn = loop.with_trainer(contender, epochs, Path(tmp))
+            fn = loop.with_trainer(contender, epochs, Path(tmp), *every_epoch)
         fn()
 
 

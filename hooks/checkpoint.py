@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import pickle
 import re
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -16,7 +17,12 @@ logger = logging.getLogger(__name__)
 class PeriodicCheckpointer(HookBase):
     """Saves ``trainer.state_dict()`` (model, optimizer, counters, RNG, storage, every hook's state).
 
-    Periodic files are ``checkpoints/epoch_NNNN.pt`` or ``checkpoints/iter_NNNNNNN.pt``. The
+    Periodic files are ``checkpoints/epoch_NNNN.pt`` or ``checkpoints/iter_NNNNNNN.pt``. A periodic
+    checkpoint due less than ``min_interval_secs`` after the last one (or after training started) is
+    skipped, except the run's last: epochs of a tenth of a second would otherwise write ten files a
+    second, which costs the loop a few percent and a shared filesystem far more, to bound a hard kill's
+    loss to a tenth of a second rather than ``min_interval_secs`` (a signal's stop saves where it stops
+    either way). 0 saves every period. The
     state is taken at the step boundary after the period ends, so it is whole, and written to
     disk on a background thread while training goes on; the newest ``keep_last`` are kept
     (0 keeps all), an old one removed only once the new one is safe. A run that completes (or stops early) writes
@@ -33,6 +39,7 @@ class PeriodicCheckpointer(HookBase):
         by_epoch: bool = True,
         keep_last: int = 3,
         save_final: bool = True,
+        min_interval_secs: float = 10.0,
         priority: Optional[int] = None,
     ) -> None:
         super().__init__(priority)
@@ -40,6 +47,13 @@ class PeriodicCheckpointer(HookBase):
             raise ValueError(f"PeriodicCheckpointer: period should be an integer greater than zero, got {period!r}")
         if not isinstance(keep_last, int) or keep_last < 0:
             raise ValueError(f"PeriodicCheckpointer: keep_last should be an integer >= 0 (0 keeps all), got {keep_last!r}")
+        if isinstance(min_interval_secs, bool) or not isinstance(min_interval_secs, (int, float)) or \
+                not 0 <= min_interval_secs < float("inf"):
+            raise ValueError(f"PeriodicCheckpointer: min_interval_secs should be a number of seconds >= 0 (0 saves every "
+                             f"period), got {min_interval_secs!r}")
+        self.min_interval_secs = float(min_interval_secs)
+        self._last_save = 0.0  # time.monotonic() of the last periodic save, or of the start of training
+        self._skip_said = False
         self.period = period
         self.by_epoch = by_epoch
         self.keep_last = keep_last
@@ -68,7 +82,30 @@ class PeriodicCheckpointer(HookBase):
         logger.log(logging.DEBUG if background or not say else logging.INFO, "Saved checkpoint %s", path)
         return path
 
-    def _save_periodic(self, name: str, background: bool = True) -> Path:
+    def _due(self, last: bool) -> bool:
+        """Whether the periodic checkpoint that the period asks for now is saved: not while the last one is under
+        ``min_interval_secs`` old, unless it is the run's last. Under DDP the ranks agree (any rank's clock past it
+        saves on all: the save gathers from every rank)."""
+        if not self.min_interval_secs or last:
+            return True
+        due = time.monotonic() - self._last_save >= self.min_interval_secs
+        if self.trainer.dist is not None:
+            from launcher import distributed
+
+            due = bool(distributed.max_int(int(due)))
+        if not due and not self._skip_said and self.trainer.is_main:
+            self._skip_said = True
+            every = ("epoch" if self.period == 1 else f"{self.period} epochs") if self.by_epoch else \
+                ("iteration" if self.period == 1 else f"{self.period} iterations")
+            logger.info("Periodic checkpoints: one every %s takes under %g s here, so one is saved at most every %g s "
+                        "and at the end (hooks.%s.min_interval_secs=0 saves every %s)", every, self.min_interval_secs,
+                        self.min_interval_secs, self.name or "checkpointer", every)
+        return due
+
+    def _save_periodic(self, name: str, background: bool = True, last: bool = False) -> Path:
+        if not self._due(last):
+            return self.trainer.checkpoint_dir / name
+        self._last_save = time.monotonic()
         if name in self._saved:
             self._saved.remove(name)
         self._saved.append(name)  # before saving, so the saved state knows of its own file
@@ -123,16 +160,19 @@ class PeriodicCheckpointer(HookBase):
             self._interrupt_file = Path(resumed).name
         if resumed is not None and self.trainer.is_main:
             self._strays = self._find_strays()
+        self._last_save = time.monotonic()
 
     def after_step(self) -> None:
         if not self.by_epoch and (self.trainer.iter + 1) % self.period == 0:
             name = f"iter_{self.trainer.iter + 1:07d}.pt"
-            self.trainer.call_at_boundary(lambda: self._save_periodic(name))
+            last = self.trainer.iter + 1 == self.trainer.max_iters
+            self.trainer.call_at_boundary(lambda: self._save_periodic(name, last=last))
 
     def after_epoch(self) -> None:
         if self.by_epoch and (self.trainer.epoch + 1) % self.period == 0:
             name = f"epoch_{self.trainer.epoch + 1:04d}.pt"
-            self.trainer.call_at_boundary(lambda: self._save_periodic(name))
+            last = self.trainer.epoch + 1 == self.trainer.max_epochs
+            self.trainer.call_at_boundary(lambda: self._save_periodic(name, last=last))
 
     def after_train(self) -> None:
         status = self.trainer.status

@@ -99,6 +99,7 @@ class PeriodicCheckpointerConf(HookConf):
     by_epoch: Any = True
     keep_last: int = 3  # periodic checkpoints kept; 0 keeps all
     save_final: Any = True  # checkpoints/final.pt when the run ends normally
+    min_interval_secs: float = 10.0  # a periodic checkpoint due sooner after the last is skipped (not the run's last); 0: every period
 
 
 @dataclass

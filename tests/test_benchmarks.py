@@ -38,7 +38,7 @@ def test_instruction_counts_are_ratios_per_hash_seed_then_medians(monkeypatch):
     assert results["mlp", "hand"] == (200, 1.0)
     count, ratio = results["mlp", "minimal"]
     assert count == 200 and abs(ratio - 1.1) < 1e-12  # the ratio of the medians would say 1.0
-    assert "| trainer, hooks=minimal | 200 | 1.100x | +0 |" in instructions.table(results)
+    assert "| trainer, hooks=minimal, a checkpoint every epoch | 200 | 1.100x | +0 |" in instructions.table(results)
 
 
 def test_instruction_benchmark_contenders_run_and_a_wrong_loop_name_is_named(tmp_path):

@@ -79,6 +79,10 @@ def test_torchrun_ranks_share_one_run_dir_with_rank0_files(ddp_runs):
     assert (run / ".hydra" / "config.yaml").is_file()
     assert len(list(run.glob("events.out.tfevents.*"))) == 1  # rank 0 alone writes TensorBoard
     assert (run / "checkpoints" / "final.pt").is_file()
+    # epochs of a fraction of a second, 10 s between periodic checkpoints: the ranks skipped the first two together
+    # (a rank that saved alone would wait in the save's gather until the timeout) and saved the last
+    for d in (run, root / "spawn"):
+        assert sorted(p.name for p in (d / "checkpoints").glob("epoch_*.pt")) == ["epoch_0003.pt"]
 
 
 def test_every_rank_ends_with_identical_weights_equal_to_one_process(ddp_runs):
@@ -200,7 +204,7 @@ def test_a_warning_about_the_config_is_said_once_not_by_each_rank(tmp_path):
 # period (20), so a checkpoint holds values recorded since the last write (a read averages them over the ranks).
 RESUMABLE = ["data=synthetic", "data.train.size=880", "+hooks.dump._target_=ddp_probe.DumpWeights", "data.batch_size=32",
              "trainer=iter", "trainer.max_iters=60", "trainer.devices=2", "hooks.checkpointer.by_epoch=false",
-             "hooks.checkpointer.period=20", "hooks.jsonl.period=7", "hooks.console.period=7", "hooks.tensorboard.period=7",
+             "hooks.checkpointer.period=20", "hooks.checkpointer.min_interval_secs=0", "hooks.jsonl.period=7", "hooks.console.period=7", "hooks.tensorboard.period=7",
              "hooks.jsonl.flush_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.03",
              "+hooks.rank_value._target_=ddp_probe.RankValue"]
 
@@ -644,7 +648,8 @@ def test_a_failed_ddp_run_rerun_with_another_world_size_is_refused_before_its_di
     size recorded in run.json is, before anything is written. Refused only as it resumed, a failed run's rerun had
     rewritten .hydra/ and run.json with the refused config."""
     common = ["data=synthetic", "data.train.size=320", "data.batch_size=16", "hydra.run.dir=run",
-              "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=2", "trainer.max_epochs=2"]
+              "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=2", "trainer.max_epochs=2",
+              "hooks.checkpointer.min_interval_secs=0"]
     failed = launch(cli(*common, "trainer.devices=2", "+hooks.breaks._target_=pace.BreaksAt", "+hooks.breaks.at=5"), tmp_path)
     assert failed.returncode != 0 and read_run(tmp_path / "run")["status"] == "failed", failed.stderr[-3000:]
     assert read_run(tmp_path / "run")["world_size"] == 2

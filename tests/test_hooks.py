@@ -64,7 +64,7 @@ def test_evaluator_does_not_repeat_a_current_validation_at_the_end():
 
 
 def test_checkpointer_keeps_last_n_and_writes_a_loadable_final(tmp_path):
-    trainer = make_trainer("iter", hooks=[PeriodicCheckpointer(period=2, by_epoch=False, keep_last=2)], max_iters=9, work_dir=tmp_path)
+    trainer = make_trainer("iter", hooks=[PeriodicCheckpointer(period=2, by_epoch=False, keep_last=2, min_interval_secs=0)], max_iters=9, work_dir=tmp_path)
     trainer.train()
     files = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert files == ["final.pt", "iter_0000006.pt", "iter_0000008.pt", "last"]
@@ -73,6 +73,42 @@ def test_checkpointer_keeps_last_n_and_writes_a_loadable_final(tmp_path):
     assert state["iter"] == 9
     for k, v in trainer.model.state_dict().items():
         assert torch.equal(state["model"][k], v)
+
+
+@pytest.mark.parametrize("min_interval", [10, 0])
+def test_checkpointer_skips_periodic_saves_within_min_interval_of_the_last_but_never_the_runs_last(
+        tmp_path, monkeypatch, caplog, min_interval):
+    import types
+
+    import hooks.checkpoint
+
+    now = [0.0]
+    monkeypatch.setattr(hooks.checkpoint, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+
+    class Clock(HookBase):  # every step takes a second: an epoch (4 steps) 4 s
+        def after_step(self):
+            now[0] += 1.0
+
+    checkpointer = PeriodicCheckpointer(keep_last=0, min_interval_secs=min_interval)
+    trainer = make_trainer("epoch", hooks={"clock": Clock(), "checkpointer": checkpointer}, max_epochs=7, work_dir=tmp_path)
+    with caplog.at_level(logging.INFO, logger="hooks.checkpoint"):
+        trainer.train()
+    files = sorted(p.name for p in (tmp_path / "checkpoints").glob("epoch_*.pt"))
+    if min_interval:  # 12 s after the start, 12 s after that, and the last epoch's whatever its age
+        assert files == ["epoch_0003.pt", "epoch_0006.pt", "epoch_0007.pt"]
+        said = [r.getMessage() for r in caplog.records if "Periodic checkpoints" in r.getMessage()]
+        assert said == ["Periodic checkpoints: one every epoch takes under 10 s here, so one is saved at most every 10 s "
+                        "and at the end (hooks.checkpointer.min_interval_secs=0 saves every epoch)"]
+    else:
+        assert files == [f"epoch_{e:04d}.pt" for e in range(1, 8)]
+        assert "Periodic checkpoints" not in caplog.text
+    assert (tmp_path / "checkpoints" / "final.pt").is_file()
+
+
+@pytest.mark.parametrize("bad", [-1, float("inf"), True, "10"])
+def test_checkpointer_refuses_a_min_interval_that_is_not_seconds(bad):
+    with pytest.raises(ValueError, match=r"min_interval_secs should be a number of seconds >= 0 \(0 saves every period\), got "):
+        PeriodicCheckpointer(min_interval_secs=bad)
 
 
 def test_background_writer_writes_in_order_clears_stale_temporaries_and_reports_a_failed_write(tmp_path):
@@ -222,7 +258,7 @@ def test_a_checkpoint_sends_the_rows_it_covers_to_the_files_before_the_batch_is_
         writers = [JSONWriter(period=1, flush_secs=3600), TensorBoardWriter(period=1, flush_secs=3600)]
         make_trainer("epoch", hooks=[*writers, *hooks, Peek()], max_epochs=2, work_dir=work_dir).train()
 
-    run(tmp_path, [PeriodicCheckpointer()])
+    run(tmp_path, [PeriodicCheckpointer(min_interval_secs=0)])
     assert seen["rows"] == list(range(seen["iter"])) and seen["iter"] == 4  # every step the checkpoint covers
     acc = EventAccumulator(str(tmp_path))
     acc.Reload()
@@ -244,7 +280,7 @@ def test_a_validation_at_the_iteration_of_a_periodic_write_joins_its_row(tmp_pat
 
 
 def test_resume_path_false_and_load_from(tmp_path):
-    first = make_trainer("iter", hooks={"ckpt": PeriodicCheckpointer(period=3, by_epoch=False, keep_last=0)}, max_iters=6, work_dir=tmp_path)
+    first = make_trainer("iter", hooks={"ckpt": PeriodicCheckpointer(period=3, by_epoch=False, keep_last=0, min_interval_secs=0)}, max_iters=6, work_dir=tmp_path)
     first.train()
     ckpt = tmp_path / "checkpoints" / "iter_0000003.pt"
 

@@ -35,6 +35,7 @@ def command(run_dir: Path, trainer: str, workers: int) -> List[str]:
         "data=synthetic", "data.train.size=640", "data.batch_size=32", "data.shuffle=true", f"data.num_workers={workers}",
         "model.dropout=0.1",  # draws from the torch RNG every step
         "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=7", "hooks.checkpointer.keep_last=2",
+        "hooks.checkpointer.min_interval_secs=0",  # a checkpoint every period, however short the steps
         "hooks.jsonl.period=1", "hooks.jsonl.flush_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.01",
     ]
 
@@ -287,7 +288,7 @@ def test_a_periodic_checkpoint_a_kill_left_out_of_the_rotation_goes_with_the_nex
     run_dir = tmp_path / "run"
     ckpts = run_dir / "checkpoints"
     base = [sys.executable, "-m", "launcher", f"hydra.run.dir={run_dir}", "data=synthetic", "data.train.size=320",
-            "data.batch_size=32", "~hooks.tensorboard"]
+            "data.batch_size=32", "~hooks.tensorboard", "hooks.checkpointer.min_interval_secs=0"]
     run_to_end([*base, "trainer.max_epochs=5"], tmp_path)
     assert sorted(p.name for p in ckpts.glob("epoch_*.pt")) == ["epoch_0003.pt", "epoch_0004.pt", "epoch_0005.pt"]
     shutil.copy(ckpts / "epoch_0003.pt", ckpts / "epoch_0002.pt")  # what a kill in that window leaves

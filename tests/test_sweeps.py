@@ -147,7 +147,8 @@ def test_a_rerun_an_unfinished_jobs_run_would_refuse_is_refused_before_any_job_r
     before the sweep starts any job, as its run would refuse it (on SLURM: after waiting for an allocation). Hydra's
     basic launcher ran each job, each was refused in turn, and the summary listed the finished ones failed."""
     sweep = tmp_path / "sweep"
-    args = ["-m", f"hydra/launcher={launcher}", "seed=0", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST]
+    args = ["-m", f"hydra/launcher={launcher}", "seed=0", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST,
+            "hooks.checkpointer.min_interval_secs=0"]  # the epoch files stopped_after_epoch leaves
     assert run_cli(args, tmp_path).returncode == 0
     stopped = sweep / "0"
     stopped_after_epoch(stopped, 1, of=2)
@@ -169,7 +170,8 @@ def test_a_sweep_rerun_with_another_number_of_processes_is_refused_before_any_jo
     """trainer.devices is no key the rerun check compares (under torchrun it is not the world size); each job's run
     refused another world size as it came, so the sweep ran, and failed, job after job."""
     sweep = tmp_path / "sweep"
-    args = ["-m", "hydra/launcher=basic", "seed=0,1", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST]
+    args = ["-m", "hydra/launcher=basic", "seed=0,1", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST,
+            "hooks.checkpointer.min_interval_secs=0"]
     assert run_cli(args, tmp_path).returncode == 0
     stopped_after_epoch(sweep / "1", 1, of=2)
     before = {p: p.stat().st_mtime_ns for p in sweep.rglob("*") if p.is_file() and p.name != "multirun.yaml"}
@@ -225,7 +227,7 @@ def test_slurm_launcher_defaults_requeue_on_timeout_and_are_overridable(tmp_path
 
 def test_rerunning_a_sweep_skips_finished_jobs_and_resumes_unfinished_ones(tmp_path):
     sweep = tmp_path / "sweep"
-    args = ["-m", "optimizer.lr=0.05,0.2", "trainer.max_epochs=4", f"hydra.sweep.dir={sweep}", *FAST]
+    args = ["-m", "optimizer.lr=0.05,0.2", "trainer.max_epochs=4", f"hydra.sweep.dir={sweep}", *FAST, "hooks.checkpointer.min_interval_secs=0"]
     assert run_cli(args, tmp_path).returncode == 0
     done, unfinished = sweep / "0", sweep / "1"
     done_final = (done / "checkpoints" / "final.pt").stat().st_mtime_ns

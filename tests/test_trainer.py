@@ -641,7 +641,7 @@ def test_a_workflow_val_phase_after_the_evaluator_validated_the_same_weights_is_
 
     count = Count()
     trainer = make_trainer("epoch", hooks={"evaluator": Evaluator(period=2), "count": count,
-                                           "checkpointer": PeriodicCheckpointer(keep_last=0)},
+                                           "checkpointer": PeriodicCheckpointer(keep_last=0, min_interval_secs=0)},
                            work_dir=tmp_path / "a", max_epochs=4, workflow=[("train", 1), ("val", 1)])
     trainer.train()
     assert count.at == [4, 8, 12, 16]  # epochs 2 and 4 by the evaluator, 1 and 3 by the workflow's val phase
@@ -779,7 +779,8 @@ def test_a_hook_state_a_checkpoint_cannot_hold_is_named_before_training_or_at_th
     side, not in the hook's state_dict); a state that pickle refuses from the start is now refused before training."""
     from launcher.errors import HookStateError, RunError
 
-    trainer = make_trainer("epoch", hooks={"mine": _Unsaveable(after), "ckpt": PeriodicCheckpointer()}, work_dir=tmp_path,
+    trainer = make_trainer("epoch", hooks={"mine": _Unsaveable(after), "ckpt": PeriodicCheckpointer(min_interval_secs=0)},
+                           work_dir=tmp_path,
                            max_epochs=3)
     with pytest.raises(HookStateError, match=r"^hook mine \(test_trainer\._Unsaveable\): its state_dict\(\) holds what a "
                                              r"checkpoint cannot save \(AttributeError: Can't pickle local object") as err:
