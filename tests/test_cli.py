@@ -739,7 +739,7 @@ def test_a_second_run_in_a_dir_where_one_is_training_is_refused(tmp_path):
     import time
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
-    args = [sys.executable, "-m", "launcher", *FAST, "trainer.max_epochs=50", "+hooks.pace._target_=pace.Pace",
+    args = [sys.executable, "-m", "launcher", *FAST, "trainer.max_epochs=50", "hooks.checkpointer.min_interval_secs=0", "+hooks.pace._target_=pace.Pace",
             "+hooks.pace.seconds=0.05", "hydra.run.dir=run"]
     first = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -579,7 +579,8 @@ def test_a_value_no_run_takes_is_refused_at_a_finished_run_not_warned_as_not_app
 
 FULL = ["hooks=full", "model=cnn", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.01",
         "hooks.optimizer_step.accumulate=2", "hooks.checkpointer.by_epoch=false", "hooks.checkpointer.period=7",
-        "hooks.jsonl.period=1", "hooks.jsonl.flush_secs=0", "hooks.early_stopping.patience=2"]
+        "hooks.checkpointer.min_interval_secs=0", "hooks.jsonl.period=1", "hooks.jsonl.flush_secs=0",
+        "hooks.early_stopping.patience=2"]
 
 
 def full_command(run_dir: Path) -> List[str]:

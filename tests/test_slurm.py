@@ -446,7 +446,7 @@ def test_a_reattached_job_preempted_before_and_cancelled_while_queued_again_is_i
     a checkpoint. Its attempt counts from its own submission, as for a job the rerun submitted."""
     sweep = tmp_path / "sweep"
     args = ["-m", *SLURM, "hydra.launcher.timeout_min=20", "seed=0", "trainer.max_epochs=40", f"hydra.sweep.dir={sweep}",
-            "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+            "hooks.checkpointer.min_interval_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
     proc, seen, job = _preempted_before_the_rerun(args, sweep, tmp_path, cluster_env)
     try:
         subprocess.run(["scancel", job], env=cluster_env, check=True)
@@ -464,7 +464,7 @@ def test_a_requeue_before_the_rerun_reattached_is_in_its_end_line(tmp_path, clus
     preempted before the rerun re-attached to it finished as if it never had been."""
     sweep = tmp_path / "sweep"
     args = ["-m", *SLURM, "hydra.launcher.timeout_min=20", "seed=0", "trainer.max_epochs=3", f"hydra.sweep.dir={sweep}",
-            "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.1", *FAST]
+            "hooks.checkpointer.min_interval_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.1", *FAST]
     proc, seen, job = _preempted_before_the_rerun(args, sweep, tmp_path, cluster_env)
     try:
         subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=cluster_env, check=True)
@@ -481,7 +481,7 @@ def test_ctrl_c_while_waiting_leaves_the_jobs_running_and_says_how_to_follow_and
 
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "launcher", "-m", *SLURM, "trainer.max_epochs=50", f"hydra.sweep.dir={sweep}",
-            "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+            "hooks.checkpointer.min_interval_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
     proc = subprocess.Popen(args, cwd=tmp_path, env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not (sweep / "0" / "checkpoints" / "last").is_file():
@@ -538,7 +538,7 @@ def test_a_job_stopped_by_scancel_term_stays_interrupted_and_a_one_job_sweep_see
     recorded it failed (run.json rewritten, failure.json, summary); and a one-job sweep, whose job is a plain
     job rather than an array's task, never read its state from scontrol and waited for ever."""
     sweep = tmp_path / "sweep"
-    args = ["-m", *SLURM, "seed=0", "trainer.max_epochs=40", f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace",
+    args = ["-m", *SLURM, "seed=0", "trainer.max_epochs=40", f"hydra.sweep.dir={sweep}", "hooks.checkpointer.min_interval_secs=0", "+hooks.pace._target_=pace.Pace",
             "+hooks.pace.seconds=0.05", *FAST]
     proc, job = _sweep_with_a_checkpoint(args, sweep / "0", tmp_path, cluster_env)
     assert "_" not in job  # a plain job
@@ -586,7 +586,7 @@ def test_a_job_out_of_requeues_is_interrupted_with_its_checkpoint_not_failed(tmp
     was written: the job was reported failed, with a traceback fragment, though a rerun resumes it."""
     sweep = tmp_path / "sweep"
     args = ["-m", *SLURM, "hydra.launcher.max_num_timeout=0", "seed=0", "trainer.max_epochs=40", f"hydra.sweep.dir={sweep}",
-            "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+            "hooks.checkpointer.min_interval_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
     proc, job = _sweep_with_a_checkpoint(args, sweep / "0", tmp_path, cluster_env)
     subprocess.run(["scancel", "--signal=USR2", job], env=cluster_env, check=True)
     out, _ = proc.communicate(timeout=300)

@@ -493,7 +493,7 @@ def test_a_stopped_local_sweep_stops_its_jobs_with_checkpoints_and_a_rerun_finis
     env.pop("HYDRA_FULL_ERROR", None)
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "launcher", "-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=4",
-            f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+            f"hydra.sweep.dir={sweep}", "hooks.checkpointer.min_interval_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # its own process group, as a shell gives a command it runs
     deadline = time.monotonic() + 120
@@ -718,7 +718,7 @@ def test_a_local_sweep_whose_job_was_stopped_alone_exits_75_unless_another_faile
 
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "launcher", "-m", "hydra/launcher=local", "hydra.launcher.max_parallel=2", "seed=0,1",
-            "trainer.max_epochs=8", f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.1", *FAST]
+            "trainer.max_epochs=8", f"hydra.sweep.dir={sweep}", "hooks.checkpointer.min_interval_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.1", *FAST]
     proc = subprocess.Popen(args, cwd=tmp_path, env=_paced_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def training(job):
@@ -744,7 +744,7 @@ def test_jobs_of_a_stopped_local_sweep_that_never_started_show_as_pending_and_a_
 
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "launcher", "-m", "hydra/launcher=local", "hydra.launcher.max_parallel=1", "seed=0,1,2",
-            "trainer.max_epochs=4", f"hydra.sweep.dir={sweep}", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
+            "trainer.max_epochs=4", f"hydra.sweep.dir={sweep}", "hooks.checkpointer.min_interval_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.05", *FAST]
     proc = subprocess.Popen(args, cwd=tmp_path, env=_paced_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_for(lambda: (sweep / "0" / "checkpoints" / "last").is_file(), proc)  # job 0 is training
     proc.send_signal(signal.SIGTERM)
