@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from hooks.base import HookBase, Priority
+from hooks.base import HookBase, Priority, is_number
 from launcher.checkpoint import BackgroundWriter, unsaveable_hook_state
 
 logger = logging.getLogger(__name__)
@@ -47,8 +47,7 @@ class PeriodicCheckpointer(HookBase):
             raise ValueError(f"PeriodicCheckpointer: period should be an integer greater than zero, got {period!r}")
         if not isinstance(keep_last, int) or keep_last < 0:
             raise ValueError(f"PeriodicCheckpointer: keep_last should be an integer >= 0 (0 keeps all), got {keep_last!r}")
-        if isinstance(min_interval_secs, bool) or not isinstance(min_interval_secs, (int, float)) or \
-                not 0 <= min_interval_secs < float("inf"):
+        if not is_number(min_interval_secs) or not 0 <= min_interval_secs < float("inf"):
             raise ValueError(f"PeriodicCheckpointer: min_interval_secs should be a number of seconds >= 0 (0 saves every "
                              f"period), got {min_interval_secs!r}")
         self.min_interval_secs = float(min_interval_secs)
