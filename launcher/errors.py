@@ -34,7 +34,7 @@ def what_to_mend(err: BaseException) -> str:
     """What a run stopped at a boundary for ``err`` asks the user to mend: "the config" for a
     :class:`ConfigError`, "the val data" for a batch of it that could not be made, else "the model" (its output
     in eval mode, say)."""
-    if isinstance(err, BatchCollateError):
+    if isinstance(err, (BatchCollateError, ValDataError)):
         return "the val data (data.val)"
     return "the config" if isinstance(err, ConfigError) else "the model"
 
@@ -67,6 +67,13 @@ class ModelInputError(RunError, TypeError):
 class BatchCollateError(RunError, RuntimeError):
     """The train loader could not make a batch of its samples (torch's collate: samples of other shapes); names
     the batch, torch's words, and what a batch's samples must share."""
+
+
+class ValDataError(RunError, RuntimeError):
+    """The val data's own code (a dataset's ``__getitem__``, a worker, a collate function) raised while a validation
+    loaded a batch: names data.val, the batch, the error and the line of the user's code that raised it. The error it
+    stands for is its ``__cause__``, whose traceback goes to ``train.log``. Like a :class:`BatchCollateError` of the
+    val data, it stops a training run at that boundary with a checkpoint of the training so far."""
 
 
 class HookStateError(RunError, RuntimeError):

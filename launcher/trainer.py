@@ -59,11 +59,12 @@ from launcher import distributed
 from launcher.data import is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
 from launcher.errors import (BatchCollateError, CheckpointWriteError, ConfigError, HookStateError, ModelInputError,  # noqa: F401
-                             ModelOutputError, NonFiniteLoss, describe, what_to_mend)
+                             ModelOutputError, NonFiniteLoss, RunError, ValDataError, describe, what_to_mend)
 
 # Errors a hook (or a validation) finds at a step's, epoch's or validation's end in the config or the model's
 # eval output: the training so far is whole, so the run stops there with a checkpoint (TrainerBase._stop_for).
-STOPS_AT_BOUNDARY = (ConfigError, ModelOutputError, BatchCollateError)  # the last: the val loader's (the train loader's fails its step)
+# the last two: the val loader's (the train loader's fails its step)
+STOPS_AT_BOUNDARY = (ConfigError, ModelOutputError, BatchCollateError, ValDataError)
 from launcher.storage import EventStorage, to_le_bytes, unpack_le
 
 logger = logging.getLogger(__name__)
@@ -210,6 +211,26 @@ def _collate_failure(err: Exception, split: str, which: str) -> Optional[Excepti
         f"{split}: {which} could not be made of its samples "
         f"(torch's collate: {said}); every sample of a batch must have the same structure and shapes, which the "
         f"default collate stacks{'' if 'but got' in said else ' (with data.num_workers=0 torch names the shapes that differ)'}")
+
+
+def _val_data_failure(err: Exception, which: str) -> ValDataError:
+    """A :class:`ValDataError` for an error the val data's own code raised while loading ``which`` batch: its type and
+    last line, and the innermost line of the user's code in its traceback (for a worker's error, in its message)."""
+    import sysconfig
+    import traceback
+
+    text = str(err).strip()
+    libraries = tuple(os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "purelib", "platlib"))
+    if "Original Traceback" in text:  # a worker's: torch puts its traceback in the message
+        frames = [(f, int(n), fn) for f, n, fn in re.findall(r'File "([^"]+)", line (\d+), in (\S+)', text)]
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        said = lines[-1]
+    else:
+        frames = [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(err.__traceback__)]
+        said = f"{type(err).__name__}: {text.splitlines()[-1]}" if text else type(err).__name__
+    own = [f for f in frames if not os.path.realpath(f[0]).startswith(libraries)] or frames
+    where = f" (at {own[-1][0]}:{own[-1][1]}, in {own[-1][2]})" if own else ""
+    return ValDataError(f"data.val: loading {which} raised {said}{where}")
 
 
 def _check_capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
@@ -1059,9 +1080,11 @@ class TrainerBase:
                     batch = next(batches)
                 except StopIteration:
                     break
+                except (ConfigError, RunError):  # the launcher's own data, whose message names the key
+                    raise
                 except Exception as err:
-                    raise _collate_failure(err, "data.val", f"batch {index} of the validation after "
-                                           f"{self.steps_done} steps") or err
+                    which = f"batch {index} of the validation after {self.steps_done} steps"
+                    raise (_collate_failure(err, "data.val", which) or _val_data_failure(err, which)) from err
                 if self.device.type != "cpu":
                     batch = move_to_device(batch, self.device, self._non_blocking)
                 n = batch_size_of(batch)

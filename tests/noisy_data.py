@@ -98,3 +98,19 @@ class RaggedAt(NoisySynthetic):
     def __getitem__(self, index):
         x, y = super().__getitem__(index)
         return (x[..., :-1] if index == self.at else x), y
+
+
+class MissingAt(NoisySynthetic):
+    """The same, but sample ``at`` is a file that cannot be read, until the environment says ``MENDED=1``: a val set
+    with one image missing on the first run, found only when the first validation loads it."""
+
+    def __init__(self, at=10, **kwargs):
+        super().__init__(**kwargs)
+        self.at = at
+
+    def __getitem__(self, index):
+        import os
+
+        if index == self.at and os.environ.get("MENDED") != "1":
+            raise FileNotFoundError(f"[Errno 2] No such file or directory: 'val/{index:05d}.png'")
+        return super().__getitem__(index)

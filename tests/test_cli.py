@@ -994,6 +994,32 @@ def test_a_model_whose_eval_output_the_trainer_cannot_take_stops_with_a_checkpoi
     _same_final_weights(tmp_path / "run", tmp_path / "ref")
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_val_dataset_that_raises_stops_with_a_checkpoint_naming_its_line_and_the_mended_data_trains_on(workers, tmp_path):
+    """A missing file in the val set, found by the first validation after an epoch's training, ended the run with the
+    dataset's traceback and no checkpoint of that epoch: hours of training lost to one file."""
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    helper = Path(__file__).resolve().parent / "noisy_data.py"
+    args = [*FAST, "trainer.max_epochs=3", f"data.num_workers={workers}", "data.val._target_=noisy_data.MissingAt",
+            "+data.val.at=40", "hooks=[default,early_stopping]", *STOPS_AT_THE_SECOND]
+    proc = run_cli([*args, "hydra.run.dir=run"], tmp_path, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    line = next(n for n, text in enumerate(helper.read_text().splitlines(), 1) if "raise FileNotFoundError" in text)
+    assert f"Run failed: ValDataError: data.val: loading batch 2 of the validation after 8 steps raised FileNotFoundError: " \
+           f"[Errno 2] No such file or directory: 'val/00040.png' (at {helper}:{line}, in __getitem__) (traceback in " in out
+    assert "Stopped at iteration 8 for the error below, with a checkpoint: mend the val data (data.val) and run the same " \
+           "command to train on from there" in out
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "raise FileNotFoundError" in log and "direct cause" in log  # the dataset's own traceback, for the user to read
+    assert (tmp_path / "run" / "checkpoints" / "last").read_text().strip() == "iter_0000008.pt"
+    mended = {**env, "MENDED": "1"}
+    proc = run_cli([*args, "hydra.run.dir=run"], tmp_path, env=mended)
+    assert proc.returncode == 0 and "Resumed from" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+    assert run_cli([*args, "hydra.run.dir=ref"], tmp_path, env=mended).returncode == 0
+    _same_final_weights(tmp_path / "run", tmp_path / "ref")  # the first validation, the one that failed, among them
+
+
 def test_a_rerun_removes_the_half_written_record_files_a_killed_run_left(tmp_path):
     """A SIGKILL inside the atomic write of run.json (or .hydra/) left its temporary file in the run dir for good."""
     assert run_cli([*FAST, "hydra.run.dir=run", "trainer.max_epochs=1"], tmp_path).returncode == 0
