@@ -32,10 +32,11 @@ def describe(value: object) -> str:
 
 def what_to_mend(err: BaseException) -> str:
     """What a run stopped at a boundary for ``err`` asks the user to mend: "the config" for a
-    :class:`ConfigError`, "the val data" for a batch of it that could not be made, else "the model" (its output
+    :class:`ConfigError`, "the val data (data.val)" (or train data) for a batch of it that could not be loaded, else "the model" (its output
     in eval mode, say)."""
-    if isinstance(err, (BatchCollateError, ValDataError)):
-        return "the val data (data.val)"
+    if isinstance(err, (BatchCollateError, DataError)):
+        key = str(err).partition(":")[0]  # their messages start with the split's key
+        return f"the {key.rpartition('.')[2]} data ({key})" if key.startswith("data.") else "the data"
     return "the config" if isinstance(err, ConfigError) else "the model"
 
 
@@ -69,11 +70,12 @@ class BatchCollateError(RunError, RuntimeError):
     the batch, torch's words, and what a batch's samples must share."""
 
 
-class ValDataError(RunError, RuntimeError):
-    """The val data's own code (a dataset's ``__getitem__``, a worker, a collate function) raised while a validation
-    loaded a batch: names data.val, the batch, the error and the line of the user's code that raised it. The error it
-    stands for is its ``__cause__``, whose traceback goes to ``train.log``. Like a :class:`BatchCollateError` of the
-    val data, it stops a training run at that boundary with a checkpoint of the training so far."""
+class DataError(RunError, RuntimeError):
+    """The data's own code (a dataset's ``__getitem__``, a worker, a collate function) raised while loading a batch:
+    names ``data.train`` or ``data.val``, the batch, the error and the line of the user's code that raised it. The
+    error it stands for is its ``__cause__``, whose traceback goes to ``train.log``. Like a
+    :class:`BatchCollateError`, it stops a training run at the step's boundary with a checkpoint of the training so far
+    (the train data's in one process only: under DDP the other ranks are inside the step)."""
 
 
 class HookStateError(RunError, RuntimeError):

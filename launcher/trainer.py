@@ -59,12 +59,12 @@ from launcher import distributed
 from launcher.data import is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
 from launcher.errors import (BatchCollateError, CheckpointWriteError, ConfigError, HookStateError, ModelInputError,  # noqa: F401
-                             ModelOutputError, NonFiniteLoss, RunError, ValDataError, describe, what_to_mend)
+                             ModelOutputError, NonFiniteLoss, RunError, DataError, describe, what_to_mend)
 
 # Errors a hook (or a validation) finds at a step's, epoch's or validation's end in the config or the model's
 # eval output: the training so far is whole, so the run stops there with a checkpoint (TrainerBase._stop_for).
-# the last two: the val loader's (the train loader's fails its step)
-STOPS_AT_BOUNDARY = (ConfigError, ModelOutputError, BatchCollateError, ValDataError)
+# the last two: a batch the val loader could not load (the train loader's: see TrainerBase.train_epoch)
+STOPS_AT_BOUNDARY = (ConfigError, ModelOutputError, BatchCollateError, DataError)
 from launcher.storage import EventStorage, to_le_bytes, unpack_le
 
 logger = logging.getLogger(__name__)
@@ -213,8 +213,8 @@ def _collate_failure(err: Exception, split: str, which: str) -> Optional[Excepti
         f"default collate stacks{'' if 'but got' in said else ' (with data.num_workers=0 torch names the shapes that differ)'}")
 
 
-def _val_data_failure(err: Exception, which: str) -> ValDataError:
-    """A :class:`ValDataError` for an error the val data's own code raised while loading ``which`` batch: its type and
+def _data_failure(err: Exception, split: str, which: str) -> DataError:
+    """A :class:`DataError` for an error the data's own code raised while ``split`` loaded ``which`` batch: its type and
     last line, and the innermost line of the user's code in its traceback (for a worker's error, in its message)."""
     import sysconfig
     import traceback
@@ -230,7 +230,7 @@ def _val_data_failure(err: Exception, which: str) -> ValDataError:
         said = f"{type(err).__name__}: {text.splitlines()[-1]}" if text else type(err).__name__
     own = [f for f in frames if not os.path.realpath(f[0]).startswith(libraries)] or frames
     where = f" (at {own[-1][0]}:{own[-1][1]}, in {own[-1][2]})" if own else ""
-    return ValDataError(f"data.val: loading {which} raised {said}{where}")
+    return DataError(f"{split}: loading {which} raised {said}{where}")
 
 
 def _check_capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
@@ -873,6 +873,12 @@ class TrainerBase:
                 steps = self.inner_iter
                 ended = True
                 break
+            except (BatchCollateError, DataError) as err:  # the batch could not be loaded: no step was taken
+                if self.dist is not None:  # the other ranks are inside the step's collectives: this rank fails now
+                    raise
+                self._in_step = False
+                self._stop_for_train_data(err)
+                break
             try:  # costs nothing until it raises (Python 3.11+)
                 for handler in handlers["after_step"]:
                     handler()
@@ -897,6 +903,17 @@ class TrainerBase:
         self.epoch += 1
         self.inner_iter = 0
         return True
+
+    def _stop_for_train_data(self, err: Exception) -> None:
+        """A train batch that could not be loaded (a missing or corrupt file) stops the run at the boundary before its
+        step, with a checkpoint, as a signal would: the training so far is kept, and the run trains on from there
+        once the data is mended. DataLoader workers draw from their own generators, so the checkpoint is the one of
+        a run that never met the batch; with ``data.num_workers=0`` the loading drew from the run's, up to the error."""
+        if not getattr(self.train_loader, "num_workers", 0) and self.is_main:
+            logger.warning("The random state saved is the one after the failed batch began loading (with "
+                           "data.num_workers=0 the loading draws from the run's own generators): random augmentation "
+                           "from there may differ from a run that never met it")
+        self._stop_for(err, (), None)
 
     def _stream_ended(self) -> None:
         """A stream's pass ended: said once when it falls short of its ``__len__``; an error when it yielded nothing."""
@@ -976,8 +993,11 @@ class TrainerBase:
         start = time.perf_counter()
         try:  # costs nothing until it raises (Python 3.11+)
             batch = next(self._data_iter)
-        except Exception as err:
-            raise _collate_failure(err, "data.train", f"batch {self.inner_iter + 1} of epoch {self.epoch + 1}") or err
+        except (StreamEnded, StopIteration, ConfigError, RunError):
+            raise
+        except Exception as err:  # the step has taken nothing yet: train_epoch may stop the run at its boundary
+            which = f"batch {self.inner_iter + 1} of epoch {self.epoch + 1}"
+            raise (_collate_failure(err, "data.train", which) or _data_failure(err, "data.train", which)) from err
         if self._move:
             batch = move_to_device(batch, self.device, self._non_blocking)
         self.batch = batch  # for hooks that look at the data of the step (throughput, samples)
@@ -1084,7 +1104,7 @@ class TrainerBase:
                     raise
                 except Exception as err:
                     which = f"batch {index} of the validation after {self.steps_done} steps"
-                    raise (_collate_failure(err, "data.val", which) or _val_data_failure(err, which)) from err
+                    raise (_collate_failure(err, "data.val", which) or _data_failure(err, "data.val", which)) from err
                 if self.device.type != "cpu":
                     batch = move_to_device(batch, self.device, self._non_blocking)
                 n = batch_size_of(batch)

@@ -101,16 +101,16 @@ class RaggedAt(NoisySynthetic):
 
 
 class MissingAt(NoisySynthetic):
-    """The same, but sample ``at`` is a file that cannot be read, until the environment says ``MENDED=1``: a val set
-    with one image missing on the first run, found only when the first validation loads it."""
+    """The same, but sample ``at`` is a file that cannot be read, until the environment says ``MENDED=1``: a data set
+    with one image missing on the first run."""
 
     def __init__(self, at=10, **kwargs):
         super().__init__(**kwargs)
-        self.at = at
+        self.at, self.split = at, kwargs.get("split", "val")
 
     def __getitem__(self, index):
         import os
 
         if index == self.at and os.environ.get("MENDED") != "1":
-            raise FileNotFoundError(f"[Errno 2] No such file or directory: 'val/{index:05d}.png'")
+            raise FileNotFoundError(f"[Errno 2] No such file or directory: '{self.split}/{index:05d}.png'")
         return super().__getitem__(index)

@@ -1006,7 +1006,7 @@ def test_a_val_dataset_that_raises_stops_with_a_checkpoint_naming_its_line_and_t
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
     line = next(n for n, text in enumerate(helper.read_text().splitlines(), 1) if "raise FileNotFoundError" in text)
-    assert f"Run failed: ValDataError: data.val: loading batch 2 of the validation after 8 steps raised FileNotFoundError: " \
+    assert f"Run failed: DataError: data.val: loading batch 2 of the validation after 8 steps raised FileNotFoundError: " \
            f"[Errno 2] No such file or directory: 'val/00040.png' (at {helper}:{line}, in __getitem__) (traceback in " in out
     assert "Stopped at iteration 8 for the error below, with a checkpoint: mend the val data (data.val) and run the same " \
            "command to train on from there" in out
@@ -1018,6 +1018,37 @@ def test_a_val_dataset_that_raises_stops_with_a_checkpoint_naming_its_line_and_t
     assert proc.returncode == 0 and "Resumed from" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
     assert run_cli([*args, "hydra.run.dir=ref"], tmp_path, env=mended).returncode == 0
     _same_final_weights(tmp_path / "run", tmp_path / "ref")  # the first validation, the one that failed, among them
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_train_dataset_that_raises_stops_before_that_step_with_a_checkpoint_and_the_mended_data_trains_on(workers, tmp_path):
+    """A missing file in the train set ended the run with the dataset's traceback: everything since the last
+    checkpoint (up to an epoch) was lost, and the rerun met the same file again. Now the run stops at the boundary
+    before the step whose batch could not be loaded; with workers (their own generators) the mended run ends as one
+    that never met the file, and with data.num_workers=0 the log says that random augmentation may differ."""
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    args = [*FAST, "trainer.max_epochs=3", f"data.num_workers={workers}", "data.train._target_=noisy_data.MissingAt",
+            "+data.train.at=100", "hooks.checkpointer.min_interval_secs=0"]
+    proc = run_cli([*args, "hydra.run.dir=run"], tmp_path, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    found = re.search(r"Run failed: DataError: data\.train: loading batch (\d) of epoch 1 raised FileNotFoundError: "
+                      r"\[Errno 2\] No such file or directory: 'train/00100\.png' \(at .*noisy_data\.py:\d+, in __getitem__\)", out)
+    assert found, out[-3000:]
+    stopped = int(found.group(1)) - 1  # the steps taken before it
+    assert f"Stopped at iteration {stopped} for the error below, with a checkpoint: mend the train data (data.train) " \
+           f"and run the same command to train on from there" in out
+    assert ("random augmentation from there may differ from a run that never met it" in out) == (workers == 0)
+    assert (tmp_path / "run" / "checkpoints" / "last").read_text().strip() == f"iter_{stopped:07d}.pt"
+    assert read_run(tmp_path / "run")["status"] == "failed"
+    mended = {**env, "MENDED": "1"}
+    proc = run_cli([*args, "hydra.run.dir=run"], tmp_path, env=mended)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and f"at iteration {stopped} " in out, out[-3000:]
+    assert read_run(tmp_path / "run")["status"] == "completed"
+    if workers:
+        assert run_cli([*args, "hydra.run.dir=ref"], tmp_path, env=mended).returncode == 0
+        _same_final_weights(tmp_path / "run", tmp_path / "ref")
 
 
 def test_a_rerun_removes_the_half_written_record_files_a_killed_run_left(tmp_path):
