@@ -874,8 +874,8 @@ class TrainerBase:
                 ended = True
                 break
             except (BatchCollateError, DataError) as err:  # the batch could not be loaded: no step was taken
-                if self.dist is not None:  # the other ranks are inside the step's collectives: this rank fails now
-                    raise
+                if self.dist is not None or self.iter == self.started_at:  # under DDP the other ranks are inside the
+                    raise  # step's collectives: this rank fails now; and a run that took no step has nothing to keep
                 self._in_step = False
                 self._stop_for_train_data(err)
                 break

@@ -579,6 +579,27 @@ def test_a_val_batch_whose_samples_do_not_stack_names_data_val_and_the_batch(tmp
     assert trainer.model.training  # the model went back to training mode
 
 
+def test_a_train_batch_that_cannot_be_loaded_at_a_runs_first_step_fails_it_without_a_checkpoint(tmp_path):
+    """Later in a run such a batch stops it with a checkpoint of the training so far (see test_cli); before any step
+    there is nothing to keep, and a large model's checkpoint of its initial weights would only cost its write."""
+    from hooks.checkpoint import PeriodicCheckpointer
+    from launcher.data import DataLoaders
+    from launcher.errors import DataError
+    from noisy_data import MissingAt, NoisySynthetic
+
+    options = {"size": 80, "shape": [4], "num_classes": 2, "val_fraction": 0.5}
+    data = DataLoaders(MissingAt(at=3, split="train", **options), NoisySynthetic(split="val", **options), batch_size=8,
+                       shuffle=False)
+    trainer = make_trainer("epoch", data=data, hooks={"checkpointer": PeriodicCheckpointer(min_interval_secs=0)},
+                           work_dir=tmp_path, model=ToyModel(), max_epochs=2)
+    with pytest.raises(DataError, match=r"^data\.train: loading batch 1 of epoch 1 raised FileNotFoundError: .* \(at "
+                                        r".*noisy_data\.py:\d+, in __getitem__\)$") as caught:
+        trainer.train()
+    assert isinstance(caught.value.__cause__, FileNotFoundError)
+    assert trainer.status == "failed" and trainer.stop_reason is None
+    assert not list((tmp_path / "checkpoints").glob("*.pt"))
+
+
 @pytest.mark.parametrize("val", ["ragged", "empty stream"])
 def test_val_data_that_yields_no_usable_batch_stops_the_run_with_a_checkpoint_and_the_mended_rerun_trains_on(tmp_path, val):
     """Found only at the first validation, after an epoch's training: a val batch that does not stack raised torch's
