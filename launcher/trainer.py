@@ -220,7 +220,9 @@ def _data_failure(err: Exception, split: str, which: str) -> DataError:
     import traceback
 
     text = str(err).strip()
-    libraries = tuple(os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "purelib", "platlib"))
+    # not the user's: Python's, installed packages' (torch's loader, PIL) and this launcher's own
+    libraries = tuple(os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "purelib", "platlib")) + \
+        (os.path.dirname(os.path.realpath(__file__)) + os.sep,)
     if "Original Traceback" in text:  # a worker's: torch puts its traceback in the message
         frames = [(f, int(n), fn) for f, n, fn in re.findall(r'File "([^"]+)", line (\d+), in (\S+)', text)]
         lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -228,7 +230,7 @@ def _data_failure(err: Exception, split: str, which: str) -> DataError:
     else:
         frames = [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(err.__traceback__)]
         said = f"{type(err).__name__}: {text.splitlines()[-1]}" if text else type(err).__name__
-    own = [f for f in frames if not os.path.realpath(f[0]).startswith(libraries)] or frames
+    own = [f for f in frames if not os.path.realpath(f[0]).startswith(libraries)]  # none: a worker killed, a timeout
     where = f" (at {own[-1][0]}:{own[-1][1]}, in {own[-1][2]})" if own else ""
     return DataError(f"{split}: loading {which} raised {said}{where}")
 

@@ -114,3 +114,18 @@ class MissingAt(NoisySynthetic):
         if index == self.at and os.environ.get("MENDED") != "1":
             raise FileNotFoundError(f"[Errno 2] No such file or directory: '{self.split}/{index:05d}.png'")
         return super().__getitem__(index)
+
+
+class DiesAt(NoisySynthetic):
+    """The same, but the process loading sample ``at`` dies there, as a DataLoader worker the kernel's OOM killer ends."""
+
+    def __init__(self, at=10, **kwargs):
+        super().__init__(**kwargs)
+        self.at = at
+
+    def __getitem__(self, index):
+        import os
+
+        if index == self.at:
+            os._exit(1)
+        return super().__getitem__(index)

@@ -600,6 +600,22 @@ def test_a_train_batch_that_cannot_be_loaded_at_a_runs_first_step_fails_it_witho
     assert not list((tmp_path / "checkpoints").glob("*.pt"))
 
 
+def test_a_val_worker_that_dies_is_named_as_data_val_without_a_line_of_the_users_code(tmp_path):
+    """A worker killed while loading (the OOM killer) is a DataError of data.val too, which stops a training run
+    with a checkpoint; there is no line of the user's to name, and none of the launcher's is named instead."""
+    from launcher.data import DataLoaders
+    from launcher.errors import DataError
+    from noisy_data import DiesAt, NoisySynthetic
+
+    options = {"size": 80, "shape": [4], "num_classes": 2, "val_fraction": 0.5}
+    data = DataLoaders(NoisySynthetic(split="train", **options), DiesAt(at=20, split="val", **options), batch_size=8,
+                       num_workers=1, shuffle=False)
+    trainer = make_trainer("epoch", data=data, work_dir=tmp_path, model=ToyModel(), max_epochs=2)
+    with pytest.raises(DataError, match=r"^data\.val: loading batch \d of the validation after 0 steps raised RuntimeError: "
+                                        r"DataLoader worker \(pid\(s\) \d+\) exited unexpectedly$"):
+        trainer.validate()
+
+
 @pytest.mark.parametrize("val", ["ragged", "empty stream"])
 def test_val_data_that_yields_no_usable_batch_stops_the_run_with_a_checkpoint_and_the_mended_rerun_trains_on(tmp_path, val):
     """Found only at the first validation, after an epoch's training: a val batch that does not stack raised torch's
