@@ -602,17 +602,18 @@ def test_a_train_batch_that_cannot_be_loaded_at_a_runs_first_step_fails_it_witho
 
 def test_a_val_worker_that_dies_is_named_as_data_val_without_a_line_of_the_users_code(tmp_path):
     """A worker killed while loading (the OOM killer) is a DataError of data.val too, which stops a training run
-    with a checkpoint; there is no line of the user's to name, and none of the launcher's is named instead."""
+    with a checkpoint; there is no line of the user's to name, and none of the launcher's is named instead. (It dies at
+    its first sample: one that dies while the main process takes a batch from it may surface as ConnectionResetError.)"""
     from launcher.data import DataLoaders
     from launcher.errors import DataError
     from noisy_data import DiesAt, NoisySynthetic
 
     options = {"size": 80, "shape": [4], "num_classes": 2, "val_fraction": 0.5}
-    data = DataLoaders(NoisySynthetic(split="train", **options), DiesAt(at=20, split="val", **options), batch_size=8,
+    data = DataLoaders(NoisySynthetic(split="train", **options), DiesAt(at=0, split="val", **options), batch_size=8,
                        num_workers=1, shuffle=False)
     trainer = make_trainer("epoch", data=data, work_dir=tmp_path, model=ToyModel(), max_epochs=2)
     with pytest.raises(DataError, match=r"^data\.val: loading batch \d of the validation after 0 steps raised RuntimeError: "
-                                        r"DataLoader worker \(pid\(s\) \d+\) exited unexpectedly$"):
+                                        r"DataLoader worker \(pid(\(s\))? \d+\) exited unexpectedly[^()]*$"):  # torch says it two ways
         trainer.validate()
 
 
