@@ -191,6 +191,21 @@ _UNSTACKABLE = ("stack expects each tensor to be equal size", "Trying to resize 
                 "each element in list of batch should be of equal size")
 
 
+def _said(err: BaseException) -> str:
+    """``Type: last line`` of ``err``; a DataLoader worker's error already ends its message (its traceback) so."""
+    text = str(err)
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__
+    return lines[-1] if "Original Traceback" in text else f"{type(err).__name__}: {lines[-1]}"
+
+
+def _load_failure(err: Exception, split: str, which: str) -> Exception:
+    """The launcher's error for ``err``, raised while ``split`` loaded ``which`` batch: a :class:`BatchCollateError`
+    where torch's collate could not stack the samples, else a :class:`DataError` of the data's own code."""
+    return _collate_failure(err, split, which) or _data_failure(err, split, which)
+
+
 def _collate_failure(err: Exception, split: str, which: str) -> Optional[Exception]:
     """A :class:`BatchCollateError` for a batch torch's collate could not make of its samples (a sample of another
     shape: torch says "stack expects each tensor to be equal size", or, in a worker, "Trying to resize storage that
@@ -205,8 +220,7 @@ def _collate_failure(err: Exception, split: str, which: str) -> Optional[Excepti
         frame.filename.replace("\\", "/").endswith("utils/data/_utils/collate.py") for frame in traceback.extract_tb(err.__traceback__))
     if not in_collate:
         return None
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    said = (lines[-1] if "Original Traceback" in text else f"{type(err).__name__}: {lines[-1]}") if lines else type(err).__name__
+    said = _said(err)
     return BatchCollateError(
         f"{split}: {which} could not be made of its samples "
         f"(torch's collate: {said}); every sample of a batch must have the same structure and shapes, which the "
@@ -225,14 +239,11 @@ def _data_failure(err: Exception, split: str, which: str) -> DataError:
         (os.path.dirname(os.path.realpath(__file__)) + os.sep,)
     if "Original Traceback" in text:  # a worker's: torch puts its traceback in the message
         frames = [(f, int(n), fn) for f, n, fn in re.findall(r'File "([^"]+)", line (\d+), in (\S+)', text)]
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        said = lines[-1]
     else:
         frames = [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(err.__traceback__)]
-        said = f"{type(err).__name__}: {text.splitlines()[-1]}" if text else type(err).__name__
     own = [f for f in frames if not os.path.realpath(f[0]).startswith(libraries)]  # none: a worker killed, a timeout
     where = f" (at {own[-1][0]}:{own[-1][1]}, in {own[-1][2]})" if own else ""
-    return DataError(f"{split}: loading {which} raised {said}{where}")
+    return DataError(f"{split}: loading {which} raised {_said(err)}{where}")
 
 
 def _check_capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
@@ -911,7 +922,7 @@ class TrainerBase:
         step, with a checkpoint, as a signal would: the training so far is kept, and the run trains on from there
         once the data is mended. DataLoader workers draw from their own generators, so the checkpoint is the one of
         a run that never met the batch; with ``data.num_workers=0`` the loading drew from the run's, up to the error."""
-        if not getattr(self.train_loader, "num_workers", 0) and self.is_main:
+        if not getattr(self.train_loader, "num_workers", 0):  # (one process: under DDP the rank fails at once)
             logger.warning("The random state saved is the one after the failed batch began loading (with "
                            "data.num_workers=0 the loading draws from the run's own generators): random augmentation "
                            "from there may differ from a run that never met it")
@@ -999,7 +1010,7 @@ class TrainerBase:
             raise
         except Exception as err:  # the step has taken nothing yet: train_epoch may stop the run at its boundary
             which = f"batch {self.inner_iter + 1} of epoch {self.epoch + 1}"
-            raise (_collate_failure(err, "data.train", which) or _data_failure(err, "data.train", which)) from err
+            raise _load_failure(err, "data.train", which) from err
         if self._move:
             batch = move_to_device(batch, self.device, self._non_blocking)
         self.batch = batch  # for hooks that look at the data of the step (throughput, samples)
@@ -1106,7 +1117,7 @@ class TrainerBase:
                     raise
                 except Exception as err:
                     which = f"batch {index} of the validation after {self.steps_done} steps"
-                    raise (_collate_failure(err, "data.val", which) or _data_failure(err, "data.val", which)) from err
+                    raise _load_failure(err, "data.val", which) from err
                 if self.device.type != "cpu":
                     batch = move_to_device(batch, self.device, self._non_blocking)
                 n = batch_size_of(batch)
