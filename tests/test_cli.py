@@ -916,6 +916,30 @@ def test_a_monitor_typo_found_at_the_first_validation_stops_with_a_checkpoint_to
         assert torch.equal(got["model"][name], tensor), name
 
 
+def test_a_val_metric_early_stopping_monitors_that_becomes_nan_stops_the_run_at_that_validation(tmp_path):
+    """It counted as a validation without improvement: the diverged model trained on for patience more epochs
+    (here to the run's end, which the record then called completed)."""
+    (tmp_path / "diverges.py").write_text(
+        "import torch\n\n\nclass Diverges(torch.nn.Module):\n    def __init__(self, **unused):\n"
+        "        super().__init__()\n        self.lin = torch.nn.Linear(64, 10)\n        self.steps = 0\n\n"
+        "    def forward(self, batch):\n        x, y = batch\n        logits = self.lin(x.flatten(1))\n"
+        "        loss = torch.nn.functional.cross_entropy(logits, y)\n        if self.training:\n"
+        "            self.steps += 1\n            return loss\n"
+        "        accuracy = (logits.argmax(1) == y).float().mean()\n"
+        "        return {'loss': loss * float('nan') if self.steps >= 16 else loss, 'accuracy': accuracy}\n")
+    args = [*FAST, "trainer.max_epochs=5", "model._target_=diverges.Diverges", "hooks=[default,early_stopping]",
+            "hydra.run.dir=run"]
+    proc = run_cli(args, tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    record = read_run(tmp_path / "run")  # the second validation, after 16 steps (256 samples, 32 a batch), is NaN
+    reason = ("early stopping: val/loss is nan in the validation after epoch 2/5, 16 steps (not finite; "
+              "hooks.early_stopping.check_finite=false counts it towards patience instead)")
+    assert record["status"] == "stopped" and record["iter"] == 16 and record["stop_reason"] == reason, record
+    assert f"Stopped at iteration 16: {reason}" in out
+    assert (tmp_path / "run" / "checkpoints" / "final.pt").is_file()
+
+
 def _same_final_weights(run: Path, ref: Path) -> None:
     """The same final weights, and each train/ and val/ metric logged at the same iterations with the same values."""
     got, want = (torch.load(d / "checkpoints" / "final.pt", weights_only=False)["model"] for d in (run, ref))
