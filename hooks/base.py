@@ -97,7 +97,9 @@ class HookBase:
         """Called after each training iteration (after the optimizer step)."""
 
     def before_val(self) -> None:
-        """Called before each validation pass."""
+        """Called before each validation pass. Here and in ``after_val``, ``self.trainer.epoch`` is the number of
+        epochs completed, whether the evaluator validates (at an epoch's end or within one) or a workflow's val
+        phase does."""
 
     def after_val(self) -> None:
         """Called after each validation pass; its metrics are in the storage as ``val/*``."""

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from hooks.base import HookBase, Priority, is_number
 from launcher.errors import ConfigError, did_you_mean
@@ -13,13 +13,15 @@ class EarlyStopping(HookBase):
 
     An improvement must beat the best by more than ``min_delta``. After ``patience``
     validations without one, training stops at the next step boundary: the run ends
-    ``stopped``, writes ``checkpoints/final.pt``, and ``run.json`` says why.
+    ``stopped``, writes ``checkpoints/final.pt``, and ``run.json`` says why. With ``check_finite``
+    (mmengine's and Lightning's), a validation whose ``monitor`` is NaN or infinite stops the run
+    the same way at once, rather than counting towards ``patience``.
     """
 
     priority = Priority.BELOW_NORMAL  # after the Evaluator (50) has recorded val/*
 
     def __init__(self, monitor: str = "val/loss", mode: str = "min", patience: int = 5, min_delta: float = 0.0,
-                 priority: Optional[int] = None) -> None:
+                 check_finite: bool = True, priority: Optional[int] = None) -> None:
         super().__init__(priority)
         if mode not in ("min", "max"):
             raise ValueError(f"EarlyStopping: mode should be min or max, got {mode!r}")
@@ -29,7 +31,10 @@ class EarlyStopping(HookBase):
             # a negative one was taken as its absolute value, nan made every validation no improvement
             raise ValueError(f"EarlyStopping: min_delta should be a number >= 0 (how much a validation must beat "
                              f"the best by), got {min_delta!r}")
+        if not isinstance(check_finite, bool):
+            raise ValueError(f"EarlyStopping: check_finite should be true or false, got {check_finite!r}")
         self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, min_delta
+        self.check_finite = check_finite
         self.best = math.inf if mode == "min" else -math.inf
         self.best_iter = -1
         self.bad = 0
@@ -37,6 +42,7 @@ class EarlyStopping(HookBase):
         # error, see TrainerBase._stop_for): the mended rerun judges it as it starts, from the checkpoint's last_val
         self.unjudged: Optional[int] = None
         self.stopped = False  # this hook stopped the run (its decision came while it trained)
+        self.not_finite: Optional[List[float]] = None  # [value, steps] of the validation that stopped it (check_finite)
 
     def before_train(self) -> None:
         # Resumed after the decision to stop (killed before or just after final.pt was written, or a signal at that
@@ -48,21 +54,32 @@ class EarlyStopping(HookBase):
             self._stop()
         else:
             self.stopped = False  # a lengthened run trains on: its next validation decides again
+            self.not_finite = None
 
     def _stop(self) -> None:
         # A decision in the validation at the run's end (after_train) stops nothing: the run has completed, and a
         # rerun from its final.pt completes again rather than taking the decision as one that stopped it.
         self.stopped = self.trainer.status == "running"
+        if self.not_finite is not None:
+            value, steps = self.not_finite
+            self.trainer.request_stop(f"early stopping: {self.monitor} is {value} in the validation after "
+                                      f"{self._after(int(steps))} (not finite; hooks.{self.name or 'early_stopping'}."
+                                      f"check_finite=false counts it towards patience instead)")
+            return
         if self.best_iter < 0:  # no validation gave a value to improve on (nan each time)
             self.trainer.request_stop(f"early stopping: no validation gave {self.monitor} a value to improve on (NaN or "
                                       f"infinite each time) in {self.bad} validations")
             return
-        where = f"{self.best_iter} steps: iter {max(self.best_iter - 1, 0)} in metrics.jsonl"
-        after = self.trainer.epochs_in(self.best_iter)
-        if after is not None and self.trainer.LENGTH_KEY == "max_epochs":  # epochs are what the run counts in
-            where = f"epoch {after}, {where}"
+        where = f"{self._after(self.best_iter)}: iter {max(self.best_iter - 1, 0)} in metrics.jsonl"
         self.trainer.request_stop(f"early stopping: {self.monitor} did not improve on {self.best:.6g} (validated after "
                                   f"{where}) by more than {self.min_delta} for {self.bad} validations")
+
+    def _after(self, steps: int) -> str:
+        """``epoch 2/20, 8 steps`` for a validation after ``steps`` steps (the epoch where the run counts in epochs)."""
+        after = self.trainer.epochs_in(steps)
+        if after is not None and self.trainer.LENGTH_KEY == "max_epochs":  # epochs are what the run counts in
+            return f"epoch {after}, {steps} steps"
+        return f"{steps} steps"
 
     def after_val(self) -> None:
         # not .iter: inside a step (IterTrainer's validations) that is its 0-based index (checkpoints before 2026-12-06
@@ -78,6 +95,10 @@ class EarlyStopping(HookBase):
                               f"{', '.join(sorted(metrics))}){did_you_mean(self.monitor, metrics, key)}")
         self.unjudged = None
         value = metrics[self.monitor]
+        if self.check_finite and not math.isfinite(value):
+            self.not_finite = [float(value), iteration]
+            self._stop()
+            return
         better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
         if better:
             self.best, self.best_iter, self.bad = value, iteration, 0
@@ -88,9 +109,10 @@ class EarlyStopping(HookBase):
 
     def state_dict(self) -> Dict[str, Any]:
         return {"best": self.best, "best_iter": self.best_iter, "bad": self.bad, "unjudged": self.unjudged,
-                "stopped": self.stopped}
+                "stopped": self.stopped, "not_finite": self.not_finite}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.best, self.best_iter, self.bad = state["best"], state["best_iter"], state["bad"]
         self.unjudged = state.get("unjudged")
         self.stopped = bool(state.get("stopped", self.bad >= self.patience))  # checkpoints before 2026-12-06 lack it
+        self.not_finite = state.get("not_finite")

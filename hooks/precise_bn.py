@@ -50,7 +50,7 @@ class PreciseBN(HookBase):
         try:
             loader = t.build_train_loader()
             if hasattr(loader, "set_epoch"):
-                loader.set_epoch(-1 - t.epoch)
+                loader.set_epoch(-1 - t.last_epoch)  # an order of its own for the weights of each epoch
             for batch in islice(loader, self.num_batches):
                 if t.device.type != "cpu":
                     batch = move_to_device(batch, t.device)

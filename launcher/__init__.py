@@ -529,23 +529,13 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
     try:
         trainer = build_trainer(cfg, run_dir)
         trainer.meta = {"overrides": list(overrides or []), "seed": cfg.seed, "objective": cfg.objective}
-        said = [warn_if_objective_never_recorded(trainer, str(cfg.objective))]  # the objective's warning: given once
+        said = warn_if_objective_never_recorded(trainer, str(cfg.objective))  # the objective's warning: given once
         warn_if_last_epochs_unvalidated(trainer)
         unsaved_since = warn_if_resumed_without_checkpointer(trainer)
-        if trainer.is_main and str(cfg.objective).startswith("val/"):
-            from hooks.base import HookBase
+        if str(cfg.objective).startswith("val/"):  # a misspelt one stops the run at the first validation, on every rank
+            from hooks.evaluator import ObjectiveCheck
 
-            class ObjectiveCheck(HookBase):  # a misspelt objective is named at the first validation, not at the end
-                checked = False
-
-                def after_val(self) -> None:
-                    if not self.checked:
-                        self.checked = True
-                        said.append(warn_if_objective_unknown(str(cfg.objective), self.trainer.last_val,
-                                                              "the validation metrics",
-                                                              "The run will return NaN unless something records it later"))
-
-            trainer.register_hooks({"objective_check": ObjectiveCheck()})
+            trainer.register_hooks({"objective_check": ObjectiveCheck(str(cfg.objective))})
         if main:
             warn_if_a_loss_is_maximized(cfg)
         logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters, trainer.device, run_dir)
@@ -578,7 +568,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         objective = metrics.get(cfg.objective)
         if objective is None:
             # an interrupted run has not validated yet: its rerun reports; under DDP rank 0 says it, as it said the others
-            if trainer.status != "interrupted" and not any(said) and trainer.is_main:
+            if trainer.status != "interrupted" and not said and trainer.is_main:
                 warn_if_objective_unknown(str(cfg.objective), metrics, "the run's metrics", "The run returns NaN")
             objective = float("nan")
         warn_if_nothing_saved(trainer, unsaved_since)

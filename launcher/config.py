@@ -155,6 +155,7 @@ class EarlyStoppingConf(HookConf):
     mode: str = "min"  # min | max
     patience: int = 5  # validations without improvement before stopping
     min_delta: float = 0.0  # an improvement must beat the best by more than this
+    check_finite: bool = True  # a NaN or infinite monitor stops the run at once (false: it counts towards patience)
 
 
 @dataclass

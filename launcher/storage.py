@@ -217,12 +217,18 @@ class EventStorage:
         """Record ``value`` for ``name`` at the current iteration.
 
         ``smoothing_hint`` tells writers whether a windowed median of the key means more
-        than its latest value (true for noisy per-step losses, false for val metrics).
+        than its latest value (true for noisy per-step losses, false for val metrics). A key
+        keeps the hint it was first put with: another one is refused (a ValueError naming both),
+        as writers would otherwise smooth it as the first put said, whatever later ones say.
         """
         buf = self._history.get(name)
         if buf is None:
             buf = self._history[name] = HistoryBuffer(self._max_length)
-            self._smoothing_hints[name] = smoothing_hint
+            self._smoothing_hints[name] = bool(smoothing_hint)
+        elif smoothing_hint != self._smoothing_hints[name]:
+            raise ValueError(f"put_scalar({name!r}, ...): smoothing_hint={bool(smoothing_hint)}, but {name!r} was put "
+                             f"with smoothing_hint={self._smoothing_hints[name]} before; put every value of a scalar "
+                             f"with one hint, or name this one otherwise")
         values = buf._values
         if value.__class__ is float and len(values) < buf._limit:
             # The common case, run several times a step: a float and no trim due. Appended here,

@@ -358,7 +358,9 @@ class TrainerBase:
 
     Subclasses decide how long to train (:meth:`run`). ``iter`` counts optimizer steps
     done: inside ``before_step``/``after_step`` it is the 0-based index of the step being
-    run. ``epoch`` counts finished passes over the training data in the same way.
+    run. ``epoch`` counts finished passes over the training data in the same way (in
+    ``before_epoch``/``after_epoch`` the 0-based index of the epoch); in ``before_val`` and
+    ``after_val`` it is the epochs completed, whichever way validation was reached.
     """
 
     FINITE_CHECK_PERIOD = 20  # steps between finiteness checks of losses on an accelerator
@@ -437,6 +439,7 @@ class TrainerBase:
         self._val_raised_under_ddp = False  # a rank's validation pass raised: its peers may wait in a collective
         self._at_boundary: List[Callable[[], None]] = []
         self._in_step = False  # between before_step and the end of after_step
+        self._epoch_ending = False  # in after_epoch, where epoch is still the 0-based index of the epoch ending
         self._rng_to_restore: Optional[Dict[str, Any]] = None
         self.resumed_from: Optional[Path] = None
         self._train_started = 0.0  # time.time() as train() began
@@ -912,7 +915,11 @@ class TrainerBase:
         if self.inner_iter < steps:
             return False
         storage.iter = self.iter - 1
-        self._call_at_end("after_epoch")
+        self._epoch_ending = True  # a validation now shows the trainer as after the epoch (see validate)
+        try:
+            self._call_at_end("after_epoch")
+        finally:
+            self._epoch_ending = False
         self.epoch += 1
         self.inner_iter = 0
         return True
@@ -1095,7 +1102,21 @@ class TrainerBase:
         Training's random state is put back afterwards: what validation draws (a loader's worker seeds,
         random ops in the model or the val data) leaves training's draws as they were, so a validation
         more or less (a run's end, a resume) changes nothing in the training that follows.
+
+        In ``before_val`` and ``after_val`` hooks see ``epoch`` as the epochs completed, whoever validates: a
+        workflow's val phase, or a hook at an epoch's end (``after_epoch``, where ``epoch`` is still the ending
+        epoch's 0-based index and ``inner_iter`` its length: for the validation they read as after it).
         """
+        if not self._epoch_ending:
+            return self._validate()
+        epoch, inner = self.epoch, self.inner_iter
+        self.epoch, self.inner_iter, self._epoch_ending = epoch + 1, 0, False
+        try:
+            return self._validate()
+        finally:
+            self.epoch, self.inner_iter, self._epoch_ending = epoch, inner, True
+
+    def _validate(self) -> Dict[str, float]:
         if self.val_loader is None:
             raise RuntimeError(f"validation was asked for but {self.no_val_set}")
         self.storage.iter, self.storage.epoch = self.last_step, self.last_epoch

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shlex
@@ -455,18 +454,29 @@ def test_a_bug_in_the_users_model_code_is_shown_with_its_traceback_not_as_a_conf
     assert "mymodel.py\", line 7, in __init__" in proc.stderr and "NameError: name 'undefined_scale' is not defined" in proc.stderr
 
 
-def test_a_misspelt_objective_is_named_with_the_close_match_at_the_first_validation(tmp_path):
-    proc = run_cli([*FAST, "trainer.max_epochs=3", "objective=val/acuracy"], tmp_path, timeout=120)
-    assert proc.returncode == 0
-    (run_dir,) = run_dirs(tmp_path / "outputs")
-    log = (run_dir / "train.log").read_text().splitlines()
-    first = next(i for i, line in enumerate(log) if "is not among the validation metrics" in line)
-    assert "objective 'val/acuracy' is not among the validation metrics (val/accuracy, val/loss); did you mean " \
-           "objective=val/accuracy? The run will return NaN unless something records it later." in log[first]
-    assert [i for i, line in enumerate(log) if line.split("]")[-1].strip().startswith("epoch ")][-1] > first  # before training ends
-    assert sum("is not among the validation metrics" in line for line in log) == 1  # said once, not every epoch
-    assert sum("objective 'val/acuracy'" in line for line in log) == 1  # nor again, in other words, at the end
-    assert math.isnan(read_run(run_dir)["objective"]["value"])
+def test_a_misspelt_objective_stops_the_run_at_the_first_validation_with_a_checkpoint_and_the_mended_one_resumes(tmp_path):
+    """It was a warning, and the run went on to its end, returned NaN and exited 0: a sweeper optimised nothing."""
+    args = [*FAST, "trainer.max_epochs=3", "hydra.run.dir=run"]
+    proc = run_cli([*args, "objective=val/acuracy"], tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out, out[-3000:]
+    said = [line for line in out.splitlines() if "val/acuracy" in line]
+    assert len(said) == 1 and said[0].endswith(
+        "Config error: objective: 'val/acuracy' is not a validation metric (validation records: val/accuracy, "
+        "val/loss); did you mean objective=val/accuracy?"), out[-3000:]
+    assert "Stopped at iteration 8 for the config error below, with a checkpoint" in out  # 256 samples, 32 a batch
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert (checkpoints / "last").read_text().strip() == "iter_0000008.pt" and read_run(tmp_path / "run")["status"] == "failed"
+    proc = run_cli([*args, "objective=val/acuracy"], tmp_path, timeout=120)  # still misspelt: stops at once, trains nothing
+    assert proc.returncode == 2 and "did you mean objective=val/accuracy?" in proc.stdout + proc.stderr
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["iter_0000008.pt", "last"]
+    proc = run_cli([*args, "objective=val/accuracy"], tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Resumed from" in out and "iter_0000008.pt at iteration 8" in out, out[-3000:]
+    record = read_run(tmp_path / "run")
+    assert record["status"] == "completed" and record["objective"]["value"] == record["metrics"]["val/accuracy"]
+    assert run_cli([*FAST, "trainer.max_epochs=3", "hydra.run.dir=ref"], tmp_path, timeout=120).returncode == 0
+    _same_final_weights(tmp_path / "run", tmp_path / "ref")
 
 
 def test_a_run_that_fails_mid_training_says_why_in_its_train_log(tmp_path):
@@ -914,6 +924,30 @@ def test_a_monitor_typo_found_at_the_first_validation_stops_with_a_checkpoint_to
     assert got["hooks"][hook] == want["hooks"][hook] and got["optimizer"]["param_groups"] == want["optimizer"]["param_groups"]
     for name, tensor in want["model"].items():
         assert torch.equal(got["model"][name], tensor), name
+
+
+def test_a_val_metric_early_stopping_monitors_that_becomes_nan_stops_the_run_at_that_validation(tmp_path):
+    """It counted as a validation without improvement: the diverged model trained on for patience more epochs
+    (here to the run's end, which the record then called completed)."""
+    (tmp_path / "diverges.py").write_text(
+        "import torch\n\n\nclass Diverges(torch.nn.Module):\n    def __init__(self, **unused):\n"
+        "        super().__init__()\n        self.lin = torch.nn.Linear(64, 10)\n        self.steps = 0\n\n"
+        "    def forward(self, batch):\n        x, y = batch\n        logits = self.lin(x.flatten(1))\n"
+        "        loss = torch.nn.functional.cross_entropy(logits, y)\n        if self.training:\n"
+        "            self.steps += 1\n            return loss\n"
+        "        accuracy = (logits.argmax(1) == y).float().mean()\n"
+        "        return {'loss': loss * float('nan') if self.steps >= 16 else loss, 'accuracy': accuracy}\n")
+    args = [*FAST, "trainer.max_epochs=5", "model._target_=diverges.Diverges", "hooks=[default,early_stopping]",
+            "hydra.run.dir=run"]
+    proc = run_cli(args, tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    record = read_run(tmp_path / "run")  # the second validation, after 16 steps (256 samples, 32 a batch), is NaN
+    reason = ("early stopping: val/loss is nan in the validation after epoch 2/5, 16 steps (not finite; "
+              "hooks.early_stopping.check_finite=false counts it towards patience instead)")
+    assert record["status"] == "stopped" and record["iter"] == 16 and record["stop_reason"] == reason, record
+    assert f"Stopped at iteration 16: {reason}" in out
+    assert (tmp_path / "run" / "checkpoints" / "final.pt").is_file()
 
 
 def _same_final_weights(run: Path, ref: Path) -> None:

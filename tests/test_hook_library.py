@@ -733,8 +733,47 @@ def test_early_stopping_on_a_metric_that_is_nan_each_time_says_so(tmp_path):
         def after_val(self):
             self.trainer.last_val["val/loss"] = float("nan")
 
-    trainer = make_trainer("epoch", hooks=[Evaluator(), Nan(), EarlyStopping(monitor="val/loss", patience=2)], max_epochs=5,
-                           work_dir=tmp_path)
+    trainer = make_trainer("epoch", hooks=[Evaluator(), Nan(), EarlyStopping(monitor="val/loss", patience=2,
+                                                                             check_finite=False)],
+                           max_epochs=5, work_dir=tmp_path)
     trainer.train()
     assert trainer.epoch == 2 and trainer.stop_reason == \
         "early stopping: no validation gave val/loss a value to improve on (NaN or infinite each time) in 2 validations"
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_early_stopping_stops_at_once_at_a_validation_whose_monitor_is_not_finite(tmp_path, caplog, bad):
+    """A NaN counted as one validation without improvement: the run trained on for patience more epochs of a model
+    that had diverged (mmengine's and Lightning's check_finite stop there)."""
+    scripted = iter([1.0, 0.9, bad, 0.5])
+
+    class Scripted(HookBase):
+        priority = 55
+
+        def after_val(self):
+            self.trainer.last_val["val/loss"] = next(scripted)
+
+    trainer = make_trainer("epoch", hooks={"evaluator": Evaluator(), "scripted": Scripted(),
+                                           "stopper": EarlyStopping(monitor="val/loss", patience=5)},
+                           max_epochs=10, work_dir=tmp_path)
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    steps = 3 * trainer.steps_per_epoch
+    reason = (f"early stopping: val/loss is {bad} in the validation after epoch 3/10, {steps} steps (not finite; "
+              f"hooks.stopper.check_finite=false counts it towards patience instead)")
+    assert trainer.status == "stopped" and trainer.epoch == 3 and trainer.stop_reason == reason
+    assert sum(reason in r.getMessage() for r in caplog.records) == 1  # one line, naming the metric and the value
+    state = trainer.hooks[-1].state_dict()
+    assert state["not_finite"] == [bad, steps] and state["bad"] == 0 and state["best"] == 0.9
+
+
+def test_a_run_resumed_after_a_non_finite_monitor_stopped_it_stops_again_at_once_for_the_same_reason(tmp_path):
+    from hooks.checkpoint import PeriodicCheckpointer
+
+    stopper = EarlyStopping(monitor="val/loss", patience=2)
+    trainer = make_trainer("epoch", hooks={"early_stopping": stopper, "ckpt": PeriodicCheckpointer(save_final=False)},
+                           max_epochs=20, work_dir=tmp_path)
+    stopper.load_state_dict({"best": 0.5, "best_iter": 4, "bad": 0, "stopped": True, "not_finite": [float("nan"), 8]})
+    trainer.train()
+    assert trainer.iter == 0 and trainer.status == "stopped"
+    assert trainer.stop_reason.startswith("early stopping: val/loss is nan in the validation after epoch 2/20, 8 steps (not finite")

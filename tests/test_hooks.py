@@ -63,6 +63,37 @@ def test_evaluator_does_not_repeat_a_current_validation_at_the_end():
     assert calls == [4, 8]
 
 
+@pytest.mark.parametrize("validates", ["evaluator", "workflow"])
+def test_a_hook_sees_the_epochs_completed_in_before_val_whoever_validates(validates, tmp_path):
+    """The evaluator's validation (in after_epoch) showed epoch one lower than a workflow's val phase after the
+    same training: a hook naming its output by epoch wrote two names for the same weights."""
+    seen = []
+
+    class Record(HookBase):
+        def before_val(self):
+            seen.append(("before_val", self.trainer.epoch, self.trainer.inner_iter))
+
+        def after_val(self):
+            seen.append(("after_val", self.trainer.epoch, self.trainer.inner_iter))
+
+        def after_epoch(self):  # what after_epoch sees is kept: the ending epoch's 0-based index
+            seen.append(("after_epoch", self.trainer.epoch, self.trainer.inner_iter))
+
+    if validates == "evaluator":
+        trainer = make_trainer("epoch", hooks=[Evaluator(), Record(priority=90), JSONWriter(period=100)], max_epochs=2,
+                               work_dir=tmp_path)
+    else:
+        trainer = make_trainer("epoch", hooks=[Record(priority=90), JSONWriter(period=100)], max_epochs=2,
+                               workflow=[["train", 1], ["val", 1]], work_dir=tmp_path)
+    trainer.train()
+    vals = [event for event in seen if event[0] != "after_epoch"]
+    assert vals == [("before_val", 1, 0), ("after_val", 1, 0), ("before_val", 2, 0), ("after_val", 2, 0)]
+    assert [event for event in seen if event[0] == "after_epoch"] == [("after_epoch", 0, 4), ("after_epoch", 1, 4)]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["iter"], r["epoch"]) for r in rows if "val/accuracy" in r] == [(3, 0), (7, 1)]  # keyed by the epoch's last step
+    assert (trainer.epoch, trainer.inner_iter) == (2, 0)
+
+
 def test_checkpointer_keeps_last_n_and_writes_a_loadable_final(tmp_path):
     trainer = make_trainer("iter", hooks=[PeriodicCheckpointer(period=2, by_epoch=False, keep_last=2, min_interval_secs=0)], max_iters=9, work_dir=tmp_path)
     trainer.train()

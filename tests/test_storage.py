@@ -212,3 +212,23 @@ def test_epoch_of_a_step_survives_a_checkpoint_and_keeps_only_the_epochs_a_held_
     assert t.state_dict()["epoch_starts"] == [8, 2, 12, 3]  # the 5 values held start at step 11
     assert [t.epoch_of(i) for i in (11, 12, 15)] == [2, 3, 3]
     assert EventStorage().epoch_of(7) == 0  # no epoch begun: the current one
+
+
+def test_a_scalar_put_again_with_another_smoothing_hint_is_refused_naming_it_and_both_hints():
+    """The second hint was dropped in silence: writers went on smoothing (or not) as the first put said."""
+    import pytest
+
+    s = EventStorage()
+    s.put_scalar("val/loss", 1.0, smoothing_hint=False)
+    s.put_scalar("val/loss", torch.tensor(0.5), smoothing_hint=False)  # the same hint: taken
+    with pytest.raises(ValueError, match=r"put_scalar\('val/loss', ...\): smoothing_hint=True, but 'val/loss' was put "
+                                         r"with smoothing_hint=False before"):
+        s.put_scalar("val/loss", 2.0)
+    s.put_scalar("train/loss", 3.0)
+    with pytest.raises(ValueError, match=r"smoothing_hint=False, but 'train/loss' was put with smoothing_hint=True"):
+        s.put_scalars(smoothing_hint=False, **{"train/loss": 1.0})
+    assert s.history("val/loss").values() == [(1.0, 0), (0.5, 0)]  # the refused value is not recorded
+    t = EventStorage()  # a resumed run's storage keeps the hints its checkpoint holds
+    t.load_state_dict(s.state_dict())
+    with pytest.raises(ValueError, match="'val/loss' was put with smoothing_hint=False"):
+        t.put_scalar("val/loss", 2.0, smoothing_hint=True)
