@@ -365,14 +365,19 @@ def tensorboard_server(logdir: Path, timeout: float = 60):
     returns the JSON of a GET (a POST with ``body``) once ``ready(answer)`` holds, polling until ``timeout``."""
     proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
                              "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines: "queue.Queue[str]" = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
+    lines: "queue.Queue[str]" = queue.Queue()  # its stderr, then "" once it ends
+    threading.Thread(target=lambda: [*map(lines.put, proc.stderr), lines.put("")], daemon=True).start()
     deadline = time.monotonic() + timeout
     try:
-        url = None
+        said, url = [], None
         while url is None:
-            line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))  # queue.Empty past the deadline
-            found = re.search(r"TensorBoard \S+ at (http://\S+?)/? ", line)
+            try:
+                said.append(lines.get(timeout=max(deadline - time.monotonic(), 0.01)))
+            except queue.Empty:
+                said.append("")
+            if not said[-1]:
+                pytest.fail("tensorboard did not start: " + "".join(said)[-2000:])
+            found = re.search(r"TensorBoard \S+ at (http://\S+?)/? ", said[-1])
             url = found and found.group(1)
 
         def call(path: str, body: Optional[dict] = None, ready=lambda answer: True):
