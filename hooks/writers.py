@@ -82,15 +82,63 @@ class PeriodicWriter(HookBase):
         self._written = dict(state["written"])
 
 
-def _hparam_value(text: str) -> Any:
-    """An override's value as TensorBoard's HParams tab should sort and filter it: a number or a
-    bool where the text is one (``optimizer.lr=0.1``, ``data.shuffle=false``), else the text."""
-    for cast in (int, float):
+def _hparams(seed: Any, overrides: List[str]) -> Dict[str, Any]:
+    """The run's seed and overrides as TensorBoard's HParams tab should sort and filter them: each value the int,
+    float, bool or string Hydra reads (``data.batch_size=32``, ``optimizer.lr=0.1``, ``data.shuffle=false``), else
+    its text as typed (a list, ``null``, an interpolation, an int a float cannot hold exactly)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # here: only runs that end need it
+
+    parser = OverridesParser.create()
+    hparams: Dict[str, Any] = {"seed": seed}
+    for override in overrides:
+        key, sep, text = override.lstrip("+").partition("=")
+        if not sep or key.startswith(("hydra.", "~")):
+            continue
         try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
+            value = parser.parse_override(override).value()
+        except Exception:  # noqa: BLE001 -- not Hydra's grammar: the text as typed
+            value = text
+        exact = isinstance(value, (bool, float, str)) or (isinstance(value, int) and abs(value) <= 2**53)
+        hparams[key] = value if exact else text
+    return hparams
+
+
+# TensorBoard groups its charts by a tag's first part, sorted by name, and opens the first two groups: the
+# launcher's training scalars with no group of their own go under train/, its timing last, under wallclock/.
+_TENSORBOARD_TAGS = {"lr": "train/lr", "grad_norm": "train/grad_norm", "skipped_steps": "train/skipped_steps",
+                     "skipped_batches": "train/skipped_batches", "time": "wallclock/iter_time",
+                     "data_time": "wallclock/data_time"}
+
+
+def tensorboard_tag(key: str) -> str:
+    """The TensorBoard tag of a recorded scalar: its own name, but ``lr``, ``lr/groupN``, ``grad_norm`` and
+    ``skipped_*`` under ``train/``, and ``time``, ``data_time`` as ``wallclock/iter_time``, ``wallclock/data_time``."""
+    return "train/" + key if key.startswith("lr/") else _TENSORBOARD_TAGS.get(key, key)
+
+
+def _hparams_summaries(hparams: Mapping[str, Any], metric_tags: List[str]) -> List[Any]:
+    """The HParams plugin's experiment, session-start and session-end summaries of one finished run: its
+    hyperparameters (numbers, bools and strings each as their own type) and the scalar tags it reports."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+
+    start, infos = plugin_data_pb2.SessionStartInfo(), []
+    for name, value in hparams.items():
+        if isinstance(value, bool):
+            start.hparams[name].bool_value, kind = value, api_pb2.DATA_TYPE_BOOL
+        elif isinstance(value, (int, float)):
+            start.hparams[name].number_value, kind = value, api_pb2.DATA_TYPE_FLOAT64
+        else:
+            start.hparams[name].string_value, kind = str(value), api_pb2.DATA_TYPE_STRING
+        infos.append(api_pb2.HParamInfo(name=name, type=kind))
+    metrics = [api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag)) for tag in metric_tags]
+    data = {metadata.EXPERIMENT_TAG: plugin_data_pb2.HParamsPluginData(
+                experiment=api_pb2.Experiment(hparam_infos=infos, metric_infos=metrics)),
+            metadata.SESSION_START_INFO_TAG: plugin_data_pb2.HParamsPluginData(session_start_info=start),
+            metadata.SESSION_END_INFO_TAG: plugin_data_pb2.HParamsPluginData(session_end_info=plugin_data_pb2.SessionEndInfo(
+                status=api_pb2.STATUS_SUCCESS, end_time_secs=time.time()))}
+    return [Summary(value=[Summary.Value(tag=tag, metadata=metadata.create_summary_metadata(content))])
+            for tag, content in data.items()]
 
 
 def memory_mb() -> Tuple[str, float]:
@@ -296,7 +344,8 @@ def _inside(path: Path, directory: Path) -> bool:
 
 
 class TensorBoardWriter(BufferedFileWriter):
-    """Writes every scalar at its own iteration to TensorBoard event files in the run dir."""
+    """Writes every scalar at its own iteration to TensorBoard event files in the run dir, each under
+    :func:`tensorboard_tag`; a run that ends completed or stopped adds its HParams entry to them."""
 
     def __init__(self, log_dir: str = ".", period: int = 20, window: int = 20, flush_secs: float = 1.0,
                  priority: Optional[int] = None) -> None:
@@ -317,7 +366,7 @@ class TensorBoardWriter(BufferedFileWriter):
 
     def buffer(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
         now = time.time()
-        self._events.extend((it, key, float(value), now) for key, (value, it) in scalars.items())
+        self._events.extend((it, tensorboard_tag(key), float(value), now) for key, (value, it) in scalars.items())
 
     def sync(self, to_disk: bool = True) -> None:
         events, self._events = self._events, []
@@ -348,25 +397,37 @@ class TensorBoardWriter(BufferedFileWriter):
         super().after_train()
 
     def _write_hparams(self) -> None:
-        """The run's overrides and final metrics for TensorBoard's HParams tab (sweeps side by side)."""
-        hparams: Dict[str, Any] = {"seed": self.trainer.meta.get("seed", 0)}
-        for override in self.trainer.meta.get("overrides", []):
-            key, sep, value = override.lstrip("+~").partition("=")
-            if sep and not key.startswith("hydra."):
-                hparams[key] = _hparam_value(value)
-        metrics = {f"hparam/{k}": v for k, v in self.trainer.final_metrics(sync=False).items() if k.startswith(("val/", "train/"))}
-        if not metrics:
+        """The run's overrides and final metrics for TensorBoard's HParams tab (sweeps side by side).
+
+        They go to an event file of their own (``*.hparams``) in the run's log dir: the same TensorBoard run as its
+        scalars, whose last values are the metrics shown. One entry per run: TensorBoard keeps the first summary of
+        a tag it reads, so an attempt that trained on (max_epochs raised) deletes the last one's file (also the
+        ``hparams/`` dir earlier versions wrote), only in the run's own dir: a log_dir outside it may be shared.
+        """
+        t = self.trainer
+        metric_tags = [tensorboard_tag(k) for k in t.final_metrics(sync=False) if k.startswith(("val/", "train/"))]
+        if not metric_tags:
             return
-        # One entry per run: an attempt that trained on (max_epochs raised) replaces the last one's, which TensorBoard
-        # showed with the first config and every attempt's metrics. Only in the run's own dir: a log_dir outside it
-        # may be shared.
-        hparams_dir = Path(self._writer.log_dir) / "hparams"
-        earlier = list(hparams_dir.glob("events.out.tfevents.*")) if _inside(hparams_dir, self.trainer.work_dir) else []
-        self._writer.add_hparams(hparams, metrics, run_name="hparams")
+        log_dir = Path(self._writer.log_dir)
+        legacy = log_dir / "hparams"
+        earlier = [*log_dir.glob("events.out.tfevents.*.hparams"), *legacy.glob("events.out.tfevents.*")] \
+            if _inside(log_dir, t.work_dir) else []
+        self.sync()  # the scalars first: a TensorBoard reading the dir meanwhile moves on to the newer file
+        from torch.utils.tensorboard.writer import FileWriter
+
+        writer = FileWriter(str(log_dir), filename_suffix=".hparams")
+        for summary in _hparams_summaries(_hparams(t.meta.get("seed", 0), t.meta.get("overrides", [])), metric_tags):
+            writer.add_summary(summary, t.iter)
+        writer.close()
         for path in earlier:
             try:
                 path.unlink()
             except OSError:
+                pass
+        if any(path.parent == legacy for path in earlier):
+            try:
+                legacy.rmdir()
+            except OSError:  # something else in it
                 pass
 
     def close(self) -> None:

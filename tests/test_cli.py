@@ -48,7 +48,7 @@ def test_default_run_trains_digits_and_leaves_a_complete_run_dir(cli, tmp_path):
 
     acc = EventAccumulator(str(run_dir))
     acc.Reload()
-    assert {"train/loss", "val/accuracy", "lr"} <= set(acc.Tags()["scalars"])
+    assert {"train/loss", "val/accuracy", "train/lr", "wallclock/iter_time"} <= set(acc.Tags()["scalars"])
     assert acc.Scalars("val/accuracy")[-1].value == pytest.approx(record["objective"]["value"], rel=1e-5)
 
     final = torch.load(run_dir / "checkpoints" / "final.pt", weights_only=False)

@@ -77,7 +77,8 @@ def test_torchrun_ranks_share_one_run_dir_with_rank0_files(ddp_runs):
     assert read_run(run)["status"] == "completed"
     assert (run / "train.log").is_file() and (run / "train_rank1.log").is_file()
     assert (run / ".hydra" / "config.yaml").is_file()
-    assert len(list(run.glob("events.out.tfevents.*"))) == 1  # rank 0 alone writes TensorBoard
+    # rank 0 alone writes TensorBoard: one file of scalars, one of the HParams entry
+    assert sorted(p.suffix == ".hparams" for p in run.glob("events.out.tfevents.*")) == [False, True]
     assert (run / "checkpoints" / "final.pt").is_file()
     # epochs of a fraction of a second, 10 s between periodic checkpoints: the ranks skipped the first two together
     # (a rank that saved alone would wait in the save's gather until the timeout) and saved the last

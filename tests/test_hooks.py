@@ -271,6 +271,9 @@ def test_writers_write_every_period_after_validation_and_at_the_end(tmp_path):
     acc.Reload()
     assert [e.step for e in acc.Scalars("val/accuracy")] == [3, 7]
     assert [e.step for e in acc.Scalars("train/loss")] == [2, 3, 5, 7]
+    # the timer's scalars last in TensorBoard, under one group: its groups sorted by name open the first two
+    assert {tag.split("/")[0] for tag in acc.Tags()["scalars"]} == {"train", "val", "wallclock"}
+    assert [e.step for e in acc.Scalars("wallclock/data_time")] == [e.step for e in acc.Scalars("wallclock/iter_time")] == [2, 3, 5, 7]
 
 
 def test_a_checkpoint_sends_the_rows_it_covers_to_the_files_before_the_batch_is_due(tmp_path):

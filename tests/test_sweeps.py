@@ -1,14 +1,20 @@
 """Sweeps through hydra-submitit-launcher: the local parallel launcher, and the SLURM options' defaults."""
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
+import queue
+import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
@@ -353,28 +359,99 @@ def test_a_swept_value_refused_at_the_first_validation_is_mended_in_the_same_swe
     assert got["hooks"]["early_stopping"] == want["hooks"]["early_stopping"]
 
 
-def test_each_run_logs_its_hyperparameters_and_final_metrics_to_tensorboard_hparams(tmp_path):
+@contextlib.contextmanager
+def tensorboard_server(logdir: Path, timeout: float = 60):
+    """A real ``tensorboard --logdir`` on a port of the system's choosing; yields ``call(path, body=None)``, which
+    returns the JSON of a GET (a POST with ``body``) once ``ready(answer)`` holds, polling until ``timeout``."""
+    proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
+                             "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: "queue.Queue[str]" = queue.Queue()  # its stderr, then "" once it ends
+    threading.Thread(target=lambda: [*map(lines.put, proc.stderr), lines.put("")], daemon=True).start()
+    deadline = time.monotonic() + timeout
+    try:
+        said, url = [], None
+        while url is None:
+            try:
+                said.append(lines.get(timeout=max(deadline - time.monotonic(), 0.01)))
+            except queue.Empty:
+                said.append("")
+            if not said[-1]:
+                pytest.fail("tensorboard did not start: " + "".join(said)[-2000:])
+            found = re.search(r"TensorBoard \S+ at (http://\S+?)/? ", said[-1])
+            url = found and found.group(1)
+
+        def call(path: str, body: Optional[dict] = None, ready=lambda answer: True):
+            while True:
+                data = None if body is None else json.dumps(body).encode()
+                request = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    answer = json.loads(response.read())
+                if ready(answer) or time.monotonic() > deadline:  # the server loads the event files after it starts
+                    return answer
+                time.sleep(0.2)
+
+        yield call
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_tensorboard_lists_one_run_per_training_with_its_hparams_and_its_curves_first(tmp_path):
+    """Read back by a real TensorBoard over HTTP. add_hparams made a second run per training (<run>/hparams), turned
+    bools into numbers, and its single dots at step 0 (an hparam/ group) with data_time opened the Scalars tab,
+    which opens the first two groups by name, while train/ and val/ sat collapsed below."""
     sweep = tmp_path / "sweep"
-    assert run_cli(["-m", "optimizer.lr=0.05,0.2", "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", *FAST], tmp_path).returncode == 0
+    proc = run_cli(["-m", "optimizer.lr=0.05,0.2", "trainer.max_epochs=2", "data.shuffle=false", f"hydra.sweep.dir={sweep}",
+                    *FAST], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    for job, lr in (("0", "0.05"), ("1", "0.2")):
-        acc = EventAccumulator(str(sweep / job / "hparams"))
+    metrics = {job: read_run(sweep / job)["metrics"] for job in ("0", "1")}
+    for job, lr in (("0", 0.05), ("1", 0.2)):
+        acc = EventAccumulator(str(sweep / job))  # the run's own dir: its scalars and its HParams entry
         acc.Reload()
-        content = acc.PluginTagToContent("hparams")
-        data = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
-        hp = {k: (v.WhichOneof("kind"), v.string_value or v.number_value) for k, v in data.session_start_info.hparams.items()}
-        # numbers as numbers: the HParams tab sorts and filters them by value
-        assert hp["optimizer.lr"] == ("number_value", float(lr)) and hp["trainer.max_epochs"] == ("number_value", 2)
-        assert hp["data"] == ("string_value", "synthetic")
-        accuracy = acc.Scalars("hparam/val/accuracy")[-1].value
-        assert abs(accuracy - read_run(sweep / job)["metrics"]["val/accuracy"]) < 1e-6
+        data = plugin_data_pb2.HParamsPluginData.FromString(acc.PluginTagToContent("hparams")["_hparams_/session_start_info"])
+        hp = {k: (v.WhichOneof("kind"), getattr(v, v.WhichOneof("kind"))) for k, v in data.session_start_info.hparams.items()}
+        assert hp["optimizer.lr"] == ("number_value", lr) and hp["trainer.max_epochs"] == ("number_value", 2)
+        assert hp["data.shuffle"] == ("bool_value", False) and hp["data"] == ("string_value", "synthetic")
+        assert abs(acc.Scalars("val/accuracy")[-1].value - metrics[job]["val/accuracy"]) < 1e-6
+    assert not list(sweep.rglob("hparams"))
+
+    with tensorboard_server(sweep) as call:
+        groups = call("/data/plugin/hparams/session_groups", {
+            "experimentName": "", "startIndex": 0, "sliceSize": 100,
+            "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]},
+            ready=lambda answer: answer.get("totalSize") == 2 and all(g["metricValues"] for g in answer["sessionGroups"]))
+        assert call("/data/runs") == ["0", "1"]  # one run per training
+        tags = call("/data/plugin/scalars/tags")
+        experiment = call("/data/plugin/hparams/experiment", {"experimentName": ""})
+
+    for job in ("0", "1"):
+        assert {"train/loss", "train/lr", "val/loss", "val/accuracy", "wallclock/iter_time", "wallclock/data_time"} <= set(tags[job])
+        assert {tag.split("/")[0] for tag in tags[job]} == {"train", "val", "wallclock"}  # the groups, in this order
+    types = {h["name"]: h["type"] for h in experiment["hparamInfos"]}
+    assert types["data.batch_size"] == types["trainer.max_epochs"] == "DATA_TYPE_FLOAT64"  # TensorBoard's one number type
+    assert types["data.shuffle"] == "DATA_TYPE_BOOL" and types["data"] == "DATA_TYPE_STRING"
+    assert {m["name"]["tag"] for m in experiment["metricInfos"]} == {"train/loss", "val/loss", "val/accuracy"}
+    by_run = {g["name"]: g for g in groups["sessionGroups"]}
+    assert sorted(by_run) == ["0", "1"]
+    for job, lr in (("0", 0.05), ("1", 0.2)):
+        hp = by_run[job]["hparams"]
+        assert hp["data.batch_size"] == 32 and hp["trainer.max_epochs"] == 2 and hp["optimizer.lr"] == lr
+        assert not isinstance(hp["data.batch_size"], (bool, str)) and hp["data.shuffle"] is False and hp["data"] == "synthetic"
+        values = {m["name"]["tag"]: m["value"] for m in by_run[job]["metricValues"]}
+        assert values["val/accuracy"] == pytest.approx(metrics[job]["val/accuracy"], abs=1e-6)
 
 
 def test_a_run_trained_on_has_one_hparams_entry_with_its_new_config_and_metrics(tmp_path):
     """Lengthened (max_epochs 1 -> 2), the run kept its first attempt's hparams file beside the new one: TensorBoard's
-    HParams tab showed trainer.max_epochs 1 beside the longer run's metrics, and each hparam/* tag had two points."""
+    HParams tab showed trainer.max_epochs 1 beside the longer run's metrics. The ``hparams/`` dir earlier versions
+    wrote goes too."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -382,13 +459,16 @@ def test_a_run_trained_on_has_one_hparams_entry_with_its_new_config_and_metrics(
     for epochs in (1, 2):
         proc = run_cli([f"trainer.max_epochs={epochs}", "hydra.run.dir=run", *FAST], tmp_path)
         assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len(list((run / "hparams").glob("events.out.tfevents.*"))) == 1
-    acc = EventAccumulator(str(run / "hparams"))
+        if epochs == 1:  # as an earlier version left it: the entry in a dir of its own
+            (first,) = run.glob("events.out.tfevents.*.hparams")
+            (run / "hparams").mkdir()
+            first.rename(run / "hparams" / first.name.removesuffix(".hparams"))
+    assert len(list(run.glob("events.out.tfevents.*.hparams"))) == 1 and not (run / "hparams").exists()
+    acc = EventAccumulator(str(run))
     acc.Reload()
     data = plugin_data_pb2.HParamsPluginData.FromString(acc.PluginTagToContent("hparams")["_hparams_/session_start_info"])
     assert data.session_start_info.hparams["trainer.max_epochs"].number_value == 2
-    (point,) = acc.Scalars("hparam/val/accuracy")
-    assert abs(point.value - read_run(run)["metrics"]["val/accuracy"]) < 1e-6
+    assert abs(acc.Scalars("val/accuracy")[-1].value - read_run(run)["metrics"]["val/accuracy"]) < 1e-6
 
 
 def test_local_launcher_runs_at_most_max_parallel_jobs_at_once(tmp_path):
