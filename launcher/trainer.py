@@ -56,7 +56,7 @@ from torch import nn
 
 from hooks.base import EVENTS, HookBase, is_number
 from launcher import distributed
-from launcher.data import is_sized
+from launcher.data import DeadWorkerWatch, is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
 from launcher.errors import (BatchCollateError, CheckpointWriteError, ConfigError, HookStateError, ModelInputError,  # noqa: F401
                              ModelOutputError, NonFiniteLoss, RunError, DataError, describe, what_to_mend)
@@ -447,6 +447,8 @@ class TrainerBase:
         self._said_nonfinite: set = set()  # val metrics warned of as NaN or infinite
         self.batch: Any = None  # the batch of the current step, as the model received it
         self.data_time = 0.0  # seconds the current step waited for its batch
+        self._dead_workers = DeadWorkerWatch(self._worker_died)  # a loader worker's death, told where the run can stop
+        self._validating = False
         self.meta: Dict[str, Any] = {}  # about the run, for hooks: e.g. {"overrides": [...], "seed": 0}
         self.train_loader = self.build_train_loader()
         self.val_loader = self.build_val_loader()
@@ -765,7 +767,10 @@ class TrainerBase:
         finally:
             self._in_step = False
             self.storage.iter, self.storage.epoch = self.last_step, self.last_epoch
-            self._after_train()
+            try:
+                self._after_train()
+            finally:
+                self._dead_workers.release()
         if self._deferred is not None:  # stopped for it, as for a signal: the checkpoint to resume from is written
             err, self._deferred = self._deferred, None
             self.status = "failed"
@@ -983,19 +988,41 @@ class TrainerBase:
         loader = self.train_loader
         if hasattr(loader, "set_epoch"):  # launcher.data.EpochLoader: skips without loading
             loader.set_epoch(self.epoch, self.inner_iter)
+            batches = self._watched(iter(loader))
             if isinstance(getattr(loader, "dataset", None), IterableDataset):
                 # its end is told apart from a StopIteration raised in a step; under DDP the ranks end it together
-                return StreamPass(iter(loader), self if self.dist is not None else None)
-            return iter(loader)
+                return StreamPass(batches, self if self.dist is not None else None)
+            return batches
         sampler = getattr(loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(self.epoch)
-        batches = iter(loader)
+        batches = self._watched(iter(loader))
         if self.inner_iter:
             logger.warning("The train loader cannot skip batches: reading %d batches again to resume", self.inner_iter)
             for _ in range(self.inner_iter):
                 next(batches)
         return batches
+
+    def _watched(self, batches: Iterator) -> Iterator:
+        """``batches``, whose loader's workers are watched while the run trains (see :meth:`_worker_died`)."""
+        if self.status == "running":
+            self._dead_workers.watch(batches)
+        return batches
+
+    def _worker_died(self, err: RuntimeError) -> None:
+        """A DataLoader worker died (the OOM killer, a crash) while this process was not waiting for a batch: the
+        step (or validation batch) under way ends whole, and the run stops at the next boundary with a checkpoint,
+        as for a batch that could not be loaded. Under DDP, and once training is over, the fetch that needs the dead
+        worker's batch raises it (:class:`launcher.data.DeadWorkerWatch`)."""
+        if self.dist is not None or self.status != "running" or self._deferred is not None:
+            return
+        if self._validating:
+            split, which = "data.val", f"the batches of the validation after {self.steps_done} steps"
+        else:
+            split, which = "data.train", f"the batches of epoch {self.epoch + 1}"
+        error = DataError(f"{split}: loading {which} raised {_said(err)}")
+        error.__cause__ = err
+        self._stop_for(error, (), None)
 
     def run_step(self) -> None:
         """One iteration: fetch the batch, forward, losses, backward, optimizer step.
@@ -1106,8 +1133,9 @@ class TrainerBase:
         sums: Dict[str, torch.Tensor] = {}
         counts: Dict[str, int] = {}  # samples per metric: a metric some batches leave out is averaged over the rest
         failed = True
+        self._validating = True
         try:
-            batches = iter(self.val_loader)
+            batches = self._watched(iter(self.val_loader))
             for index in itertools.count(1):
                 try:
                     batch = next(batches)
@@ -1128,6 +1156,7 @@ class TrainerBase:
                     counts[name] = counts.get(name, 0) + n
             failed = False
         finally:
+            self._validating = False
             self.model.train(was_training)
             set_rng_state(training_rng)
             self._val_raised_under_ddp = failed and self.dist is not None

@@ -7,6 +7,7 @@ import torch
 from torch.utils.data import Dataset
 
 from launcher.data import synthetic
+from launcher.models import MLP
 
 
 class NoisySynthetic(Dataset):
@@ -129,3 +130,48 @@ class DiesAt(NoisySynthetic):
         if index == self.at:
             os._exit(1)
         return super().__getitem__(index)
+
+
+class KilledAt(NoisySynthetic):
+    """The same, but the worker loading sample ``at`` is killed there by ``signal`` (``KILL``: the kernel's OOM killer;
+    ``SEGV``: a crash in native code), once: it writes its pid to the file ``flag`` first, and a rerun loads the sample."""
+
+    def __init__(self, at=10, signal="KILL", flag="killed", **kwargs):
+        super().__init__(**kwargs)
+        self.at, self.signal, self.flag = at, signal, flag
+
+    def __getitem__(self, index):
+        import os
+        import signal
+
+        if index == self.at and not os.path.exists(self.flag):
+            with open(self.flag + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.replace(self.flag + ".tmp", self.flag)
+            os.kill(os.getpid(), getattr(signal, f"SIG{self.signal}"))
+        return super().__getitem__(index)
+
+
+class BusyWhenAWorkerDies(MLP):
+    """The built-in MLP, whose ``step``-th training forward of a process waits for the death of the worker
+    :class:`KilledAt` names in ``flag`` (once: a file beside it marks the wait done), then trains on: the worker
+    dies while the training process is inside a step, not waiting for a batch."""
+
+    def __init__(self, flag="killed", step=3, **kwargs):
+        super().__init__(**kwargs)
+        self.flag, self.step, self.calls = flag, step, 0
+
+    def forward(self, batch):
+        import os
+        import time
+
+        self.calls += self.training
+        if self.training and self.calls == self.step and not os.path.exists(self.flag + ".waited"):
+            deadline = time.monotonic() + 120
+            while not os.path.exists(self.flag):
+                assert time.monotonic() < deadline, f"no worker wrote {self.flag}"
+                time.sleep(0.01)
+            with open(self.flag) as f:
+                os.waitid(os.P_PID, int(f.read()), os.WEXITED | os.WNOWAIT)  # dead; left for its loader to reap
+            open(self.flag + ".waited", "w").close()
+        return super().forward(batch)
