@@ -438,6 +438,8 @@ class TrainerBase:
         self._at_boundary: List[Callable[[], None]] = []
         self._in_step = False  # between before_step and the end of after_step
         self._rng_to_restore: Optional[Dict[str, Any]] = None
+        # (epoch, the random state the train loader of the user's own began that epoch from): see _epoch_batches
+        self._epoch_start: Optional[tuple] = None
         self.resumed_from: Optional[Path] = None
         self._train_started = 0.0  # time.time() as train() began
         self._resumed_length: Optional[int] = None  # max_iters of the run that wrote the checkpoint resumed from
@@ -996,11 +998,20 @@ class TrainerBase:
         sampler = getattr(loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(self.epoch)
+        if not self.inner_iter:
+            if not isinstance(loader, (list, tuple)):  # batches ready-made draw nothing
+                self._epoch_start = (self.epoch, _loader_rng_state(loader))
+            return self._watched(iter(loader))
+        logger.warning("The train loader cannot skip batches: reading %d batches again to resume", self.inner_iter)
+        start = self._epoch_start[1] if self._epoch_start and self._epoch_start[0] == self.epoch else None
+        now = get_rng_state()
+        if start is not None:  # the epoch's order (and its workers' seeds) drawn again as they were at its start
+            _set_loader_rng_state(loader, start)
         batches = self._watched(iter(loader))
-        if self.inner_iter:
-            logger.warning("The train loader cannot skip batches: reading %d batches again to resume", self.inner_iter)
-            for _ in range(self.inner_iter):
-                next(batches)
+        for _ in range(self.inner_iter):
+            next(batches)
+        if start is not None:  # the run's own draws go on from the checkpoint's
+            set_rng_state(now)
         return batches
 
     def _watched(self, batches: Iterator) -> Iterator:
@@ -1210,6 +1221,8 @@ class TrainerBase:
         if self.dist is not None:
             self.storage.synchronize()
         rng = get_rng_state()
+        if self.inner_iter and self._epoch_start and self._epoch_start[0] == self.epoch:
+            rng["epoch_start"] = self._epoch_start[1]  # each rank's, as its generators are
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -1268,6 +1281,8 @@ class TrainerBase:
         ranks = state.get("rng_ranks") or [state.get("rng")]
         # (a checkpoint of another world size is refused by resume_or_load; loaded here directly, every rank takes rank 0's)
         self._rng_to_restore = ranks[self.rank] if len(ranks) == self.world_size else ranks[0]
+        start = (self._rng_to_restore or {}).get("epoch_start")
+        self._epoch_start = (self.epoch, start) if start is not None and self.inner_iter else None
 
 
 def _by_name(saved: Mapping[str, Any], saved_names: Optional[List[List[str]]],
@@ -1288,6 +1303,33 @@ def _by_name(saved: Mapping[str, Any], saved_names: Optional[List[List[str]]],
     logger.info("The model lists its parameters in another order than when it was checkpointed: the optimizer's state "
                 "follows them by name")
     return {**saved, "param_groups": groups}
+
+
+def _loader_generators(loader: Any) -> List[torch.Generator]:
+    """The generators a DataLoader draws its order and its workers' seeds from, besides torch's global one: its own,
+    its sampler's, its batch sampler's sampler's (each once)."""
+    found: Dict[int, torch.Generator] = {}
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for owner in (loader, getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
+        generator = getattr(owner, "generator", None)
+        if isinstance(generator, torch.Generator):
+            found.setdefault(id(generator), generator)
+    return list(found.values())
+
+
+def _loader_rng_state(loader: Any) -> Dict[str, Any]:
+    """What a train loader of the user's own draws an epoch's order and its workers' seeds from, as the epoch
+    begins: the global generators (a sampler without a generator of its own, ``random.shuffle``), and the loader's
+    generators. Taken once an epoch, so that a run resumed mid-epoch draws them again."""
+    return {"global": get_rng_state(), "generators": [g.get_state().numpy().tobytes() for g in _loader_generators(loader)]}
+
+
+def _set_loader_rng_state(loader: Any, state: Mapping[str, Any]) -> None:
+    set_rng_state(state["global"])
+    generators = _loader_generators(loader)
+    if len(generators) == len(state["generators"]):  # else another loader than the checkpoint's: its own draws
+        for generator, saved in zip(generators, state["generators"]):
+            generator.set_state(torch.frombuffer(bytearray(saved), dtype=torch.uint8))
 
 
 def get_rng_state() -> Dict[str, Any]:

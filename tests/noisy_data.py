@@ -175,3 +175,19 @@ class BusyWhenAWorkerDies(MLP):
                 os.waitid(os.P_PID, int(f.read()), os.WEXITED | os.WNOWAIT)  # dead; left for its loader to reap
             open(self.flag + ".waited", "w").close()
         return super().forward(batch)
+
+
+class UserLoaders:
+    """A data object of the user's own: torch's ``DataLoader(shuffle=True)`` over the run's datasets, drawing its order
+    (and its workers' seeds) from the global generator, or from a ``generator`` of its own seeded with ``seed``."""
+
+    def __init__(self, train, val=None, batch_size=32, num_workers=0, seed=0, generator=False, **unused):
+        self.train, self.val, self.batch_size, self.num_workers = train, val, batch_size, num_workers
+        self.generator = torch.Generator().manual_seed(seed) if generator else None
+
+    def train_loader(self):
+        return torch.utils.data.DataLoader(self.train, batch_size=self.batch_size, shuffle=True,
+                                           num_workers=self.num_workers, generator=self.generator)
+
+    def val_loader(self):
+        return torch.utils.data.DataLoader(self.val, batch_size=self.batch_size) if self.val is not None else None
