@@ -449,7 +449,8 @@ class TrainerBase:
         self._said_nonfinite: set = set()  # val metrics warned of as NaN or infinite
         self.batch: Any = None  # the batch of the current step, as the model received it
         self.data_time = 0.0  # seconds the current step waited for its batch
-        self._dead_workers = DeadWorkerWatch(self._worker_died)  # a loader worker's death, told where the run can stop
+        this = weakref.proxy(self)  # held weakly, as hooks hold it: no cycle keeps the trainer alive
+        self._dead_workers = DeadWorkerWatch(lambda err: this._worker_died(err))  # told where the run can stop
         self._validating = False
         self.meta: Dict[str, Any] = {}  # about the run, for hooks: e.g. {"overrides": [...], "seed": 0}
         self.train_loader = self.build_train_loader()
