@@ -15,7 +15,9 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional, Sequence
 
@@ -302,6 +304,60 @@ class EpochLoader(DataLoader):
         if self._seeded:
             self.batch_sampler.key = (self.seed, getattr(sampler, "rank", 0), epoch)
         self.generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
+
+
+# torch's words for a DataLoader worker that died: "is killed by signal: ...", "exited unexpectedly ..."
+_DEAD_WORKER = "DataLoader worker (pid"
+
+
+class DeadWorkerWatch:
+    """A DataLoader worker that dies while the run trains (the OOM killer's SIGKILL, a crash in native code), told to
+    ``on_death`` rather than raised wherever the training process happens to be.
+
+    torch's SIGCHLD handler raises the dead worker's ``RuntimeError`` at whatever line the main thread runs when the
+    signal comes: in a step's backward, between two parameters of an optimizer step, in a checkpoint's write. Wrapped
+    by this handler, it is raised only where the process waits for a batch (in a watched iterator's ``__next__``), as
+    for a worker that dies before its first batch; elsewhere ``on_death(err)`` is called, and the work under way ends
+    whole. (The loader finds the dead worker at the fetch of its batch either way.) Main thread only.
+    """
+
+    def __init__(self, on_death: Callable[[RuntimeError], None]) -> None:
+        self.on_death = on_death
+        self.previous: Any = None  # the handler wrapped: torch's, installed by the first iterator with workers
+        self._fetches: set = set()  # the code of the watched iterators' __next__
+
+    def watch(self, batches: Any) -> None:
+        """Watch the fetches of ``batches`` (just made by ``iter(loader)``, which installs torch's handler)."""
+        code = getattr(getattr(type(batches), "__next__", None), "__code__", None)
+        if code is not None:
+            self._fetches.add(code)
+        if threading.current_thread() is threading.main_thread():
+            current = signal.getsignal(signal.SIGCHLD)
+            if current is not self and callable(current):
+                self.previous = current
+                signal.signal(signal.SIGCHLD, self)
+
+    def release(self) -> None:
+        """Put the wrapped handler back."""
+        if self.previous is not None and threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGCHLD) is self:
+            signal.signal(signal.SIGCHLD, self.previous)
+        self.previous = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        try:
+            self.previous(signum, frame)
+        except RuntimeError as err:
+            if _DEAD_WORKER not in str(err) or self._fetching(frame):
+                raise
+            self.on_death(err)
+
+    def _fetching(self, frame: Any) -> bool:
+        while frame is not None:
+            if frame.f_code in self._fetches:
+                return True
+            frame = frame.f_back
+        return False
 
 
 def is_sized(obj: Any) -> bool:

@@ -56,7 +56,7 @@ from torch import nn
 
 from hooks.base import EVENTS, HookBase, is_number
 from launcher import distributed
-from launcher.data import is_sized
+from launcher.data import DeadWorkerWatch, is_sized
 from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
 from launcher.errors import (BatchCollateError, CheckpointWriteError, ConfigError, HookStateError, ModelInputError,  # noqa: F401
                              ModelOutputError, NonFiniteLoss, RunError, DataError, describe, what_to_mend)
@@ -441,6 +441,8 @@ class TrainerBase:
         self._in_step = False  # between before_step and the end of after_step
         self._epoch_ending = False  # in after_epoch, where epoch is still the 0-based index of the epoch ending
         self._rng_to_restore: Optional[Dict[str, Any]] = None
+        # (epoch, the random state the train loader of the user's own began that epoch from): see _epoch_batches
+        self._epoch_start: Optional[tuple] = None
         self.resumed_from: Optional[Path] = None
         self._train_started = 0.0  # time.time() as train() began
         self._resumed_length: Optional[int] = None  # max_iters of the run that wrote the checkpoint resumed from
@@ -450,6 +452,9 @@ class TrainerBase:
         self._said_nonfinite: set = set()  # val metrics warned of as NaN or infinite
         self.batch: Any = None  # the batch of the current step, as the model received it
         self.data_time = 0.0  # seconds the current step waited for its batch
+        this = weakref.proxy(self)  # held weakly, as hooks hold it: no cycle keeps the trainer alive
+        self._dead_workers = DeadWorkerWatch(lambda err: this._worker_died(err))  # told where the run can stop
+        self._validating = False
         self.meta: Dict[str, Any] = {}  # about the run, for hooks: e.g. {"overrides": [...], "seed": 0}
         self.train_loader = self.build_train_loader()
         self.val_loader = self.build_val_loader()
@@ -768,7 +773,10 @@ class TrainerBase:
         finally:
             self._in_step = False
             self.storage.iter, self.storage.epoch = self.last_step, self.last_epoch
-            self._after_train()
+            try:
+                self._after_train()
+            finally:
+                self._dead_workers.release()
         if self._deferred is not None:  # stopped for it, as for a signal: the checkpoint to resume from is written
             err, self._deferred = self._deferred, None
             self.status = "failed"
@@ -990,19 +998,50 @@ class TrainerBase:
         loader = self.train_loader
         if hasattr(loader, "set_epoch"):  # launcher.data.EpochLoader: skips without loading
             loader.set_epoch(self.epoch, self.inner_iter)
+            batches = self._watched(iter(loader))
             if isinstance(getattr(loader, "dataset", None), IterableDataset):
                 # its end is told apart from a StopIteration raised in a step; under DDP the ranks end it together
-                return StreamPass(iter(loader), self if self.dist is not None else None)
-            return iter(loader)
+                return StreamPass(batches, self if self.dist is not None else None)
+            return batches
         sampler = getattr(loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(self.epoch)
-        batches = iter(loader)
-        if self.inner_iter:
-            logger.warning("The train loader cannot skip batches: reading %d batches again to resume", self.inner_iter)
-            for _ in range(self.inner_iter):
-                next(batches)
+        if not self.inner_iter:
+            if not isinstance(loader, (list, tuple)):  # batches ready-made draw nothing
+                self._epoch_start = (self.epoch, _loader_rng_state(loader))
+            return self._watched(iter(loader))
+        logger.warning("The train loader cannot skip batches: reading %d batches again to resume", self.inner_iter)
+        start = self._epoch_start[1] if self._epoch_start and self._epoch_start[0] == self.epoch else None
+        now = get_rng_state()
+        if start is not None:  # the epoch's order (and its workers' seeds) drawn again as they were at its start
+            _set_loader_rng_state(loader, start)
+        batches = self._watched(iter(loader))
+        for _ in range(self.inner_iter):
+            next(batches)
+        if start is not None:  # the run's own draws go on from the checkpoint's
+            set_rng_state(now)
         return batches
+
+    def _watched(self, batches: Iterator) -> Iterator:
+        """``batches``, whose loader's workers are watched while the run trains (see :meth:`_worker_died`)."""
+        if self.status == "running":
+            self._dead_workers.watch(batches)
+        return batches
+
+    def _worker_died(self, err: RuntimeError) -> None:
+        """A DataLoader worker died (the OOM killer, a crash) while this process was not waiting for a batch: the
+        step (or validation batch) under way ends whole, and the run stops at the next boundary with a checkpoint,
+        as for a batch that could not be loaded. Under DDP, and once training is over, the fetch that needs the dead
+        worker's batch raises it (:class:`launcher.data.DeadWorkerWatch`)."""
+        if self.dist is not None or self.status != "running" or self._deferred is not None:
+            return
+        if self._validating:
+            split, which = "data.val", f"the batches of the validation after {self.steps_done} steps"
+        else:
+            split, which = "data.train", f"the batches of epoch {self.epoch + 1}"
+        error = DataError(f"{split}: loading {which} raised {_said(err)}")
+        error.__cause__ = err
+        self._stop_for(error, (), None)
 
     def run_step(self) -> None:
         """One iteration: fetch the batch, forward, losses, backward, optimizer step.
@@ -1127,8 +1166,9 @@ class TrainerBase:
         sums: Dict[str, torch.Tensor] = {}
         counts: Dict[str, int] = {}  # samples per metric: a metric some batches leave out is averaged over the rest
         failed = True
+        self._validating = True
         try:
-            batches = iter(self.val_loader)
+            batches = self._watched(iter(self.val_loader))
             for index in itertools.count(1):
                 try:
                     batch = next(batches)
@@ -1149,6 +1189,7 @@ class TrainerBase:
                     counts[name] = counts.get(name, 0) + n
             failed = False
         finally:
+            self._validating = False
             self.model.train(was_training)
             set_rng_state(training_rng)
             self._val_raised_under_ddp = failed and self.dist is not None
@@ -1202,6 +1243,8 @@ class TrainerBase:
         if self.dist is not None:
             self.storage.synchronize()
         rng = get_rng_state()
+        if self.inner_iter and self._epoch_start and self._epoch_start[0] == self.epoch:
+            rng["epoch_start"] = self._epoch_start[1]  # each rank's, as its generators are
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -1260,6 +1303,8 @@ class TrainerBase:
         ranks = state.get("rng_ranks") or [state.get("rng")]
         # (a checkpoint of another world size is refused by resume_or_load; loaded here directly, every rank takes rank 0's)
         self._rng_to_restore = ranks[self.rank] if len(ranks) == self.world_size else ranks[0]
+        start = (self._rng_to_restore or {}).get("epoch_start")
+        self._epoch_start = (self.epoch, start) if start is not None and self.inner_iter else None
 
 
 def _by_name(saved: Mapping[str, Any], saved_names: Optional[List[List[str]]],
@@ -1280,6 +1325,33 @@ def _by_name(saved: Mapping[str, Any], saved_names: Optional[List[List[str]]],
     logger.info("The model lists its parameters in another order than when it was checkpointed: the optimizer's state "
                 "follows them by name")
     return {**saved, "param_groups": groups}
+
+
+def _loader_generators(loader: Any) -> List[torch.Generator]:
+    """The generators a DataLoader draws its order and its workers' seeds from, besides torch's global one: its own,
+    its sampler's, its batch sampler's sampler's (each once)."""
+    found: Dict[int, torch.Generator] = {}
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for owner in (loader, getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
+        generator = getattr(owner, "generator", None)
+        if isinstance(generator, torch.Generator):
+            found.setdefault(id(generator), generator)
+    return list(found.values())
+
+
+def _loader_rng_state(loader: Any) -> Dict[str, Any]:
+    """What a train loader of the user's own draws an epoch's order and its workers' seeds from, as the epoch
+    begins: the global generators (a sampler without a generator of its own, ``random.shuffle``), and the loader's
+    generators. Taken once an epoch, so that a run resumed mid-epoch draws them again."""
+    return {"global": get_rng_state(), "generators": [g.get_state().numpy().tobytes() for g in _loader_generators(loader)]}
+
+
+def _set_loader_rng_state(loader: Any, state: Mapping[str, Any]) -> None:
+    set_rng_state(state["global"])
+    generators = _loader_generators(loader)
+    if len(generators) == len(state["generators"]):  # else another loader than the checkpoint's: its own draws
+        for generator, saved in zip(generators, state["generators"]):
+            generator.set_state(torch.frombuffer(bytearray(saved), dtype=torch.uint8))
 
 
 def get_rng_state() -> Dict[str, Any]:

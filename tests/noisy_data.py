@@ -7,6 +7,7 @@ import torch
 from torch.utils.data import Dataset
 
 from launcher.data import synthetic
+from launcher.models import MLP
 
 
 class NoisySynthetic(Dataset):
@@ -129,3 +130,64 @@ class DiesAt(NoisySynthetic):
         if index == self.at:
             os._exit(1)
         return super().__getitem__(index)
+
+
+class KilledAt(NoisySynthetic):
+    """The same, but the worker loading sample ``at`` is killed there by ``signal`` (``KILL``: the kernel's OOM killer;
+    ``SEGV``: a crash in native code), once: it writes its pid to the file ``flag`` first, and a rerun loads the sample."""
+
+    def __init__(self, at=10, signal="KILL", flag="killed", **kwargs):
+        super().__init__(**kwargs)
+        self.at, self.signal, self.flag = at, signal, flag
+
+    def __getitem__(self, index):
+        import os
+        import signal
+
+        if index == self.at and not os.path.exists(self.flag):
+            with open(self.flag + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.replace(self.flag + ".tmp", self.flag)
+            os.kill(os.getpid(), getattr(signal, f"SIG{self.signal}"))
+        return super().__getitem__(index)
+
+
+class BusyWhenAWorkerDies(MLP):
+    """The built-in MLP, whose ``step``-th training forward of a process waits for the death of the worker
+    :class:`KilledAt` names in ``flag`` (once: a file beside it marks the wait done), then trains on: the worker
+    dies while the training process is inside a step, not waiting for a batch."""
+
+    def __init__(self, flag="killed", step=3, **kwargs):
+        super().__init__(**kwargs)
+        self.flag, self.step, self.calls = flag, step, 0
+
+    def forward(self, batch):
+        import os
+        import time
+
+        self.calls += self.training
+        if self.training and self.calls == self.step and not os.path.exists(self.flag + ".waited"):
+            deadline = time.monotonic() + 120
+            while not os.path.exists(self.flag):
+                assert time.monotonic() < deadline, f"no worker wrote {self.flag}"
+                time.sleep(0.01)
+            with open(self.flag) as f:
+                os.waitid(os.P_PID, int(f.read()), os.WEXITED | os.WNOWAIT)  # dead; left for its loader to reap
+            open(self.flag + ".waited", "w").close()
+        return super().forward(batch)
+
+
+class UserLoaders:
+    """A data object of the user's own: torch's ``DataLoader(shuffle=True)`` over the run's datasets, drawing its order
+    (and its workers' seeds) from the global generator, or from a ``generator`` of its own seeded with ``seed``."""
+
+    def __init__(self, train, val=None, batch_size=32, num_workers=0, seed=0, generator=False, **unused):
+        self.train, self.val, self.batch_size, self.num_workers = train, val, batch_size, num_workers
+        self.generator = torch.Generator().manual_seed(seed) if generator else None
+
+    def train_loader(self):
+        return torch.utils.data.DataLoader(self.train, batch_size=self.batch_size, shuffle=True,
+                                           num_workers=self.num_workers, generator=self.generator)
+
+    def val_loader(self):
+        return torch.utils.data.DataLoader(self.val, batch_size=self.batch_size) if self.val is not None else None

@@ -1085,6 +1085,40 @@ def test_a_train_dataset_that_raises_stops_before_that_step_with_a_checkpoint_an
         _same_final_weights(tmp_path / "run", tmp_path / "ref")
 
 
+@pytest.mark.parametrize("sig", ["KILL", "SEGV"])
+def test_a_train_worker_that_dies_mid_step_stops_the_run_at_the_next_boundary_and_the_rerun_trains_on(sig, tmp_path):
+    """A DataLoader worker killed (the OOM killer's SIGKILL, a crash's SIGSEGV) while the training process was inside
+    a step raised torch's RuntimeError there (in forward, backward, a hook), with a traceback and no checkpoint. Now the
+    step ends whole, the run stops at the boundary after it with a checkpoint, and the rerun ends as an uninterrupted
+    run does."""
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    flag = tmp_path / "killed"
+    # unshuffled, sample 200 is in batch 7, which a worker begins loading while step 3 runs: step 3's forward waits for
+    # the worker's death
+    args = [*FAST, "trainer.max_epochs=2", "data.num_workers=2", "data.shuffle=false",
+            "data.train._target_=noisy_data.KilledAt", "+data.train.at=200", f"+data.train.signal={sig}",
+            f"+data.train.flag={flag}", "model._target_=noisy_data.BusyWhenAWorkerDies", f"+model.flag={flag}",
+            "+model.step=3", "hooks.checkpointer.min_interval_secs=0"]
+    proc = run_cli([*args, "hydra.run.dir=run"], tmp_path, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    assert (tmp_path / "killed.waited").exists()  # the worker died while step 3 ran
+    name = {"KILL": "Killed", "SEGV": "Segmentation fault"}[sig]
+    # (torch's own handler in a worker that crashes writes "ERROR: Unexpected segmentation fault ..." first)
+    assert re.search(rf"Run failed: DataError: data\.train: loading the batches of epoch 1 raised RuntimeError: "
+                     rf"DataLoader worker \(pid \d+\) is killed by signal: {name}\. \(traceback in .*train\.log\)$",
+                     proc.stderr, re.M), out[-3000:]
+    assert "Stopped at iteration 3 for the error below, with a checkpoint" in out
+    assert (tmp_path / "run" / "checkpoints" / "last").read_text().strip() == "iter_0000003.pt"
+    assert read_run(tmp_path / "run")["status"] == "failed"
+    proc = run_cli([*args, "hydra.run.dir=run"], tmp_path, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "at iteration 3 " in out, out[-3000:]
+    assert read_run(tmp_path / "run")["status"] == "completed"
+    assert run_cli([*args, "hydra.run.dir=ref"], tmp_path, env=env).returncode == 0
+    _same_final_weights(tmp_path / "run", tmp_path / "ref")
+
+
 def test_a_rerun_removes_the_half_written_record_files_a_killed_run_left(tmp_path):
     """A SIGKILL inside the atomic write of run.json (or .hydra/) left its temporary file in the run dir for good."""
     assert run_cli([*FAST, "hydra.run.dir=run", "trainer.max_epochs=1"], tmp_path).returncode == 0

@@ -729,6 +729,28 @@ def test_a_stream_without_length_resumes_mid_pass_bitwise_equal(workers, tmp_pat
     assert_same_metrics(run_dir, reference)
 
 
+@pytest.mark.parametrize("generator", [False, True])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_users_own_shuffling_loader_resumes_mid_epoch_bitwise_equal(generator, workers, tmp_path):
+    """torch's DataLoader(shuffle=True) of the user's own, drawing its order and its workers' seeds from the global
+    generator or its own: a run resumed mid-epoch read the epoch's first batches again but drew the epoch's order
+    anew (from the random state at the checkpoint, or a generator seeded afresh), and trained on other batches."""
+    def cmd(run_dir):
+        base = [a for a in noisy_command(run_dir) if not a.startswith(("data.num_workers=", "hooks.checkpointer.period="))]
+        return [*base, "data._target_=noisy_data.UserLoaders", f"data.num_workers={workers}", f"+data.generator={generator}",
+                "hooks.checkpointer.period=50"]
+
+    reference = tmp_path / "ref"
+    run_to_end(cmd(reference), tmp_path)
+    run_dir = tmp_path / "run"
+    stopped = subprocess.run([*cmd(run_dir), "+hooks.pace.signal_after=20"], cwd=tmp_path, env=ENV, capture_output=True)
+    assert stopped.returncode == 75 and read_run(run_dir)["iter"] == 21  # mid-epoch 2 (16 batches an epoch)
+    proc = run_to_end(cmd(run_dir), tmp_path)
+    assert "Resumed from" in proc.stdout + proc.stderr
+    assert_same_final_state(run_dir, reference)
+    assert_same_metrics(run_dir, reference)
+
+
 @pytest.mark.parametrize("persistent", [False, True])
 def test_a_validation_more_or_less_changes_nothing_in_the_training_that_follows(persistent, tmp_path):
     """A run of 20 iterations validates at its end (mid-epoch), which one of 40 does not; lengthened to 40, it
