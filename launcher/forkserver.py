@@ -47,7 +47,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 FD_ENV = "LAUNCHER_FORK_SERVER_FD"  # in a controller's environment: its connection to the sweep's fork server
 PRELOAD = (  # what a job of the default task imports, the slow ones first
-    "numpy", "torch", "torch._dynamo", "torch.utils.tensorboard", "tensorboard.plugins.hparams.api", "torch.utils.serialization",
+    "numpy", "torch", "torch._dynamo", "torch.utils.tensorboard", "torch.utils.serialization",
     "hydra", "omegaconf", "submitit", "submitit.core.submission", "hydra_plugins.hydra_submitit_launcher.submitit_launcher",
     *(f"hydra._internal.core_plugins.{name}" for name in ("basic_launcher", "basic_sweeper", "file_config_source",
                                                           "importlib_resources_config_source", "structured_config_source")),
