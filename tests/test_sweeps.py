@@ -32,6 +32,23 @@ def test_local_launcher_runs_each_job_in_its_own_process_and_dir_with_its_logs_f
     assert (dirs[0].parent / "summary.csv").is_file()
 
 
+def test_a_local_sweep_says_each_job_as_it_ends_with_its_status_objective_and_run_dir(tmp_path):
+    """Between the job list and the sweep's last lines the console said nothing, however long the jobs ran."""
+    proc = run_cli(["-m", "hydra/launcher=local", "optimizer.lr=-1,0.1", "trainer.max_epochs=1", *FAST], tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    failed, done = run_dirs(tmp_path / "outputs" / "multirun")
+    said = {n: next((i for i, line in enumerate(lines) if f"Job {n} [optimizer.lr=" in line), None) for n in (0, 1)}
+    assert None not in said.values(), proc.stdout[-3000:]
+    listed = max(i for i, line in enumerate(lines) if "\t#1 : " in line)
+    end = next(i for i, line in enumerate(lines) if line.startswith("Sweep of 2 job(s)"))
+    assert listed < said[0] < end and listed < said[1] < end
+    accuracy = read_run(done)["metrics"]["val/accuracy"]
+    assert lines[said[1]].endswith(f"Job 1 [optimizer.lr=0.1] done: val/accuracy = {accuracy:.4g}; run dir: {done}")
+    assert f"Job 0 [optimizer.lr=-1] failed: ConfigError: optimizer (torch.optim.SGD): ValueError: Invalid learning " \
+           f"rate: -1" in lines[said[0]] and lines[said[0]].endswith(f"; run dir: {failed}")
+
+
 COUNT_COMPOSITIONS = """
 import atexit, os
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
