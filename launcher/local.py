@@ -427,11 +427,12 @@ class CappedLocalLauncher(LocalLauncher):
             # too, would send its job a second SIGINT and a SIGKILL a second later, cutting it short).
             # And :func:`launcher.forkserver.run_controller` stands in for submitit's controller, to learn how
             # the job ended and to have its task forked by the sweep's fork server.
-            if isinstance(args, list) and args[1:3] == ["-m", "submitit.local._local"]:
-                args = forkserver.controller_command(args[0], *args[3:])
             # Each job's share of the cores (launcher.distributed.threads_for): torch's default, every core for
             # each of max_parallel jobs, had 2 jobs on 2 cores spin-waiting for each other's cores (20-90x slower)
             kwargs["env"] = {**(kwargs.get("env") or os.environ), CPUS_ENV: str(self.threads)}
+            if isinstance(args, list) and args[1:3] == ["-m", "submitit.local._local"]:
+                args = forkserver.controller_command(args[0], *args[3:])
+                kwargs["env"][forkserver.SWEEP_PID_ENV] = str(os.getpid())  # it stops its job if the sweep dies
             # A command run through a shell (hydra.launcher.setup) is submitit's own controller: it forks nothing
             forks = server is not None and isinstance(args, list)
             connection = server.connect() if forks else None
