@@ -91,7 +91,8 @@ class ForkServer:
     """Started by the sweep (:class:`launcher.local.CappedLocalLauncher`); :meth:`connect` for each job.
 
     The server exits once the sweep has closed it (:meth:`close`, or the sweep's process ended) and the
-    last controller connected to it has gone: jobs still running when the sweep dies keep theirs.
+    last controller connected to it has gone: jobs still running when the sweep dies keep theirs while they
+    stop (each controller passes the sweep's death on to its job as a SIGTERM: :func:`run_controller`).
     """
 
     def __init__(self, log: Optional[str] = None) -> None:
@@ -650,7 +651,8 @@ def run_controller(folder: str) -> None:
     submitit's exits 0 whatever became of its job, so a job killed before it wrote its result could not
     be told from one that merely ended. This one exits with the job's status, 128 + n for signal n (as
     a shell reports it): the sweep names the signal. Started by :class:`launcher.local.CappedLocalLauncher`
-    with :func:`controller_command`.
+    with :func:`controller_command`. It does not outlive the sweep's process (:data:`SWEEP_PID_ENV`): when that dies
+    (killed with its process group) the job is stopped as the sweep would stop it, with SIGTERM until it has ended.
     """
     from pathlib import Path
     from unittest import mock
