@@ -232,12 +232,13 @@ def init(env: DistEnv, device: str = "auto") -> bool:
         dist.init_process_group(backend=backend, init_method=f"file://{env.store}" if env.store else "env://",
                                 rank=env.rank, world_size=env.world_size, timeout=datetime.timedelta(seconds=seconds))
     except Exception as err:  # DistStoreError, RuntimeError, TimeoutError, depending on where it stalled
+        reach = "that the file can be written" if env.store else \
+            "that the master address is reachable from this host and that the port is free"
         raise DistributedError(
             f"rank {env.rank} of {env.world_size} could not join the process group at {master} "
             f"within {seconds:.0f} s ({type(err).__name__}: "
             f"{str(err).splitlines()[0] if str(err) else ''}). Check that every rank was started and none failed before "
-            f"joining (its node's output says why), that the master "
-            f"address is reachable from this host and that the port is free (LAUNCHER_DIST_TIMEOUT_S sets the wait)"
+            f"joining (its node's output says why), {reach} (LAUNCHER_DIST_TIMEOUT_S sets the wait)"
         ) from err
     finally:
         if held:

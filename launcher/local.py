@@ -481,7 +481,8 @@ class CappedLocalLauncher(LocalLauncher):
                 _pickling.overrides = job_overrides[i]
                 try:
                     returns[i] = LocalLauncher.launch(self, [job_overrides[i]], initial_job_idx + i)[0]
-                    say_job_ended(returns[i], initial_job_idx + i, job_overrides[i])
+                    with contextlib.suppress(Exception):  # a line on the console: never the sweep's failure
+                        say_job_ended(returns[i], initial_job_idx + i, job_overrides[i])
                 except _NotStarted:
                     return
                 except (UncompletedJobError, FailedJobError) as err:
