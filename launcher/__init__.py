@@ -958,7 +958,7 @@ def _after_worker_failure(err: Exception, run_dir: Path, kept: bool = False) -> 
     raise distributed.WorkerFailed(f"{message} (log: {log})") from None
 
 
-def _spawned_worker(rank: int, world_size: int, port: int, parent: int, ready: Any, config: dict, run_dir: str,
+def _spawned_worker(rank: int, world_size: int, store: str, parent: int, ready: Any, config: dict, run_dir: str,
                     overrides: List[str], console_level: int = logging.INFO) -> None:
     """One worker of ``trainer.devices=N``: joins the process group and trains its share."""
     import signal
@@ -970,7 +970,7 @@ def _spawned_worker(rank: int, world_size: int, port: int, parent: int, ready: A
 
     try:
         distributed.worker_started(rank, parent, ready)
-        distributed.worker_environment(rank, world_size, port)
+        distributed.worker_environment(rank, world_size, store)
         distributed.worker_logging(rank, Path(run_dir), console_level)
         register_configs()
         run(OmegaConf.create(config), run_dir, overrides, checked=True)  # the parent checked the run dir

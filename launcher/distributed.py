@@ -4,7 +4,9 @@ Where a run's processes come from decides only how each learns its rank:
 
 * ``torchrun --nproc_per_node=N -m launcher ...`` sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
   ``MASTER_ADDR`` and ``MASTER_PORT``;
-* ``trainer.devices=N`` makes :func:`spawn` start N workers that get the same variables;
+* ``trainer.devices=N`` makes :func:`spawn` start N workers that get the same variables, less the master's
+  address and port: they meet through a file (:data:`STORE_ENV`), so no process listens on a port that
+  another host, or another user of this one, could reach;
 * a SLURM job with several tasks (``hydra.launcher.tasks_per_node``, ``nodes``) gives them through
   submitit's ``JobEnvironment``; the master is the job's first node, the port follows the job id.
 
@@ -18,8 +20,10 @@ import datetime
 import logging
 import os
 import re
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import zlib
 from dataclasses import dataclass
@@ -31,6 +35,7 @@ from hydra.experimental.callback import Callback
 logger = logging.getLogger("launcher")
 
 DEFAULT_TIMEOUT_S = 300  # process-group set-up and any one collective; LAUNCHER_DIST_TIMEOUT_S changes it
+STORE_ENV = "LAUNCHER_DIST_STORE"  # in a worker of trainer.devices=N: the file its ranks meet through (spawn)
 
 
 class DistributedError(RuntimeError):
@@ -49,6 +54,7 @@ class DistEnv:
     master_addr: str
     master_port: int
     source: str  # torchrun (or any env:// launcher), slurm, spawn
+    store: str = ""  # spawn: the rendezvous file the ranks meet through (else the master's address and port)
 
     @property
     def is_main(self) -> bool:
@@ -73,6 +79,7 @@ def from_environment() -> Optional[DistEnv]:
             master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
             master_port=int(env.get("MASTER_PORT", 29500)),
             source=source,
+            store=env.get(STORE_ENV, "") if source == "spawn" else "",
         )
     if int(env.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_PROCID" in env and "SLURM_JOB_ID" in env:
         return _slurm_env()
@@ -199,14 +206,16 @@ def init(env: DistEnv, device: str = "auto") -> bool:
             )
         return False
     if env.source != "torchrun":  # torchrun sets these itself; the others learned them from us
-        os.environ.update(MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port),
-                          RANK=str(env.rank), WORLD_SIZE=str(env.world_size), LOCAL_RANK=str(env.local_rank))
+        os.environ.update(RANK=str(env.rank), WORLD_SIZE=str(env.world_size), LOCAL_RANK=str(env.local_rank))
+        if not env.store:
+            os.environ.update(MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port))
     backend = backend_for(device)
     if "nccl" in backend:
         torch.cuda.set_device(env.local_rank)
     seconds = timeout_s()
-    logger.info("Joining the process group: rank %d of %d, master %s:%d, backend %s (%s)",
-                env.rank, env.world_size, env.master_addr, env.master_port, backend, env.source)
+    master = f"rendezvous file {env.store}" if env.store else f"master {env.master_addr}:{env.master_port}"
+    logger.info("Joining the process group: rank %d of %d, %s, backend %s (%s)",
+                env.rank, env.world_size, master, backend, env.source)
     # A SIGTERM or SIGUSR2 that interrupts the rendezvous (its retry's sleep) makes torch print a C++ stack of an
     # "Interrupted system call" and retry. One that a Python handler takes (a spawned worker's latch, submitit's)
     # could not run that handler before the join returns anyway: held blocked until then. One that would end the
@@ -220,15 +229,16 @@ def init(env: DistEnv, device: str = "auto") -> bool:
     if held:
         signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
-        dist.init_process_group(backend=backend, init_method="env://", rank=env.rank, world_size=env.world_size,
-                                timeout=datetime.timedelta(seconds=seconds))
+        dist.init_process_group(backend=backend, init_method=f"file://{env.store}" if env.store else "env://",
+                                rank=env.rank, world_size=env.world_size, timeout=datetime.timedelta(seconds=seconds))
     except Exception as err:  # DistStoreError, RuntimeError, TimeoutError, depending on where it stalled
+        reach = "that the file can be written" if env.store else \
+            "that the master address is reachable from this host and that the port is free"
         raise DistributedError(
-            f"rank {env.rank} of {env.world_size} could not join the process group at master "
-            f"{env.master_addr}:{env.master_port} within {seconds:.0f} s ({type(err).__name__}: "
+            f"rank {env.rank} of {env.world_size} could not join the process group at {master} "
+            f"within {seconds:.0f} s ({type(err).__name__}: "
             f"{str(err).splitlines()[0] if str(err) else ''}). Check that every rank was started and none failed before "
-            f"joining (its node's output says why), that the master "
-            f"address is reachable from this host and that the port is free (LAUNCHER_DIST_TIMEOUT_S sets the wait)"
+            f"joining (its node's output says why), {reach} (LAUNCHER_DIST_TIMEOUT_S sets the wait)"
         ) from err
     finally:
         if held:
@@ -400,7 +410,10 @@ def free_port() -> int:
 
 
 def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Optional[int], Any]:
-    """Start ``worker(rank, nprocs, port, parent_pid, ready, *args)`` in ``nprocs`` processes here and wait for all.
+    """Start ``worker(rank, nprocs, store, parent_pid, ready, *args)`` in ``nprocs`` processes here and wait for all.
+
+    ``store``: the file the workers' process group meets through (torch's ``FileStore``), in a directory of
+    this user's alone, removed once they have ended: no port to pick, nor any process listening on one.
 
     SIGTERM, SIGUSR2 and SIGINT sent to this process are passed on to the workers (each checkpoints
     and stops at the same step boundary; a second SIGINT aborts them, a third stops the wait). The
@@ -420,7 +433,6 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
 
     from launcher.signals import SignalLatch
 
-    port = free_port()
     ready = mp.get_context("spawn").RawArray("b", nprocs)  # set by each worker once it holds signals (worker_started)
     processes: List[Any] = []
     error_files: List[str] = []  # torch's, one per worker, written by a worker that raised and never removed by torch
@@ -455,12 +467,14 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
     previous: Dict[int, Any] = {}
 
     def start() -> Any:
-        context = mp.start_processes(worker, args=(nprocs, port, os.getpid(), ready, *args), nprocs=nprocs,
+        context = mp.start_processes(worker, args=(nprocs, store, os.getpid(), ready, *args), nprocs=nprocs,
                                      join=False, start_method="spawn")
         processes.extend(context.processes)
         error_files.extend(name for name in context.error_files if name)
         return context
 
+    rendezvous = tempfile.mkdtemp(prefix="launcher-rendezvous-")  # 0700: another user cannot reach it
+    store = os.path.join(rendezvous, "store")
     try:
         if threading.current_thread() is not threading.main_thread():  # no handlers to set, no signals to block
             context = start()
@@ -508,6 +522,7 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
                 os.unlink(name)
             except OSError:
                 pass
+        shutil.rmtree(rendezvous, ignore_errors=True)  # the workers have ended: a rerun meets in a new one
     first = received[0] if received else None
     return first, SignalLatch.unlatched(previous.get(first), first) if first is not None else None
 
@@ -599,11 +614,28 @@ def worker_started(rank: int, parent: int, ready: Any) -> None:
         os._exit(1)
 
 
-def worker_environment(rank: int, world_size: int, port: int) -> DistEnv:
-    """In a spawned worker: the variables torchrun would have set."""
+def worker_environment(rank: int, world_size: int, store: str) -> DistEnv:
+    """In a spawned worker: the variables torchrun would have set, but the rendezvous ``store`` (a file) for the
+    master's address and port. The ranks' own connections (gloo's, NCCL's) on the loopback interface, unless
+    the environment names another: they all run here."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LAUNCHER_DIST_SOURCE="spawn")
-    return DistEnv(rank, rank, world_size, "127.0.0.1", port, "spawn")
+                      LAUNCHER_DIST_SOURCE="spawn", **{STORE_ENV: store})
+    for name in ("MASTER_ADDR", "MASTER_PORT"):  # none: a user's would not be where these ranks meet
+        os.environ.pop(name, None)
+    loopback = loopback_interface()
+    if loopback is not None:
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            os.environ.setdefault(name, loopback)
+    return DistEnv(rank, rank, world_size, "127.0.0.1", 0, "spawn", store)
+
+
+def loopback_interface() -> Optional[str]:
+    """The name of this host's loopback network interface (``lo`` on Linux, ``lo0`` elsewhere), or None."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    return next((name for name in ("lo", "lo0") if name in names), None)
 
 
 class TorchrunCallback(Callback):  # type: ignore[misc]

@@ -46,8 +46,10 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 FD_ENV = "LAUNCHER_FORK_SERVER_FD"  # in a controller's environment: its connection to the sweep's fork server
+SWEEP_PID_ENV = "LAUNCHER_SWEEP_PID"  # in a controller's environment: the sweep that started it, which it dies with
+RESEND_S = 2.0  # a controller whose sweep died asks its job to stop this often until it has (as the sweep would)
 PRELOAD = (  # what a job of the default task imports, the slow ones first
-    "numpy", "torch", "torch._dynamo", "torch.utils.tensorboard", "tensorboard.plugins.hparams.api", "torch.utils.serialization",
+    "numpy", "torch", "torch._dynamo", "torch.utils.tensorboard", "torch.utils.serialization",
     "hydra", "omegaconf", "submitit", "submitit.core.submission", "hydra_plugins.hydra_submitit_launcher.submitit_launcher",
     *(f"hydra._internal.core_plugins.{name}" for name in ("basic_launcher", "basic_sweeper", "file_config_source",
                                                           "importlib_resources_config_source", "structured_config_source")),
@@ -71,13 +73,26 @@ def _send(sock: socket.socket, message: Dict[str, Any], fds: Sequence[int] = ())
     socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
 
 
+def signalled_when_parent_dies(parent: int, signum: int = signal.SIGTERM) -> bool:
+    """Have Linux send this process ``signum`` when ``parent`` ends (PR_SET_PDEATHSIG: precisely, when the thread of
+    ``parent`` that started this process does); whether ``parent`` is still this process's parent once that is set,
+    False where it had ended before (no signal will come: the caller acts as if it had)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signum))  # PR_SET_PDEATHSIG
+    return os.getppid() == parent
+
+
 # -- the sweep's side --------------------------------------------------------------------------------
 
 class ForkServer:
     """Started by the sweep (:class:`launcher.local.CappedLocalLauncher`); :meth:`connect` for each job.
 
     The server exits once the sweep has closed it (:meth:`close`, or the sweep's process ended) and the
-    last controller connected to it has gone: jobs still running when the sweep dies keep theirs.
+    last controller connected to it has gone: jobs still running when the sweep dies keep theirs while they
+    stop (each controller passes the sweep's death on to its job as a SIGTERM: :func:`run_controller`).
     """
 
     def __init__(self, log: Optional[str] = None) -> None:
@@ -182,8 +197,9 @@ def preload(modules: Sequence[str] = PRELOAD, stop: Any = lambda: False) -> bool
 class _Job:
     """A forked child's request: leaves the server's loop and becomes the task (:meth:`run`)."""
 
-    def __init__(self, request: Dict[str, Any], fds: List[int], added_env: Optional[Dict[str, str]] = None) -> None:
-        self.request, self.fds, self.added_env = request, fds, added_env or {}
+    def __init__(self, request: Dict[str, Any], fds: List[int], added_env: Optional[Dict[str, str]] = None,
+                 server: int = 0) -> None:
+        self.request, self.fds, self.added_env, self.server = request, fds, added_env or {}, server
 
     def run(self) -> None:
         """Set up as ``python -u -m <module> <args>`` started by the controller would be, then run it."""
@@ -194,6 +210,8 @@ class _Job:
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        # SIGTERM if the server ends before this task (killed): it stops at its next step boundary, with a checkpoint
+        server_gone = not signalled_when_parent_dies(self.server)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         stdin = os.open(os.devnull, os.O_RDONLY)
         for fd, target in ((stdin, 0), (self.fds[0], 1), (self.fds[1], 2)):
@@ -222,6 +240,8 @@ class _Job:
         if sys.path and self.request.get("path0") is not None:
             sys.path[0] = self.request["path0"]
         sys.argv = [module, *args]  # runpy puts the module's file first, as -m does
+        if server_gone:
+            raise SystemExit("launcher: the sweep's fork server ended before this job started")
         runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
@@ -333,6 +353,7 @@ def serve(control: socket.socket, added_env: Optional[Dict[str, str]] = None) ->
     Returns in a forked child only: that child's job, with every file of the server's closed.
     ``added_env``: the variables that importing :data:`PRELOAD` set, which a job's own imports would have.
     """
+    server = os.getpid()  # its forked tasks' parent, which they die with
     selector = selectors.DefaultSelector()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -436,7 +457,7 @@ def serve(control: socket.socket, added_env: Optional[Dict[str, str]] = None) ->
                         _send(client, {"error": f"fork failed: {err}"})
                 if pid == 0:
                     close_all()
-                    return _Job(request, fds, added_env)
+                    return _Job(request, fds, added_env, server)
                 for fd in fds:
                     os.close(fd)
                 if pid > 0:
@@ -630,7 +651,8 @@ def run_controller(folder: str) -> None:
     submitit's exits 0 whatever became of its job, so a job killed before it wrote its result could not
     be told from one that merely ended. This one exits with the job's status, 128 + n for signal n (as
     a shell reports it): the sweep names the signal. Started by :class:`launcher.local.CappedLocalLauncher`
-    with :func:`controller_command`.
+    with :func:`controller_command`. It does not outlive the sweep's process (:data:`SWEEP_PID_ENV`): when that dies
+    (killed with its process group) the job is stopped as the sweep would stop it, with SIGTERM until it has ended.
     """
     from pathlib import Path
     from unittest import mock
@@ -640,11 +662,19 @@ def run_controller(folder: str) -> None:
     class ReportingController(Controller):  # type: ignore[misc]
         exit_codes: Sequence[Optional[int]] = ()
         stopped_by: Optional[int] = None  # a stop signal that came while no task was running yet
+        sweep: Optional[int] = None  # the sweep's pid: it started this controller, which stops its job when it dies
+        resending = False
 
         def _forward_signal(self, signum: int, *args: Any) -> None:
             if not self.tasks and signum in _STOP_SIGNALS:
                 self.stopped_by = signum
             super()._forward_signal(signum, *args)
+            if signum == signal.SIGTERM and self.sweep is not None and os.getppid() != self.sweep and not self.resending:
+                # the sweep died (killed): no one else will ask again. A job still starting up passes SIGTERM by
+                # (submitit's handler) until its trainer holds it: asked every RESEND_S until it ends, as the sweep does
+                self.resending = True
+                signal.signal(signal.SIGALRM, lambda *_: Controller._forward_signal(self, signal.SIGTERM))
+                signal.setitimer(signal.ITIMER_REAL, RESEND_S, RESEND_S)
 
         def start_tasks(self) -> None:
             # submitit's executor makes the job's folder (.submitit/<this pid>), moving the job's pickle there, once
@@ -666,7 +696,12 @@ def run_controller(folder: str) -> None:
             self.exit_codes = super().wait(freq)
             return self.exit_codes
 
-    controller = ReportingController(Path(folder))
+    sweep = os.environ.pop(SWEEP_PID_ENV, "")  # not passed on to the job
+    controller = ReportingController(Path(folder))  # its SIGTERM handler: passed on to the job
+    if sweep.isdigit():  # a local sweep's job does not outlive the sweep: it is stopped as the sweep stops it
+        controller.sweep = int(sweep)
+        if not signalled_when_parent_dies(controller.sweep):
+            controller._forward_signal(signal.SIGTERM)
     with mock.patch.object(subprocess, "Popen", popen):
         controller.run()
     code = next((c for c in controller.exit_codes if c), 0)

@@ -23,9 +23,10 @@ from pathlib import Path
 from unittest import mock
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hydra.core.utils import JobReturn
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra.errors import CompactHydraException
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
+from omegaconf import OmegaConf
 
 from launcher import forkserver
 from launcher.distributed import CPUS_ENV, omp_threads, usable_cores
@@ -33,6 +34,7 @@ from launcher.errors import ConfigError
 from launcher.plugins import (BASIC_SWEEPERS, as_plain, finished_jobs, job_dir, launcher_errors_explained, mark_pending,
                               record_dead_job, stop_sweep, take_composed)
 from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
+from launcher.summary import job_end_line
 
 log = logging.getLogger("launcher")
 
@@ -425,11 +427,12 @@ class CappedLocalLauncher(LocalLauncher):
             # too, would send its job a second SIGINT and a SIGKILL a second later, cutting it short).
             # And :func:`launcher.forkserver.run_controller` stands in for submitit's controller, to learn how
             # the job ended and to have its task forked by the sweep's fork server.
-            if isinstance(args, list) and args[1:3] == ["-m", "submitit.local._local"]:
-                args = forkserver.controller_command(args[0], *args[3:])
             # Each job's share of the cores (launcher.distributed.threads_for): torch's default, every core for
             # each of max_parallel jobs, had 2 jobs on 2 cores spin-waiting for each other's cores (20-90x slower)
             kwargs["env"] = {**(kwargs.get("env") or os.environ), CPUS_ENV: str(self.threads)}
+            if isinstance(args, list) and args[1:3] == ["-m", "submitit.local._local"]:
+                args = forkserver.controller_command(args[0], *args[3:])
+                kwargs["env"][forkserver.SWEEP_PID_ENV] = str(os.getpid())  # it stops its job if the sweep dies
             # A command run through a shell (hydra.launcher.setup) is submitit's own controller: it forks nothing
             forks = server is not None and isinstance(args, list)
             connection = server.connect() if forks else None
@@ -453,6 +456,20 @@ class CappedLocalLauncher(LocalLauncher):
                     started.process = start_controller(*args, **kwargs)
             return started.process
 
+        shared = set.intersection(*map(set, job_overrides)) if len(job_overrides) > 1 else set()  # shown once, above
+
+        def say_job_ended(ret: JobReturn, idx: int, overrides: Sequence[str]) -> None:
+            # a job that died or stopped without a result said so as the sweep recorded it (record_dead_job)
+            failed = ret.status == JobStatus.FAILED
+            run_dir = OmegaConf.select(ret.hydra_cfg, "hydra.runtime.output_dir") if ret.hydra_cfg is not None else None
+            if run_dir is None:
+                with composing:
+                    run_dir = self._job_dir(overrides, idx)
+            own = [o for o in filter_overrides(overrides) if o not in shared] or filter_overrides(overrides)
+            line = job_end_line(idx, own, Path(str(run_dir)), str(self.config.get("objective")),
+                                ret._return_value if failed else None)
+            log.log(logging.ERROR if failed else logging.INFO, "%s", line)
+
         def run_jobs() -> None:  # one slot: the next job as each ends
             while True:
                 with stopper.starting:
@@ -464,6 +481,8 @@ class CappedLocalLauncher(LocalLauncher):
                 _pickling.overrides = job_overrides[i]
                 try:
                     returns[i] = LocalLauncher.launch(self, [job_overrides[i]], initial_job_idx + i)[0]
+                    with contextlib.suppress(Exception):  # a line on the console: never the sweep's failure
+                        say_job_ended(returns[i], initial_job_idx + i, job_overrides[i])
                 except _NotStarted:
                     return
                 except (UncompletedJobError, FailedJobError) as err:
@@ -477,8 +496,6 @@ class CappedLocalLauncher(LocalLauncher):
                 except BaseException as err:  # noqa: B036 -- raised in the sweep's thread, below
                     errors.append(err)
                     return
-
-        from hydra.core.utils import filter_overrides
 
         plugin_log = logging.getLogger(LocalLauncher.__module__)
         plugin_log.info(f"Submitit 'local' sweep output dir : {sweep_dir}")

@@ -567,6 +567,23 @@ def done_report(rows: List[Dict[str, Any]], sweep_dir: Path, objective: str, mod
     return f"Sweep of {len(rows)} job(s): {state}{top}{again}; summary: {Path(sweep_dir) / 'summary.md'}"
 
 
+def job_end_line(num: int, overrides: Sequence[str], job_dir: Path, objective: str,
+                 error: Optional[BaseException] = None) -> str:
+    """The console's line as a sweep job ends: its number and overrides, its status (as the summary words it) with
+    its ``objective`` (or the ``error`` it failed with), and its run dir."""
+    record = _read_json(Path(job_dir) / "run.json")
+    status = "failed" if error is not None else STATUS.get(str(record.get("status", "")), "ended")
+    value = (record.get("metrics") or {}).get(objective)
+    if error is not None:
+        said = str(error).strip()
+        outcome = f"{type(error).__name__}: {said.splitlines()[-1] if said else ''}"
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        outcome = f"{objective} = {value:.4g}"
+    else:
+        outcome = f"no {objective} recorded"
+    return f"Job {num} [{' '.join(overrides)}] {status}: {outcome}; run dir: {job_dir}"
+
+
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode

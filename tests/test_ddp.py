@@ -813,3 +813,73 @@ def test_a_sigterm_while_a_rank_joins_the_process_group_interrupts_no_system_cal
     assert "failed: DistributedError" in out and "handled" in out.splitlines()[-1], out + err[-2000:]
     assert out.splitlines()[-1] == "handled"
     assert "Interrupted system call" not in err, err[-2000:]
+
+
+def _process_tree(root: int) -> list:
+    """``root`` and its descendants, from /proc."""
+    parents: dict = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [root], [root]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def _listening_addresses(pids: list) -> list:
+    """The local addresses (ip, port) of the TCP sockets that ``pids`` hold open and listen on."""
+    import ipaddress
+
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with_link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if with_link.startswith("socket:["):
+                    inodes.add(with_link[8:-1])
+        except OSError:
+            continue
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            address, port = fields[1].split(":")
+            raw = bytes.fromhex(address)  # each 32-bit word in the host's (little-endian) order
+            packed = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            found.append((ipaddress.ip_address(packed), int(port, 16)))
+    return found
+
+
+def test_a_spawned_ddp_run_listens_on_no_port_another_host_could_reach(tmp_path):
+    """trainer.devices=2 had torch's TCPStore, which ranks exchange pickled objects through, listening on every
+    interface (*:<port>), unauthenticated. The ranks meet through a file in a directory of the user's own, gone
+    once the run ends; what the ranks listen on for each other is the loopback interface."""
+    env = {**ENV, "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    args = [*DATA, "data.batch_size=32", "trainer=iter", "trainer.max_iters=100", "trainer.devices=2", "hydra.run.dir=run",
+            "hooks.jsonl.period=1", "hooks.jsonl.flush_secs=0", "+hooks.pace._target_=pace.Pace", "+hooks.pace.seconds=0.1"]
+    proc = subprocess.Popen(cli(*args), cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_for(tmp_path / "run" / "metrics.jsonl", proc)  # the process group is up: the ranks train
+        pids = _process_tree(proc.pid)
+        assert len(pids) >= 3, pids  # the launcher and its two workers
+        listening = _listening_addresses(pids)
+        assert all(ip.is_loopback or getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback
+                   for ip, _ in listening), listening
+        assert not [ip for ip, _ in listening if ip.is_unspecified], listening  # 0.0.0.0 or ::
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-3000:]
+    assert not list((tmp_path / "tmp").glob("launcher-rendezvous-*"))  # the rendezvous is gone with the workers
+    again = subprocess.run(cli(*args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # a rerun in the same run dir meets afresh, and resumes
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert read_run(tmp_path / "run")["resumed_from"] and not list((tmp_path / "tmp").glob("launcher-rendezvous-*"))

@@ -1,6 +1,7 @@
 """The local launcher's fork server: each sweep job forked from a process that has imported torch once."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -251,3 +252,39 @@ def test_what_the_fork_server_printed_is_kept_in_the_sweep_dir(tmp_path):
     assert sorted(log.splitlines()) == ["said at start-up", "warned at start-up"]
     for job in ("0", "1"):  # nor did the server's buffered output reach a job's log
         assert "at start-up" not in "".join(p.read_text() for p in (tmp_path / "sweep" / job).glob("*.log"))
+
+
+def test_every_module_the_fork_server_preloads_imports_in_a_fresh_interpreter():
+    """The server skips a module that fails to import (each job then imports it again, and fails where the user
+    looks): tensorboard.plugins.hparams.api, which needs TensorFlow on current tensorboard, cost every job its
+    import and the server its time. Imported in the server's order, as it does."""
+    script = ("import importlib, sys, traceback\n"
+              "for name in sys.argv[1:]:\n"
+              "    try:\n        importlib.import_module(name)\n"
+              "    except Exception as err:\n        print(f'{name}: {type(err).__name__}: {err}')\n")
+    proc = subprocess.run([sys.executable, "-c", script, *forkserver.PRELOAD], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout == "", proc.stdout + proc.stderr[-2000:]
+
+
+def test_a_forked_task_is_stopped_when_its_server_is_killed(monkeypatch, tmp_path):
+    """The server is the parent of the tasks it forks: killed, it left them running with no one to reap them. They get
+    SIGTERM (a job's trainer checkpoints at its next step boundary and exits 75)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.chdir(tmp_path)
+    started, task = forkserver.ForkServer(), None
+    try:
+        connection = forkserver._Connection(started.connect())
+        task = _task(connection, tmp_path, "0", "600")
+        assert forkserver._exists(task.pid)
+        started.process.kill()
+        started.process.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while forkserver._exists(task.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not forkserver._exists(task.pid)
+        connection.sock.close()
+    finally:
+        started.process.kill()
+        if task is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(task.pid, signal.SIGKILL)

@@ -38,6 +38,23 @@ def test_local_launcher_runs_each_job_in_its_own_process_and_dir_with_its_logs_f
     assert (dirs[0].parent / "summary.csv").is_file()
 
 
+def test_a_local_sweep_says_each_job_as_it_ends_with_its_status_objective_and_run_dir(tmp_path):
+    """Between the job list and the sweep's last lines the console said nothing, however long the jobs ran."""
+    proc = run_cli(["-m", "hydra/launcher=local", "optimizer.lr=-1,0.1", "trainer.max_epochs=1", *FAST], tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    failed, done = run_dirs(tmp_path / "outputs" / "multirun")
+    said = {n: next((i for i, line in enumerate(lines) if f"Job {n} [optimizer.lr=" in line), None) for n in (0, 1)}
+    assert None not in said.values(), proc.stdout[-3000:]
+    listed = max(i for i, line in enumerate(lines) if "\t#1 : " in line)
+    end = next(i for i, line in enumerate(lines) if line.startswith("Sweep of 2 job(s)"))
+    assert listed < said[0] < end and listed < said[1] < end
+    accuracy = read_run(done)["metrics"]["val/accuracy"]
+    assert lines[said[1]].endswith(f"Job 1 [optimizer.lr=0.1] done: val/accuracy = {accuracy:.4g}; run dir: {done}")
+    assert f"Job 0 [optimizer.lr=-1] failed: ConfigError: optimizer (torch.optim.SGD): ValueError: Invalid learning " \
+           f"rate: -1" in lines[said[0]] and lines[said[0]].endswith(f"; run dir: {failed}")
+
+
 COUNT_COMPOSITIONS = """
 import atexit, os
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -609,6 +626,58 @@ def test_a_stopped_local_sweep_stops_its_jobs_with_checkpoints_and_a_rerun_finis
     # the sweep's console says which jobs go on (only their logs said it)
     assert f"2 sweep job(s) train on from their checkpoints: job 0 (iter_{runs['0']['iter']:07d}.pt), job 1 " \
         f"(iter_{runs['1']['iter']:07d}.pt)" in rerun.stdout + rerun.stderr, (rerun.stdout + rerun.stderr)[-3000:]
+
+
+def _processes_of(root: Path) -> list:
+    """The live processes (not zombies) other than this one whose command line, environment or working dir names
+    ``root``."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if int(entry) == os.getpid() or Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                continue
+            said = Path(f"/proc/{entry}/cmdline").read_bytes() + Path(f"/proc/{entry}/environ").read_bytes()
+            if str(root).encode() in said or os.readlink(f"/proc/{entry}/cwd").startswith(str(root)):
+                found.append(int(entry))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("fork_server", ["true", "false"])
+def test_a_local_sweep_killed_with_its_process_group_stops_its_jobs_with_checkpoints_and_a_rerun_finishes_them(
+        fork_server, tmp_path):
+    """SIGKILL to the sweep's whole process group (a terminal closed by force, a CI job cancelled) left its jobs,
+    its fork server and submitit's controllers running, in sessions of their own, training on for minutes. The
+    jobs stop as for a SIGTERM to the sweep: a checkpoint, exit status 75; rerunning the sweep resumes them."""
+    import signal
+    import time
+
+    env = {**_paced_env(), "SWEEP_UNDER_TEST": str(tmp_path)}  # inherited by each process of the sweep
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "launcher", "-m", "hydra/launcher=local", f"hydra.launcher.fork_server={fork_server}",
+            "seed=0,1", "trainer.max_epochs=12", f"hydra.sweep.dir={sweep}", "hooks.checkpointer.min_interval_secs=0", "+hooks.pace._target_=pace.Pace",
+            "+hooks.pace.seconds=0.1", *FAST]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # its own process group, as a shell gives a command it runs
+    _wait_for(lambda: all((sweep / str(j) / "checkpoints" / "last").is_file() for j in (0, 1)), proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 120
+    while _processes_of(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in _processes_of(tmp_path)}
+    assert not left, left
+    runs = {d.name: read_run(d) for d in run_dirs(sweep)}
+    assert [(r["status"], r["exit_code"]) for r in runs.values()] == [("interrupted", 75)] * 2, runs
+    for job, record in runs.items():  # each wrote where it stopped, short of its end
+        assert record["iter"] < 120 and (sweep / job / "checkpoints" / f"iter_{record['iter']:07d}.pt").is_file()
+
+    rerun = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    for job, record in runs.items():
+        again = read_run(sweep / job)
+        assert again["status"] == "completed" and again["resumed_from"].endswith(f"iter_{record['iter']:07d}.pt"), again
 
 
 def test_run_time_sums_the_attempts_and_leaves_out_the_gaps_between_them(tmp_path, monkeypatch):
