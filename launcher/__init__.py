@@ -517,8 +517,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
 
 def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool,
                 before_chain: Callable[[], None]) -> RunResult:
-    from launcher.files import candidates
-    from launcher.rundir import RunRecord, plain_config, same_command
+    from launcher.rundir import RunRecord, plain_config
     from launcher.signals import EXIT_INTERRUPTED, GracefulStop, pass_on_late
 
     record = RunRecord(run_dir, cfg.seed, overrides, write=main, config=plain_config(cfg) if main else None)
@@ -551,6 +550,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters, trainer.device, run_dir)
         stopper = GracefulStop(trainer).__enter__()
         metrics = trainer.train()
+        stopper.trained = True  # a second Ctrl-C from here finds the run over: its record and exit status stand
     except BaseException as err:
         if stopper is not None:
             stopper.__exit__(type(err), err, err.__traceback__)
@@ -585,28 +585,36 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         record.finish(trainer.status, exit_code, metrics, objective={"name": cfg.objective, "value": objective},
                       stop_reason=trainer.stop_reason if trainer.status != "completed" else None, iter=trainer.iter,
                       resumed_from=str(trainer.resumed_from) if trainer.resumed_from else None)
+        if trainer.status == "interrupted" and main:  # said with the handlers still ours: a Ctrl-C changes nothing
+            _say_interrupted(trainer, run_dir, stopper.name or trainer.stop_reason)
     finally:
         stopper.__exit__(None, None, None)
     if stopper.received is not None and trainer.status != "interrupted":
         pass_on_late(stopper.received, trainer.status)  # recorded as it ended: to the handler the run's replaced
     if trainer.status == "interrupted":
-        if main:  # rank 0 wrote the checkpoint; the other ranks cannot tell whether it is on disk yet
-            last = trainer.checkpoint_dir / "last"
-            saved = last.is_file() and last.read_text().strip() == f"iter_{trainer.iter:07d}.pt"
-            older = [] if saved else candidates(trainer.checkpoint_dir)  # one it resumed from, or a hook of one's own saved
-            advice = (f"Run {same_command(run_dir)} to resume." if saved else
-                      f"No checkpoint of it was written (no checkpointer hook): {same_command(run_dir)} resumes from "
-                      f"{older[0].name}, an older one." if older else
-                      "No checkpoint was written (no checkpointer hook): a rerun starts over.")
-            logger.warning("Interrupted at iteration %d (%s); exit code %d. %s", trainer.iter,
-                           stopper.name or trainer.stop_reason,
-                           EXIT_INTERRUPTED, advice)
         before_chain()
         stopper.chain()  # e.g. submitit's handler, which requeues the job: the checkpoint is on disk now
     else:
         logger.info("Finished (%s): %s = %.4f%s", trainer.status, cfg.objective, objective, _measured_when(trainer, cfg.objective))
     return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=run_dir,
                      stop_reason=trainer.stop_reason if trainer.status != "completed" else None)
+
+
+def _say_interrupted(trainer: Any, run_dir: Path, why: Optional[str]) -> None:
+    """The last line of an interrupted run (rank 0's: it wrote the checkpoint; the other ranks cannot tell whether
+    it is on disk yet): its iteration, exit code and how to resume."""
+    from launcher.files import candidates
+    from launcher.rundir import same_command
+    from launcher.signals import EXIT_INTERRUPTED
+
+    last = trainer.checkpoint_dir / "last"
+    saved = last.is_file() and last.read_text().strip() == f"iter_{trainer.iter:07d}.pt"
+    older = [] if saved else candidates(trainer.checkpoint_dir)  # one it resumed from, or a hook of one's own saved
+    advice = (f"Run {same_command(run_dir)} to resume." if saved else
+              f"No checkpoint of it was written (no checkpointer hook): {same_command(run_dir)} resumes from "
+              f"{older[0].name}, an older one." if older else
+              "No checkpoint was written (no checkpointer hook): a rerun starts over.")
+    logger.warning("Interrupted at iteration %d (%s); exit code %d. %s", trainer.iter, why, EXIT_INTERRUPTED, advice)
 
 
 def _measured_when(trainer: Any, key: str) -> str:

@@ -27,6 +27,12 @@ def main(cfg: DictConfig) -> float:
     try:
         overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)  # as typed: "x=${y}" stays text
         result = launcher.run(cfg, hc.runtime.output_dir, overrides, on_start=lambda: save_job_config(cfg))
+        if result.status == "interrupted":
+            exit_interrupted()
+    except KeyboardInterrupt:  # a second Ctrl-C after the run recorded itself interrupted: the record stands
+        if not recorded_interrupted(hc.runtime.output_dir):
+            raise
+        exit_interrupted()
     except ConfigError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
             traceback_to_log_files(err, f"Config error: {err}")
@@ -46,15 +52,32 @@ def main(cfg: DictConfig) -> float:
         where = f" (traceback in {logs[0]})" if logs else ""  # under torchrun a rank's own train_rank<N>.log
         print(f"Run failed: {type(err).__name__}: {err}{where}", file=sys.stderr, flush=True)
         sys.exit(1)
-    if result.status == "interrupted":
-        import signal
-
-        from launcher.signals import SIGNALS
-
-        for sig in SIGNALS:  # the checkpoint is saved: a second Ctrl-C or SIGTERM while Python shuts down changes
-            signal.signal(sig, signal.SIG_IGN)  # nothing, and the exit status stays the one that says "resume"
-        sys.exit(EXIT_INTERRUPTED)
     return result.objective
+
+
+def exit_interrupted() -> None:
+    """Exit 75 for a run recorded interrupted (its checkpoint saved): a second Ctrl-C or SIGTERM while Python
+    shuts down changes nothing, and the exit status stays the one its ``run.json`` gives, which says "resume"."""
+    import signal
+
+    from launcher.signals import SIGNALS
+
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def recorded_interrupted(run_dir: str) -> bool:
+    """Whether ``run_dir``'s ``run.json`` says this process's run ended interrupted (a Ctrl-C came after it was written)."""
+    import json
+
+    try:
+        with open(os.path.join(run_dir, "run.json")) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("status") == "interrupted" and record.get("pid") == os.getpid() \
+        and record.get("exit_code") == EXIT_INTERRUPTED
 
 
 def traceback_to_log_files(err: BaseException, message: str) -> None:

@@ -826,6 +826,24 @@ def test_signals_after_an_interrupted_run_has_saved_its_checkpoint_keep_the_exit
     assert "Run the same command to resume" in proc.stdout + proc.stderr and read_run(tmp_path / "run")["exit_code"] == 75
 
 
+def test_ctrl_c_twice_ends_the_process_as_its_run_json_says_whichever_ctrl_c_wins(tmp_path):
+    """A second Ctrl-C 10-50 ms after the first: before the run's end it aborts (aborted, 130, by SIGINT), after it
+    the recorded "interrupted, exit code 75" stands; it exited by SIGINT ("Aborted") while run.json said 75."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    seen = []
+    for i, (gap, from_end) in enumerate([(0.01, False), (0.02, False), (0.03, False), (0.05, False),
+                                         (0.0, True), (0.005, True), (0.01, True), (0.02, True)]):
+        proc = run_cli([*FAST, f"hydra.run.dir=run{i}", "+hooks.cc._target_=pace.CtrlCTwice", f"+hooks.cc.gap={gap}",
+                        f"+hooks.cc.from_end={str(from_end).lower()}"], tmp_path, env=env)
+        record = read_run(tmp_path / f"run{i}")
+        code = 130 if proc.returncode == -2 else proc.returncode  # ended by SIGINT: a shell's 130
+        seen.append((gap, from_end, proc.returncode, record["status"], record["exit_code"]))
+        assert (record["status"], record["exit_code"], code) in [("interrupted", 75, 75), ("aborted", 130, 130)], seen
+        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        if record["status"] == "interrupted":
+            assert "Aborted" not in proc.stderr and "Run the same command to resume" in proc.stdout + proc.stderr, seen
+
+
 @pytest.mark.parametrize("sweep", [False, True], ids=["run", "basic sweep"])
 def test_the_advice_to_resume_a_run_in_a_dated_dir_names_the_dir(sweep, tmp_path):
     """In the default outputs/<date>/<time> dir, "run the same command again" started over in a new dir."""
