@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 import launcher
 from launcher.build import ConfigError
 from launcher.distributed import WorkerFailed
-from launcher.errors import REPORTED_JOB, ClusterUnreachable, RunError
+from launcher.errors import REPORTED_JOB, ClusterUnreachable, RunError, output_dir_refused
 from launcher.signals import EXIT_INTERRUPTED
 
 logger = logging.getLogger("launcher")
@@ -37,8 +37,9 @@ def main(cfg: DictConfig) -> float:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
             traceback_to_log_files(err, f"Config error: {err}")
             raise  # in a sweep, Hydra records this job as failed and the other jobs keep their results
-        logger.error("Config error: %s", err)
-        traceback_to_log_files(err, "Its traceback:")
+        # in the form of composition's errors, on stderr; with its traceback in train.log
+        traceback_to_log_files(err, f"Config error: {err}")
+        print(f"Config error: {err}", file=sys.stderr, flush=True)
         sys.exit(2)
     except WorkerFailed as err:  # its traceback is in the worker's log; this process's says nothing more
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
@@ -118,7 +119,7 @@ def explain_config_errors() -> None:
 
     import yaml
 
-    from launcher.build import composition_message, group_value_message
+    from launcher.build import composition_message, group_list_message, group_value_message
 
     report = getattr(hydra_utils, "run_and_report", None)
     if report is None:  # a Hydra without it (a private function): its own messages, unchanged
@@ -175,6 +176,12 @@ def explain_config_errors() -> None:
                     raise err from None
                 print(f"Config error: {message}", file=sys.stderr)
                 sys.exit(2)
+            except TypeError as err:  # a config group given a list of what are no option names (hooks=[1,2])
+                listed = group_list_message(err, sys.argv[1:])
+                if listed is None:
+                    raise
+                print(f"Config error: {listed}", file=sys.stderr)
+                sys.exit(2)
             except ClusterUnreachable as err:  # no job could be submitted, the config being right: not a config error
                 no_sweep_report()
                 print(f"Error: {err}", file=sys.stderr)
@@ -182,8 +189,7 @@ def explain_config_errors() -> None:
             except OSError as err:  # after MissingConfigException, an IOError too
                 if not made_by_hydra(err):
                     raise
-                print(f"Config error: cannot make the output dir {err.filename}: {err.strerror}; hydra.run.dir "
-                      f"(hydra.sweep.dir and hydra.sweep.subdir with -m) must name a directory", file=sys.stderr)
+                print(f"Config error: {output_dir_refused(err)}", file=sys.stderr)
                 sys.exit(2)
             except CompactHydraException as err:  # last: composition's errors are CompactHydraExceptions too
                 local = sys.modules.get("launcher.local")  # imported where a sweep job was interrupted: not at start-up
@@ -233,6 +239,8 @@ def made_by_hydra(err: OSError) -> bool:
     import traceback
 
     frames = traceback.extract_tb(err.__traceback__)
+    while len(frames) > 1 and frames[-1].name == "mkdir" and frames[-2].name == "mkdir":  # pathlib's, making parents
+        frames.pop()
     return bool(frames) and frames[-1].name == "mkdir" and any(f"{os.sep}hydra{os.sep}" in f.filename for f in frames[-3:-1])
 
 
