@@ -202,8 +202,8 @@ def check_targets(cfg: DictConfig) -> None:
 
     def walk(node: Any, key: str) -> Iterator[Tuple[str, Any]]:
         if isinstance(node, dict):
-            if isinstance(node.get("_target_"), str):
-                yield key, node["_target_"]
+            if isinstance(node.get("_target_"), str) and "${" not in node["_target_"]:  # as written: one interpolated
+                yield key, node["_target_"]                                             # is the build's to report
             for name, value in node.items():
                 yield from walk(value, f"{key}.{name}")
 
@@ -211,7 +211,7 @@ def check_targets(cfg: DictConfig) -> None:
         node = cfg.get(top)
         if not OmegaConf.is_dict(node):
             continue
-        for key, target in walk(OmegaConf.to_container(node, resolve=True), top):
+        for key, target in walk(OmegaConf.to_container(node, resolve=False), top):
             if key == "hooks":  # an option file's hook not under a name: build_trainer says so
                 continue
             try:
@@ -243,10 +243,13 @@ def check_loader_settings(cfg: DictConfig) -> None:
     data = cfg.get("data")
     if not (OmegaConf.is_dict(data) and data.get("_target_") == "launcher.data.DataLoaders"):
         return
+    try:
+        loaders = OmegaConf.to_container(data, resolve=True)
+    except Exception:  # noqa: BLE001 -- a value that resolves only in Hydra's job (${hydra:...}): the build reports it
+        return
+    loaders.update(train=None, val=None)  # type: ignore[union-attr]
     quiet = logging.getLogger("launcher.data")
     was, quiet.disabled = quiet.disabled, True  # its advice on worker options is for a run that loads data
-    loaders = OmegaConf.to_container(data, resolve=True)
-    loaders.update(train=None, val=None)  # type: ignore[union-attr]
     try:
         build("data", OmegaConf.create(loaders))
     finally:
