@@ -64,7 +64,7 @@ def compose(overrides: Sequence[str] = (), config_dir: Optional[str] = None) -> 
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 
-    from launcher.build import composition_message, group_value_message
+    from launcher.build import composition_message, group_list_message, group_value_message
 
     overrides = list(overrides)
     for override in overrides:
@@ -89,6 +89,11 @@ def compose(overrides: Sequence[str] = (), config_dir: Optional[str] = None) -> 
             if isinstance(err, ConfigError) or not group_value_message(err):
                 raise
             raise ConfigError(composition_message(err, overrides)) from err
+        except TypeError as err:  # hooks=[1,2]
+            listed = group_list_message(err, overrides)
+            if listed is None:
+                raise
+            raise ConfigError(listed) from err
 
 
 def seed_everything(seed: int) -> None:
@@ -134,6 +139,10 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
         # NumPy's seeds are 32-bit, and torch's generators take the seed plus the epoch or rank in 64 bits
         raise ConfigError(f"seed={seed!r}: use a whole number from 0 to 2**32-1 ({2**32 - 1})")
     check_objective(cfg)
+    # what needs neither the model nor the data, checked before either is built (which can take minutes)
+    check_targets(cfg)
+    factory = check_optimizer_settings(cfg)
+    check_loader_settings(cfg)
     seed_everything(seed)
     if cfg.model.get("_target_"):
         logger.info("Instantiating model <%s>", cfg.model.get("_target_"))
@@ -148,9 +157,6 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     if next(model.parameters(), None) is None:  # the optimizer would say "empty parameter list", naming itself
         raise ConfigError(f"model._target_: {cfg.model.get('_target_')} built a {type(model).__name__} with no parameters: "
                           f"nothing to train; the model must hold its layers (torch.nn.Linear, ...) as attributes")
-    factory = build("optimizer", cfg.optimizer)
-    if not callable(factory):
-        raise ConfigError("optimizer: expected a factory of the model's parameters; set optimizer._partial_=true")
     # Built on the model's parameters before the trainer moves the model: Module.to keeps them.
     optimizer = call("optimizer", cfg.optimizer, factory, model.parameters())
     check_optimizer_numbers(optimizer)
@@ -187,6 +193,69 @@ def build_trainer(cfg: DictConfig, run_dir: Union[str, Path]) -> Any:
     return build("trainer", cfg.trainer, model=model, optimizer=optimizer, data=data, hooks=hooks, work_dir=Path(run_dir))
 
 
+def check_targets(cfg: DictConfig) -> None:
+    """A ConfigError naming the key for a ``_target_`` (the model's, the data's, a dataset's, a hook's...) that does
+    not import, before anything is built."""
+    from omegaconf import OmegaConf
+
+    from launcher.build import get_object, why_not_importable
+
+    def walk(node: Any, key: str) -> Iterator[Tuple[str, Any]]:
+        if isinstance(node, dict):
+            if isinstance(node.get("_target_"), str) and "${" not in node["_target_"]:  # as written: one interpolated
+                yield key, node["_target_"]                                             # is the build's to report
+            for name, value in node.items():
+                yield from walk(value, f"{key}.{name}")
+
+    for top in ("model", "optimizer", "data", "trainer", "hooks"):
+        node = cfg.get(top)
+        if not OmegaConf.is_dict(node):
+            continue
+        for key, target in walk(OmegaConf.to_container(node, resolve=False), top):
+            if key == "hooks":  # an option file's hook not under a name: build_trainer says so
+                continue
+            try:
+                get_object(target)
+            except Exception:  # noqa: BLE001 -- any failure to import it: why_not_importable says which
+                raise ConfigError(f"{key}._target_: cannot import {target!r}: {why_not_importable(target)}") from None
+
+
+def check_optimizer_settings(cfg: DictConfig) -> Any:
+    """The optimizer's factory (``optimizer`` with ``_partial_: true``), its settings checked before the model is
+    built: a torch optimizer is made once on a stand-in parameter, so that a negative or non-number ``lr`` (torch's
+    own checks) or a NaN one is refused at once."""
+    import torch
+
+    factory = build("optimizer", cfg.optimizer)
+    if not callable(factory):
+        raise ConfigError("optimizer: expected a factory of the model's parameters; set optimizer._partial_=true")
+    if str(getattr(getattr(factory, "func", factory), "__module__", "")).startswith("torch.optim"):
+        check_optimizer_numbers(call("optimizer", cfg.optimizer, factory, [torch.nn.Parameter(torch.zeros(1))]),
+                                warn=False)
+    return factory
+
+
+def check_loader_settings(cfg: DictConfig) -> None:
+    """The built-in data loaders' settings (``data.batch_size``, ``data.num_workers``...), checked without their
+    datasets, which are neither built nor checked here."""
+    from omegaconf import OmegaConf
+
+    data = cfg.get("data")
+    if not (OmegaConf.is_dict(data) and data.get("_target_") == "launcher.data.DataLoaders"):
+        return
+    try:
+        loaders = OmegaConf.to_container(data, resolve=True)
+    except Exception:  # noqa: BLE001 -- a value that resolves only in Hydra's job (${hydra:...}): the build reports it
+        return
+    loaders.update(train=None, val=None)  # type: ignore[union-attr]
+    quiet = logging.getLogger("launcher.data")
+    was, quiet.disabled = quiet.disabled, True  # its advice on worker options is for a run that loads data
+    try:
+        build("data", OmegaConf.create(loaders))
+    finally:
+        quiet.disabled = was
+
+
 def check_objective(cfg: DictConfig) -> None:
     """A ConfigError for an empty ``objective`` (``objective=``), which would make every run return NaN."""
     if not isinstance(cfg.get("objective"), str) or not cfg.objective.strip():
@@ -201,9 +270,10 @@ def warn_if_a_loss_is_maximized(cfg: DictConfig) -> None:
                        cfg.objective, cfg.objective)
 
 
-def check_optimizer_numbers(optimizer: Any) -> None:
+def check_optimizer_numbers(optimizer: Any, warn: bool = True) -> None:
     """Raise :class:`ConfigError` for a NaN or infinite hyperparameter (``optimizer.lr=nan``), which torch
-    accepts and which would end the run at its first steps with a NaN loss that does not name the key."""
+    accepts and which would end the run at its first steps with a NaN loss that does not name the key;
+    ``warn``: say that an lr of 0 trains nothing."""
     import math
 
     from launcher import distributed
@@ -217,7 +287,7 @@ def check_optimizer_numbers(optimizer: Any) -> None:
             if key in ("momentum", "dampening") and isinstance(value, (int, float)) and not 0 <= value <= 1:
                 raise ConfigError(f"optimizer.{key}={value!r}: should be in [0, 1]")
     lr = getattr(optimizer, "param_groups", [{}])[0].get("lr") if getattr(optimizer, "param_groups", None) else None
-    if isinstance(lr, (int, float)) and lr == 0 and distributed.is_main_process():  # said once, not by each rank
+    if warn and isinstance(lr, (int, float)) and lr == 0 and distributed.is_main_process():  # once, not by each rank
         logger.warning("optimizer.lr=0: the weights will not change (a schedule scales this lr)")
 
 
@@ -244,17 +314,8 @@ def check_values_not_applied(cfg: DictConfig, changes: Sequence[Tuple[str, Any, 
     Other values (a dataset's, the device) are checked only where a run builds them."""
     from omegaconf import OmegaConf
 
-    data = cfg.get("data")
-    if OmegaConf.is_dict(data) and data.get("_target_") == "launcher.data.DataLoaders" and \
-            any(key.startswith("data.") and key.split(".")[1] not in ("train", "val") for key, _, _ in changes):
-        quiet = logging.getLogger("launcher.data")
-        was, quiet.disabled = quiet.disabled, True  # its advice on worker options is for a run that loads data
-        loaders = OmegaConf.to_container(data, resolve=True)  # not its datasets: neither built nor checked
-        loaders.update(train=None, val=None)  # type: ignore[union-attr]
-        try:
-            build("data", OmegaConf.create(loaders))
-        finally:
-            quiet.disabled = was
+    if any(key.startswith("data.") and key.split(".")[1] not in ("train", "val") for key, _, _ in changes):
+        check_loader_settings(cfg)
     check_hooks_package()
     for name in sorted({key.split(".")[1] for key, _, _ in changes if key.startswith("hooks.")}):
         node = cfg.hooks.get(name) if OmegaConf.is_dict(cfg.get("hooks")) else None
@@ -386,6 +447,10 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
     ignore_outputs_in_git(run_dir)
     env = distributed.from_environment()
     if not checked:
+        record = run_dir / "run.json"
+        if record.exists() and not record.is_file():  # it would be read as no record, and fail to be written
+            raise ConfigError(f"{record}: {'a directory' if record.is_dir() else 'not a file'} where the run's record "
+                              f"(a file) goes; move it away, or give this run {new_dir_advice()}")
         other = training_here_now(run_dir) if env is None or env.is_main else None
         if other:
             stop = f"scancel --signal=TERM {other.partition('SLURM job ')[2].split()[0].rstrip(',')}" if "SLURM job " in other \
@@ -517,8 +582,7 @@ def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main:
 
 def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool,
                 before_chain: Callable[[], None]) -> RunResult:
-    from launcher.files import candidates
-    from launcher.rundir import RunRecord, plain_config, same_command
+    from launcher.rundir import RunRecord, plain_config
     from launcher.signals import EXIT_INTERRUPTED, GracefulStop, pass_on_late
 
     record = RunRecord(run_dir, cfg.seed, overrides, write=main, config=plain_config(cfg) if main else None)
@@ -541,6 +605,7 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters, trainer.device, run_dir)
         stopper = GracefulStop(trainer).__enter__()
         metrics = trainer.train()
+        stopper.trained = True  # a second Ctrl-C from here finds the run over: its record and exit status stand
     except BaseException as err:
         if stopper is not None:
             stopper.__exit__(type(err), err, err.__traceback__)
@@ -575,28 +640,36 @@ def _train_held(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], 
         record.finish(trainer.status, exit_code, metrics, objective={"name": cfg.objective, "value": objective},
                       stop_reason=trainer.stop_reason if trainer.status != "completed" else None, iter=trainer.iter,
                       resumed_from=str(trainer.resumed_from) if trainer.resumed_from else None)
+        if trainer.status == "interrupted" and main:  # said with the handlers still ours: a Ctrl-C changes nothing
+            _say_interrupted(trainer, run_dir, stopper.name or trainer.stop_reason)
     finally:
         stopper.__exit__(None, None, None)
     if stopper.received is not None and trainer.status != "interrupted":
         pass_on_late(stopper.received, trainer.status)  # recorded as it ended: to the handler the run's replaced
     if trainer.status == "interrupted":
-        if main:  # rank 0 wrote the checkpoint; the other ranks cannot tell whether it is on disk yet
-            last = trainer.checkpoint_dir / "last"
-            saved = last.is_file() and last.read_text().strip() == f"iter_{trainer.iter:07d}.pt"
-            older = [] if saved else candidates(trainer.checkpoint_dir)  # one it resumed from, or a hook of one's own saved
-            advice = (f"Run {same_command(run_dir)} to resume." if saved else
-                      f"No checkpoint of it was written (no checkpointer hook): {same_command(run_dir)} resumes from "
-                      f"{older[0].name}, an older one." if older else
-                      "No checkpoint was written (no checkpointer hook): a rerun starts over.")
-            logger.warning("Interrupted at iteration %d (%s); exit code %d. %s", trainer.iter,
-                           stopper.name or trainer.stop_reason,
-                           EXIT_INTERRUPTED, advice)
         before_chain()
         stopper.chain()  # e.g. submitit's handler, which requeues the job: the checkpoint is on disk now
     else:
         logger.info("Finished (%s): %s = %.4f%s", trainer.status, cfg.objective, objective, _measured_when(trainer, cfg.objective))
     return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=run_dir,
                      stop_reason=trainer.stop_reason if trainer.status != "completed" else None)
+
+
+def _say_interrupted(trainer: Any, run_dir: Path, why: Optional[str]) -> None:
+    """The last line of an interrupted run (rank 0's: it wrote the checkpoint; the other ranks cannot tell whether
+    it is on disk yet): its iteration, exit code and how to resume."""
+    from launcher.files import candidates
+    from launcher.rundir import same_command
+    from launcher.signals import EXIT_INTERRUPTED
+
+    last = trainer.checkpoint_dir / "last"
+    saved = last.is_file() and last.read_text().strip() == f"iter_{trainer.iter:07d}.pt"
+    older = [] if saved else candidates(trainer.checkpoint_dir)  # one it resumed from, or a hook of one's own saved
+    advice = (f"Run {same_command(run_dir)} to resume." if saved else
+              f"No checkpoint of it was written (no checkpointer hook): {same_command(run_dir)} resumes from "
+              f"{older[0].name}, an older one." if older else
+              "No checkpoint was written (no checkpointer hook): a rerun starts over.")
+    logger.warning("Interrupted at iteration %d (%s); exit code %d. %s", trainer.iter, why, EXIT_INTERRUPTED, advice)
 
 
 def _measured_when(trainer: Any, key: str) -> str:

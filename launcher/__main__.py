@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 import launcher
 from launcher.build import ConfigError
 from launcher.distributed import WorkerFailed
-from launcher.errors import REPORTED_JOB, ClusterUnreachable, RunError
+from launcher.errors import REPORTED_JOB, ClusterUnreachable, RunError, output_dir_refused
 from launcher.signals import EXIT_INTERRUPTED
 
 logger = logging.getLogger("launcher")
@@ -27,12 +27,19 @@ def main(cfg: DictConfig) -> float:
     try:
         overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)  # as typed: "x=${y}" stays text
         result = launcher.run(cfg, hc.runtime.output_dir, overrides, on_start=lambda: save_job_config(cfg))
+        if result.status == "interrupted":
+            exit_interrupted()
+    except KeyboardInterrupt:  # a second Ctrl-C after the run recorded itself interrupted: the record stands
+        if not recorded_interrupted(hc.runtime.output_dir):
+            raise
+        exit_interrupted()
     except ConfigError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
             traceback_to_log_files(err, f"Config error: {err}")
             raise  # in a sweep, Hydra records this job as failed and the other jobs keep their results
-        logger.error("Config error: %s", err)
-        traceback_to_log_files(err, "Its traceback:")
+        # in the form of composition's errors, on stderr; with its traceback in train.log
+        traceback_to_log_files(err, f"Config error: {err}")
+        print(f"Config error: {err}", file=sys.stderr, flush=True)
         sys.exit(2)
     except WorkerFailed as err:  # its traceback is in the worker's log; this process's says nothing more
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
@@ -46,15 +53,32 @@ def main(cfg: DictConfig) -> float:
         where = f" (traceback in {logs[0]})" if logs else ""  # under torchrun a rank's own train_rank<N>.log
         print(f"Run failed: {type(err).__name__}: {err}{where}", file=sys.stderr, flush=True)
         sys.exit(1)
-    if result.status == "interrupted":
-        import signal
-
-        from launcher.signals import SIGNALS
-
-        for sig in SIGNALS:  # the checkpoint is saved: a second Ctrl-C or SIGTERM while Python shuts down changes
-            signal.signal(sig, signal.SIG_IGN)  # nothing, and the exit status stays the one that says "resume"
-        sys.exit(EXIT_INTERRUPTED)
     return result.objective
+
+
+def exit_interrupted() -> None:
+    """Exit 75 for a run recorded interrupted (its checkpoint saved): a second Ctrl-C or SIGTERM while Python
+    shuts down changes nothing, and the exit status stays the one its ``run.json`` gives, which says "resume"."""
+    import signal
+
+    from launcher.signals import SIGNALS
+
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def recorded_interrupted(run_dir: str) -> bool:
+    """Whether ``run_dir``'s ``run.json`` says this process's run ended interrupted (a Ctrl-C came after it was written)."""
+    import json
+
+    try:
+        with open(os.path.join(run_dir, "run.json")) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("status") == "interrupted" and record.get("pid") == os.getpid() \
+        and record.get("exit_code") == EXIT_INTERRUPTED
 
 
 def traceback_to_log_files(err: BaseException, message: str) -> None:
@@ -95,7 +119,7 @@ def explain_config_errors() -> None:
 
     import yaml
 
-    from launcher.build import composition_message, group_value_message
+    from launcher.build import composition_message, group_list_message, group_value_message
 
     report = getattr(hydra_utils, "run_and_report", None)
     if report is None:  # a Hydra without it (a private function): its own messages, unchanged
@@ -152,6 +176,12 @@ def explain_config_errors() -> None:
                     raise err from None
                 print(f"Config error: {message}", file=sys.stderr)
                 sys.exit(2)
+            except TypeError as err:  # a config group given a list of what are no option names (hooks=[1,2])
+                listed = group_list_message(err, sys.argv[1:])
+                if listed is None:
+                    raise
+                print(f"Config error: {listed}", file=sys.stderr)
+                sys.exit(2)
             except ClusterUnreachable as err:  # no job could be submitted, the config being right: not a config error
                 no_sweep_report()
                 print(f"Error: {err}", file=sys.stderr)
@@ -159,8 +189,7 @@ def explain_config_errors() -> None:
             except OSError as err:  # after MissingConfigException, an IOError too
                 if not made_by_hydra(err):
                     raise
-                print(f"Config error: cannot make the output dir {err.filename}: {err.strerror}; hydra.run.dir "
-                      f"(hydra.sweep.dir and hydra.sweep.subdir with -m) must name a directory", file=sys.stderr)
+                print(f"Config error: {output_dir_refused(err)}", file=sys.stderr)
                 sys.exit(2)
             except CompactHydraException as err:  # last: composition's errors are CompactHydraExceptions too
                 local = sys.modules.get("launcher.local")  # imported where a sweep job was interrupted: not at start-up
@@ -210,6 +239,8 @@ def made_by_hydra(err: OSError) -> bool:
     import traceback
 
     frames = traceback.extract_tb(err.__traceback__)
+    while len(frames) > 1 and frames[-1].name == "mkdir" and frames[-2].name == "mkdir":  # pathlib's, making parents
+        frames.pop()
     return bool(frames) and frames[-1].name == "mkdir" and any(f"{os.sep}hydra{os.sep}" in f.filename for f in frames[-3:-1])
 
 

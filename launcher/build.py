@@ -618,6 +618,36 @@ def group_value_message(err: BaseException) -> Optional[str]:
     return f"{err}: a config group takes an option name"
 
 
+def group_list_message(err: BaseException, overrides: Sequence[str]) -> Optional[str]:
+    """One line for a config group given a list holding what is no option name (``hooks=[1,2]``,
+    ``hooks=[console,null]``), which Hydra's defaults list fails on with a TypeError; else None."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not isinstance(err, TypeError) or not any(frame.filename.endswith(os.path.join("hydra", "_internal", "defaults_list.py"))
+                                                 for frame in traceback.extract_tb(err.__traceback__)):
+        return None
+    parser = OverridesParser.create()
+    for arg in overrides:
+        try:
+            override = parser.parse_override(arg)
+            value = override.value()
+        except Exception:  # noqa: BLE001 -- not an override of a group list
+            continue
+        if override.is_delete() or not isinstance(value, list) or all(isinstance(v, str) for v in value):
+            continue
+        try:
+            options = list(GlobalHydra.instance().config_loader().get_group_options(override.key_or_group))
+        except Exception:  # noqa: BLE001
+            options = []
+        if options:
+            bad = next(v for v in value if not isinstance(v, str))
+            group = override.key_or_group
+            return (f"{arg}: {'null' if bad is None else repr(bad)} is not an option of the config group {group}; a list "
+                    f"takes option names (e.g. {group}=[{','.join(options[:2])}]) from: {', '.join(options)}")
+    return None
+
+
 def _missing_key_listing(path: str) -> Optional[str]:
     """`` <parent> has: a, b, c`` for the keys at the parent of ``path`` in the config composed from
     the command line's other overrides (or from the defaults alone); empty when it cannot be told,

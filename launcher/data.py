@@ -449,6 +449,9 @@ class ShardSampler(Sampler[int]):
         return len(self.indices)
 
 
+LARGEST = 2**31 - 1  # the largest batch size (or number of workers) taken: more is a typo
+
+
 class DataLoaders:
     """Builds the train and val loaders of a run from two datasets."""
 
@@ -473,6 +476,9 @@ class DataLoaders:
                 limit = "zero or more" if key == "num_workers" else "greater than zero"
                 also = " (or null: batch_size)" if key == "val_batch_size" else ""
                 raise ValueError(f"data.{key} should be an integer {limit}{also}, got {value!r}")
+            if value > LARGEST:  # torch's samplers take it, and fail at the first batch, blaming the data
+                raise ValueError(f"data.{key} should be an integer from {0 if key == 'num_workers' else 1} to "
+                                 f"2**31-1 ({LARGEST}), got {value!r}")
         if prefetch_factor is not None and (isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int)
                                             or prefetch_factor < 1):
             raise ValueError(f"data.prefetch_factor should be an integer greater than zero (batches each worker "

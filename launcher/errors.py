@@ -14,6 +14,16 @@ def did_you_mean(value: str, accepted, key: str) -> str:
     return f"; did you mean {key}={close[0]}?" if close else ""
 
 
+def output_dir_refused(err: OSError) -> str:
+    """The one-line config error for a run or sweep dir that cannot be made (a file in its place, a directory or
+    file system this user cannot write to, by default the current directory's ``outputs/``)."""
+    import os
+
+    where = f" (in {os.getcwd()})" if err.filename and not os.path.isabs(str(err.filename)) else ""
+    return (f"cannot make the output dir {err.filename}: {err.strerror}{where}; hydra.run.dir (hydra.sweep.dir and "
+            f"hydra.sweep.subdir with -m) must name a directory this user can write to")
+
+
 def describe(value: object) -> str:
     """What a batch, or a model's output, is, in the words every message shows it with: a tensor's shape, a dict's
     keys, a list's or tuple's length and its first parts, else its type."""

@@ -3,7 +3,8 @@
 The handler only sets the trainer's stop flag; the trainer stops at its next step boundary,
 hooks write their checkpoint in ``after_train``, and only then is a handler that was
 installed before ours (submitit's, which requeues the job on SIGUSR2) called. A second
-SIGINT (Ctrl-C twice) aborts at once.
+SIGINT (Ctrl-C twice) aborts at once while the run trains; once training has returned, the run's
+end is being recorded, and a second one changes neither the record nor the exit status.
 """
 from __future__ import annotations
 
@@ -144,6 +145,7 @@ class GracefulStop:
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
         self.received: Optional[int] = None
+        self.trained = False  # set once train() has returned: a second Ctrl-C no longer aborts the run, which is over
         self._previous: Dict[int, Any] = {}
 
     def __enter__(self) -> "GracefulStop":
@@ -157,7 +159,7 @@ class GracefulStop:
         return self
 
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
-        if self.received is not None and signum == signal.SIGINT:
+        if self.received is not None and signum == signal.SIGINT and not self.trained:
             raise KeyboardInterrupt  # second Ctrl-C: stop now, without a checkpoint
         if self.received is None:
             self.received = signum

@@ -559,6 +559,31 @@ def check_requests(params: Dict[str, Any], launcher: str) -> None:
             continue
         raise ConfigError(f"hydra.launcher.{key}={value}: hydra/launcher={launcher} takes {least} or more"
                           f"{' (' + _WHAT[key] + ')' if key in _WHAT else ''}")
+    check_slurm_config(launcher)
+
+
+# Where SLURM's commands look for their config when SLURM_CONF is not set (Debian's slurm-wlm, older packages)
+DEFAULT_CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
+
+
+def check_slurm_config(launcher: str) -> None:
+    """Raise :class:`ConfigError` where SLURM's commands find no config (``SLURM_CONF`` not exported, no
+    ``/etc/slurm/slurm.conf``, and none from DNS, as ``sinfo`` says): before the sweep makes its dir, rather than
+    ``sbatch``'s words about DNS SRV lookups after. A configless cluster (its config from DNS) passes: ``sinfo`` answers."""
+    import subprocess
+
+    from launcher.errors import ConfigError
+
+    if os.environ.get("SLURM_CONF") or any(os.path.isfile(path) for path in DEFAULT_CONFS):
+        return
+    try:
+        probe = subprocess.run(["sinfo", "--noheader", "--format=%P"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):  # no sinfo, or no answer: sbatch's own error says it
+        return
+    if probe.returncode != 0 and "configuration source" in probe.stderr + probe.stdout:
+        raise ConfigError(f"hydra/launcher={launcher}: SLURM finds no config here: export SLURM_CONF=<the cluster's "
+                          f"slurm.conf> (python -m launcher.localslurm start prints it for the local cluster); "
+                          f"{DEFAULT_CONFS[0]} does not exist and sinfo says: Could not establish a configuration source")
 
 
 def asked_of(params: Dict[str, Any]) -> str:

@@ -652,7 +652,7 @@ class SweepSummary(Callback):  # type: ignore[misc]
         # end-of-sweep report runs at exit, after the sweep in every case.
         import atexit
 
-        from launcher.errors import ConfigError
+        from launcher.errors import ConfigError, output_dir_refused
         from launcher.plugins import plan_sweep
 
         sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -670,6 +670,14 @@ class SweepSummary(Callback):  # type: ignore[misc]
             atexit.unregister(report)  # a sweep refused: its dir (if an earlier run left one) is not this sweep's report
             print(f"Config error: {err}", file=sys.stderr)
             sys.exit(2)
+        except OSError:  # its jobs' dirs could not be marked: where the sweep dir cannot be made, say that in one line
+            try:
+                sweep_dir.mkdir(parents=True, exist_ok=True)  # as Hydra's sweeper would next
+            except OSError as refused:
+                atexit.unregister(report)
+                print(f"Config error: {output_dir_refused(refused)}", file=sys.stderr)
+                sys.exit(2)
+            raise
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         if getattr(self, "_over", None) is not None:

@@ -299,9 +299,14 @@ def check_devices(devices: Any, device: Any = "auto", spawned: bool = True) -> i
     return devices
 
 
+MAX_LENGTH = 2**31 - 1  # epochs or steps: more is no run's length, but a typo (1e23 written as digits)
+
+
 def _positive_length(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(f"trainer.{key} should be an integer greater than zero, got {value!r}")
+    if value > MAX_LENGTH:
+        raise ConfigError(f"trainer.{key} should be an integer from 1 to 2**31-1 ({MAX_LENGTH}), got {value!r}")
     return value
 
 

@@ -93,3 +93,28 @@ class BreaksAt(HookBase):
     def after_step(self):
         if self.trainer.iter == self.at:
             raise RuntimeError(f"this hook broke at iteration {self.at}")
+
+
+class CtrlCTwice(HookBase):
+    """Ctrl-C twice: SIGINT to this process after iteration ``after``, and again ``gap`` seconds after it (or after
+    the run's end, ``from_end``), from a thread: wherever the main thread is by then (the run's checkpoint, its
+    record, Python shutting down)."""
+
+    def __init__(self, after: int = 3, gap: float = 0.03, from_end: bool = False, priority=None):
+        super().__init__(priority)
+        self.after, self.gap, self.from_end = after, gap, from_end
+
+    def _again(self):
+        import threading
+
+        threading.Timer(self.gap, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+    def after_step(self):
+        if self.trainer.iter == self.after:
+            os.kill(os.getpid(), signal.SIGINT)
+            if not self.from_end:
+                self._again()
+
+    def after_train(self):
+        if self.from_end:
+            self._again()

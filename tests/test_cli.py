@@ -8,6 +8,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import List, Optional
 
 import pytest
 import torch
@@ -538,6 +539,83 @@ def test_a_config_that_does_not_compose_gets_one_line_and_exit_status_2(override
     assert not (tmp_path / "outputs").exists()  # nothing ran
 
 
+def one_config_error(proc: subprocess.CompletedProcess) -> str:
+    """The one line a refused command prints, as composition's errors print it: on stderr, no log time stamp,
+    exit 2, no traceback; nothing on stdout."""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("Config error: ") and not proc.stdout.strip(), proc.stdout + proc.stderr
+    return lines[0]
+
+
+def _read_only_cwd(tmp_path: Path) -> Optional[List[str]]:
+    """A command prefix that runs in ``tmp_path`` bind-mounted read-only, in a mount namespace of its own (root
+    writes anywhere else); None where mounts are not allowed."""
+    prefix = ["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount -o bind,ro "$0" "$0" && cd "$0" && exec "$@"',
+              str(tmp_path)]
+    try:
+        probe = subprocess.run([*prefix, "sh", "-c", "touch x"], capture_output=True, text=True, timeout=30)
+    except OSError:
+        return None
+    return prefix if probe.returncode != 0 and "Read-only" in probe.stderr else None
+
+
+@pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])
+def test_a_current_directory_that_refuses_the_outputs_dir_is_one_line_naming_hydra_run_dir(sweep, tmp_path):
+    prefix = _read_only_cwd(tmp_path)
+    if prefix is None:
+        pytest.skip("needs a private mount namespace (unshare -m) to make a read-only current directory")
+    args = (["-m", *FAST, "seed=0,1"] if sweep else FAST)
+    proc = subprocess.run([*prefix, sys.executable, "-m", "launcher", *args], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"})
+    line = one_config_error(proc)
+    assert "cannot make the output dir outputs" in line and "Read-only file system" in line, line
+    assert "hydra.run.dir" in line and "hydra.sweep.dir" in line and "this user can write to" in line, line
+
+
+def test_a_config_group_given_a_list_of_numbers_is_one_line_naming_its_options(tmp_path):
+    line = one_config_error(run_cli([*FAST, "hooks=[1,2]"], tmp_path, timeout=120))
+    assert line.startswith("Config error: hooks=[1,2]: 1 is not an option of the config group hooks") and "console" in line
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_batch_size_too_large_for_any_loader_is_named_with_the_range_not_blamed_on_the_data(tmp_path):
+    line = one_config_error(run_cli([*FAST, "data.batch_size=99999999999999999999999"], tmp_path, timeout=120))
+    assert "data.batch_size should be an integer from 1 to 2**31-1 (2147483647), got 99999999999999999999999" in line
+
+
+@pytest.mark.parametrize("override", ["trainer.max_epochs=99999999999999999999999", "trainer.max_epochs=1e23",
+                                      "trainer.max_epochs=2.5"])
+def test_a_run_length_that_is_no_whole_number_or_absurd_is_refused_naming_the_key(override, tmp_path):
+    line = one_config_error(run_cli([*FAST, override], tmp_path, timeout=120))
+    assert "trainer.max_epochs" in line, line
+
+
+def test_a_run_json_that_is_a_directory_is_one_line_and_is_left_as_it_is(tmp_path):
+    (tmp_path / "run" / "run.json").mkdir(parents=True)
+    (tmp_path / "run" / "run.json" / "mine.txt").write_text("kept\n")
+    line = one_config_error(run_cli([*FAST, "hydra.run.dir=run"], tmp_path, timeout=120))
+    assert f"{tmp_path / 'run' / 'run.json'}: a directory where the run's record (a file) goes" in line, line
+    assert (tmp_path / "run" / "run.json" / "mine.txt").read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("override, words", [
+    ("optimizer.lr=-1", "optimizer (torch.optim.SGD): ValueError: Invalid learning rate: -1"),
+    ("optimizer.lr=abc", "optimizer.lr: 'abc' is not a number"),
+    ("model._target_=launcher.models.MLPP", "model._target_: cannot import 'launcher.models.MLPP'"),
+    ("data.train._target_=launcher.data.synthetix", "data.train._target_: cannot import 'launcher.data.synthetix'"),
+    ("hooks.console._target_=hooks.Console", "hooks.console._target_: cannot import 'hooks.Console'"),
+], ids=["negative lr", "lr not a number", "model target", "dataset target", "hook target"])
+def test_a_value_found_wrong_while_building_is_told_as_a_composition_error_before_model_and_data_are_built(
+        override, words, tmp_path):
+    """Config errors found while building went to stdout as a log record ("[12:00:00][ERROR] Config error: ...") after
+    the model and data were built; those found while composing, to stderr in one line."""
+    line = one_config_error(run_cli([*FAST, override, "hydra.run.dir=run"], tmp_path, timeout=120))
+    assert words in line, line
+    assert "Instantiating" not in (tmp_path / "run" / "train.log").read_text()  # nothing was built
+    assert read_run(tmp_path / "run")["status"] == "failed" and read_run(tmp_path / "run")["exit_code"] == 2
+
+
 def test_full_error_env_still_shows_the_traceback(tmp_path):
     proc = run_cli([*FAST, "model._target_=launcher.models.MLPP"], tmp_path, env={"HYDRA_FULL_ERROR": "1"}, timeout=120)
     assert proc.returncode != 0 and "Traceback" in proc.stderr
@@ -834,6 +912,24 @@ def test_signals_after_an_interrupted_run_has_saved_its_checkpoint_keep_the_exit
                     "+hooks.pace.signal_after=5", "+hooks.pace.signal_at_exit=true"], tmp_path, env=env)
     assert proc.returncode == 75 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "Run the same command to resume" in proc.stdout + proc.stderr and read_run(tmp_path / "run")["exit_code"] == 75
+
+
+def test_ctrl_c_twice_ends_the_process_as_its_run_json_says_whichever_ctrl_c_wins(tmp_path):
+    """A second Ctrl-C 10-50 ms after the first: before the run's end it aborts (aborted, 130, by SIGINT), after it
+    the recorded "interrupted, exit code 75" stands; it exited by SIGINT ("Aborted") while run.json said 75."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    seen = []
+    for i, (gap, from_end) in enumerate([(0.01, False), (0.02, False), (0.03, False), (0.05, False),
+                                         (0.0, True), (0.005, True), (0.01, True), (0.02, True)]):
+        proc = run_cli([*FAST, f"hydra.run.dir=run{i}", "+hooks.cc._target_=pace.CtrlCTwice", f"+hooks.cc.gap={gap}",
+                        f"+hooks.cc.from_end={str(from_end).lower()}"], tmp_path, env=env)
+        record = read_run(tmp_path / f"run{i}")
+        code = 130 if proc.returncode == -2 else proc.returncode  # ended by SIGINT: a shell's 130
+        seen.append((gap, from_end, proc.returncode, record["status"], record["exit_code"]))
+        assert (record["status"], record["exit_code"], code) in [("interrupted", 75, 75), ("aborted", 130, 130)], seen
+        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        if record["status"] == "interrupted":
+            assert "Aborted" not in proc.stderr and "Run the same command to resume" in proc.stdout + proc.stderr, seen
 
 
 @pytest.mark.parametrize("sweep", [False, True], ids=["run", "basic sweep"])

@@ -639,6 +639,26 @@ def test_a_sweep_sbatch_refuses_is_one_line_naming_what_it_said(launcher, tmp_pa
     assert not sweep.exists()
 
 
+@pytest.mark.parametrize("launcher", ["slurm", "slurm_detached"])
+def test_a_sweep_without_slurm_conf_exported_is_told_to_export_it_and_leaves_no_sweep_dir(launcher, tmp_path):
+    """No cluster needed: with SLURM_CONF unset (and no /etc/slurm/slurm.conf), SLURM's commands look for their config
+    in DNS, and sbatch's "DNS SRV lookup failed" came as a Config error with the launcher's settings listed."""
+    import shutil
+
+    from launcher.slurm import DEFAULT_CONFS
+
+    if shutil.which("sinfo") is None or any(Path(conf).is_file() for conf in DEFAULT_CONFS):
+        pytest.skip("needs SLURM's commands installed and no slurm.conf where they look without SLURM_CONF")
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "HYDRA_FULL_ERROR")}
+    sweep = tmp_path / "sweep"
+    proc = launch(["-m", f"hydra/launcher={launcher}", *SLURM[1:], "seed=0,1", f"hydra.sweep.dir={sweep}", *FAST], tmp_path, env)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith(f"Config error: hydra/launcher={launcher}: ") and \
+        "export SLURM_CONF=" in lines[0] and "python -m launcher.localslurm start" in lines[0], proc.stderr
+    assert "DNS SRV" not in proc.stdout + proc.stderr and not sweep.exists() and not (tmp_path / "outputs").exists()
+
+
 def test_a_sweep_whose_slurm_controller_does_not_answer_is_told_so_not_that_its_config_is_wrong(tmp_path, cluster_env):
     """sbatch failing to reach slurmctld was "Config error: ... sbatch refused the sweep's jobs" with the launcher's
     settings listed, exit 2: the user went looking for a wrong setting."""
