@@ -251,7 +251,12 @@ def _write_failed(what: str, directory: Path, err: BaseException) -> CheckpointW
 
 
 class UntrustedCheckpointError(RuntimeError):
-    """A file that ``torch.load(weights_only=True)`` refuses: it holds pickled Python objects."""
+    """A file that ``torch.load(weights_only=True)`` refuses: it holds pickled Python objects (``objects``, named
+    ``module.name``)."""
+
+    def __init__(self, message: str, objects: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.objects = list(objects)
 
 
 TRUST_RISK = "unpickling them can run any code the file holds"
@@ -267,7 +272,7 @@ def load_checkpoint(path: PathLike, map_location: Any = "cpu", trust: bool = Fal
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     try:
-        with torch.serialization.safe_globals(_numpy_array_globals()):
+        with torch.serialization.safe_globals(_data_globals()):
             state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:
         objects, reason = _refused_objects(path, err)
@@ -276,7 +281,7 @@ def load_checkpoint(path: PathLike, map_location: Any = "cpu", trust: bool = Fal
         listed = ", ".join(objects[:5]) + (", ..." if len(objects) > 5 else "")
         if not trust:
             raise UntrustedCheckpointError(f"{str(path)!r} holds Python objects ({listed}) besides tensors and plain "
-                                           f"types, which torch.load(weights_only=True) does not unpickle") from err
+                                           f"types, which torch.load(weights_only=True) does not unpickle", objects) from err
         logger.warning("Loading %s in full with its Python objects (%s), as trainer.trust_checkpoint=true allows: %s",
                        path, listed, TRUST_RISK)
         try:
@@ -293,7 +298,7 @@ def _refused_objects(path: Path, err: Exception) -> Tuple[List[str], BaseExcepti
     here (none: the file is truncated or corrupt), and the error to report if none."""
     if not isinstance(err, pickle.UnpicklingError):
         return [], err
-    allowed = {g[1] if isinstance(g, tuple) else f"{g.__module__}.{g.__qualname__}" for g in _numpy_array_globals()}
+    allowed = {g[1] if isinstance(g, tuple) else f"{g.__module__}.{g.__qualname__}" for g in _data_globals()}
     try:  # refused for the objects it holds (not those read here), or not a torch.save file at all?
         objects = [o for o in torch.serialization.get_unsafe_globals_in_checkpoint(path) if o not in allowed]
     except Exception as why:  # not a zip archive: a raw pickle, or torch's legacy format; read without unpickling
@@ -361,11 +366,17 @@ def objects_beyond_weights(obj: Any) -> List[str]:
     try:
         torch.save([target for _, target in found], probe)
         probe.seek(0)
-        with torch.serialization.safe_globals(_numpy_array_globals()):
+        with torch.serialization.safe_globals(_data_globals()):
             refused = set(torch.serialization.get_unsafe_globals_in_checkpoint(probe))
     except Exception:  # noqa: BLE001 -- not pickled by reference as it was named: not one torch reads either
         refused = {name for name, _ in found}
     return [name for name, _ in unknown] + [name for name, _ in found if name in refused]
+
+
+def _data_globals() -> List[Any]:
+    """What ``weights_only`` loading reads besides torch's defaults: data, no code. ``bytes``: pickle's protocol 2 (torch's)
+    writes an empty ``bytes`` as a call of it (an empty storage at a run's first step); and NumPy arrays of numbers."""
+    return [bytes, *_numpy_array_globals()]
 
 
 def _numpy_array_globals() -> List[Any]:
@@ -407,7 +418,7 @@ def load_newest_valid(directory: PathLike, map_location: Any = "cpu", trust: boo
         except UntrustedCheckpointError as err:
             if archive:
                 raise
-            skipped.append((path, f"not a torch.save archive, and it holds Python objects ({str(err).partition('(')[2].partition(')')[0]}): "
+            skipped.append((path, f"not a torch.save archive, and it holds Python objects ({', '.join(err.objects[:5])}): "
                                   f"not a file this launcher wrote, and never unpickled"))
             continue
         except RuntimeError as err:

@@ -65,9 +65,9 @@ CHECKPOINT_NAME = re.compile(r"epoch_\d{4,}\.pt|iter_\d{7,}\.pt|final\.pt")
 
 
 def candidates(directory: PathLike) -> List[Path]:
-    """The checkpoints this launcher wrote in ``directory``, newest first: the one ``last`` names, then those of
-    the checkpointer's names by modification time. Not a file of another name put there (``best.pt``), nor a link
-    to a file outside the run dir."""
+    """The checkpoints this launcher wrote in ``directory``, newest first: the one ``last`` names (see
+    :func:`pointed_to`), then those of the checkpointer's names by modification time. Not another file put there
+    (``best.pt``, unless ``last`` names it), nor a link to a file outside the run dir."""
     directory = Path(directory)
     if not directory.is_dir():
         return []

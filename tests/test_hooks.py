@@ -380,6 +380,16 @@ def test_a_hook_state_holding_objects_is_said_at_save_and_resumes_only_with_trus
         make_trainer(trust_checkpoint="yes")
 
 
+def test_a_checkpoint_taken_before_the_first_step_resumes_under_weights_only(tmp_path):
+    """Its empty metrics storage holds b"", which torch's pickle protocol writes as a call of ``bytes``."""
+    from launcher.checkpoint import load_checkpoint, objects_beyond_weights, save_checkpoint
+
+    state = make_trainer("iter", work_dir=tmp_path).state_dict()
+    assert objects_beyond_weights(state) == []
+    save_checkpoint(state, tmp_path / "iter_0000000.pt")
+    assert load_checkpoint(tmp_path / "iter_0000000.pt")["storage"]["values"] == b""
+
+
 def test_only_the_checkpoints_the_launcher_wrote_in_the_run_dir_are_resumed_from(tmp_path):
     """Any *.pt in checkpoints/ was a candidate, a link to a file anywhere too; ``last`` may name a path."""
     from launcher.files import candidates

@@ -670,7 +670,8 @@ def full_command(run_dir: Path) -> List[str]:
 
 def test_every_hook_state_survives_kills_with_hooks_full(tmp_path):
     ref = tmp_path / "ref"
-    run_to_end(full_command(ref), tmp_path)
+    made = run_to_end(full_command(ref), tmp_path)
+    assert "holds Python objects" not in made.stdout + made.stderr  # every built-in hook's state resumes as it is
     run_dir = tmp_path / "run"
     cmd = full_command(run_dir)
     ckpts = run_dir / "checkpoints"
@@ -680,7 +681,8 @@ def test_every_hook_state_survives_kills_with_hooks_full(tmp_path):
     seen = sum("val/accuracy" in r for r in rows(run_dir))
     run_until(cmd, tmp_path, lambda pid: sum("val/accuracy" in r for r in rows(run_dir)) > seen)
     assert not (ckpts / "final.pt").exists()
-    run_to_end(cmd, tmp_path)
+    resumed = run_to_end(cmd, tmp_path)  # each checkpoint read with weights_only=True
+    assert "Resumed from" in resumed.stdout + resumed.stderr
     assert_same_final_state(run_dir, ref)
     assert_same_metrics(run_dir, ref)
     # plain types only: torch.load's default weights_only=True reads a checkpoint with every hook's state
