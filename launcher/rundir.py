@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.files import atomic_write, candidates, in_run_dir, readable_archive, resume_off  # noqa: F401 -- re-exported
+from launcher.files import atomic_write, candidates, in_run_dir, readable_archive, resume_off
 
 
 SWEEP_COMMAND_ENV = "LAUNCHER_SWEEP_COMMAND"  # set by ``python -m launcher -m ...`` for its job processes
