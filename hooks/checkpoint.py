@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from hooks.base import HookBase, Priority, is_number
-from launcher.checkpoint import BackgroundWriter, unsaveable_hook_state
+from launcher.checkpoint import TRUST_RISK, BackgroundWriter, objects_beyond_weights, unsaveable_hook_state
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class PeriodicCheckpointer(HookBase):
         self._interrupt_file: Optional[str] = None  # the interrupt checkpoint this run resumed from
         self._strays: List[str] = []  # periodic checkpoints out of the rotation, to remove (see _find_strays)
         self._writer = BackgroundWriter()
+        self._objects_said: set = set()  # parts of the state said to hold Python objects
         if by_epoch:  # one of the two periodic events has nothing to do: the trainer skips it (see HookBase)
             self.after_step = None  # type: ignore[assignment]
         else:
@@ -71,6 +72,7 @@ class PeriodicCheckpointer(HookBase):
         state = self.trainer.state_dict()  # on every rank: under DDP it gathers the ranks' random states
         if not self.trainer.is_main:
             return directory / name
+        self._say_objects(state)
         try:
             path = self._writer.write(state, directory / name, [directory / n for n in then_remove], background)
         except (pickle.PicklingError, AttributeError, TypeError) as err:
@@ -80,6 +82,23 @@ class PeriodicCheckpointer(HookBase):
             raise unsaveable from err
         logger.log(logging.DEBUG if background or not say else logging.INFO, "Saved checkpoint %s", path)
         return path
+
+    def _say_objects(self, state: Mapping[str, Any]) -> None:
+        """Warn, once for each, of a hook (or part of the trainer's state) whose state holds Python objects besides
+        tensors and plain values: resuming reads checkpoints with ``weights_only=True``, which refuses them."""
+        if not objects_beyond_weights(state):
+            return
+        hooks = {h.name: h for h in self.trainer.hooks}
+        parts = [(f"hook {n} ({type(hooks[n]).__module__}.{type(hooks[n]).__qualname__})" if n in hooks else f"hook {n}", v)
+                 for n, v in state.get("hooks", {}).items()]
+        parts += [(f"the trainer's {key}", value) for key, value in state.items() if key != "hooks"]
+        for what, part in parts:
+            objects = [] if what in self._objects_said else objects_beyond_weights(part)
+            if objects:
+                self._objects_said.add(what)
+                logger.warning("The state of %s holds Python objects (%s) besides tensors and plain values: resuming "
+                               "from its checkpoints will need trainer.trust_checkpoint=true (%s); return plain values "
+                               "from its state_dict() to resume without it", what, ", ".join(objects[:5]), TRUST_RISK)
 
     def _due(self, last: bool) -> bool:
         """Whether the periodic checkpoint that the period asks for now is saved: not while the last one is under

@@ -8,13 +8,13 @@ save removes.
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import logging
 import os
 import pickle
 import queue
 import re
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from launcher.errors import CheckpointWriteError, HookStateError
-from launcher.files import atomic_write, candidates, fsync_dir, resume_off, write_file  # noqa: F401 -- re-exported
+from launcher.files import atomic_write, candidates, fsync_dir, readable_archive, resume_off, write_file  # noqa: F401 -- re-exported
 
 logger = logging.getLogger(__name__)
 
@@ -251,43 +251,132 @@ def _write_failed(what: str, directory: Path, err: BaseException) -> CheckpointW
 
 
 class UntrustedCheckpointError(RuntimeError):
-    """A file that ``torch.load(weights_only=True)`` refuses: it holds pickled Python objects."""
+    """A file that ``torch.load(weights_only=True)`` refuses: it holds pickled Python objects (``objects``, named
+    ``module.name``)."""
+
+    def __init__(self, message: str, objects: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.objects = list(objects)
 
 
-def load_checkpoint(path: PathLike, map_location: Any = "cpu", weights_only: bool = False) -> Dict[str, Any]:
-    """Load one checkpoint; a missing, truncated or corrupt file raises with the file named.
+TRUST_RISK = "unpickling them can run any code the file holds"
 
-    ``weights_only`` is for files from elsewhere (``trainer.load_from``): unpickling an arbitrary
-    file can run any code, so only tensors and plain types are read, and a file holding more
-    raises :class:`UntrustedCheckpointError`. A run's own checkpoints hold plain types too, but a
-    user's hook may keep other objects in its state, so resuming reads them in full.
+
+def load_checkpoint(path: PathLike, map_location: Any = "cpu", trust: bool = False) -> Dict[str, Any]:
+    """Load one checkpoint with ``torch.load(weights_only=True)``: tensors and plain types only, since unpickling
+    anything else can run any code in the file (one planted in a run dir, or downloaded). A file holding more raises
+    :class:`UntrustedCheckpointError` naming the objects; with ``trust`` (``trainer.trust_checkpoint=true``) it is
+    then loaded in full, with a warning naming it. A missing, truncated or corrupt file raises with the file named.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     try:
-        with torch.serialization.safe_globals(_numpy_array_globals()) if weights_only else contextlib.nullcontext():
-            state = torch.load(path, map_location=map_location, weights_only=weights_only)
+        with torch.serialization.safe_globals(_data_globals()):
+            state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:
-        reason: BaseException = err
-        if weights_only and isinstance(err, pickle.UnpicklingError):
-            try:  # refused for the objects it holds (not those read here), or not a torch.save file at all?
-                allowed = {g[1] if isinstance(g, tuple) else f"{g.__module__}.{g.__qualname__}" for g in _numpy_array_globals()}
-                objects = [o for o in torch.serialization.get_unsafe_globals_in_checkpoint(path) if o not in allowed]
-            except Exception as why:
-                objects, reason = [], why
-            # every global allowed, yet refused: a NumPy array of strings or objects, whose dtype class torch names
-            refused = re.search(r"but got <class '([\w.]+)'>", str(err)) if not objects and "Weights only load failed" in str(err) else None
-            if refused:
-                objects = [refused.group(1)]
-            if objects:
-                listed = ", ".join(objects[:5]) + (", ..." if len(objects) > 5 else "")
-                raise UntrustedCheckpointError(f"{str(path)!r} holds Python objects ({listed}) besides tensors and plain "
-                                               f"types, which torch.load(weights_only=True) does not unpickle") from err
-        raise RuntimeError(f"checkpoint {str(path)!r} is unreadable (truncated or corrupt): {brief(reason)}") from err
+        objects, reason = _refused_objects(path, err)
+        if not objects:
+            raise RuntimeError(f"checkpoint {str(path)!r} is unreadable (truncated or corrupt): {brief(reason)}") from err
+        listed = ", ".join(objects[:5]) + (", ..." if len(objects) > 5 else "")
+        if not trust:
+            raise UntrustedCheckpointError(f"{str(path)!r} holds Python objects ({listed}) besides tensors and plain "
+                                           f"types, which torch.load(weights_only=True) does not unpickle", objects) from err
+        logger.warning("Loading %s in full with its Python objects (%s), as trainer.trust_checkpoint=true allows: %s",
+                       path, listed, TRUST_RISK)
+        try:
+            state = torch.load(path, map_location=map_location, weights_only=False)
+        except Exception as full:
+            raise RuntimeError(f"checkpoint {str(path)!r} is unreadable (truncated or corrupt): {brief(full)}") from full
     if not isinstance(state, dict):
         raise RuntimeError(f"checkpoint {str(path)!r} holds a {type(state).__name__}, not a dict of state")
     return state
+
+
+def _refused_objects(path: Path, err: Exception) -> Tuple[List[str], BaseException]:
+    """What ``torch.load(weights_only=True)`` refused in ``path`` (``err``): the objects it holds that are not read
+    here (none: the file is truncated or corrupt), and the error to report if none."""
+    if not isinstance(err, pickle.UnpicklingError):
+        return [], err
+    allowed = {g[1] if isinstance(g, tuple) else f"{g.__module__}.{g.__qualname__}" for g in _data_globals()}
+    try:  # refused for the objects it holds (not those read here), or not a torch.save file at all?
+        objects = [o for o in torch.serialization.get_unsafe_globals_in_checkpoint(path) if o not in allowed]
+    except Exception as why:  # not a zip archive: a raw pickle, or torch's legacy format; read without unpickling
+        objects = [o for o in _globals_in_pickle(path) if o not in allowed]
+        if not objects:
+            return [], why
+    # every global allowed, yet refused: a NumPy array of strings or objects, whose dtype class torch names
+    refused = re.search(r"but got <class '([\w.]+)'>", str(err)) if not objects and "Weights only load failed" in str(err) else None
+    if refused:
+        objects = [refused.group(1)]
+    return objects, err
+
+
+def _globals_in_pickle(path: Path) -> List[str]:
+    """The functions and classes the (first) pickle in ``path`` names, read without unpickling anything; [] for a
+    file that is no pickle."""
+    import pickletools
+
+    found: List[str] = []
+    strings: List[str] = []
+    try:
+        with open(path, "rb") as file:
+            for op, arg, _ in pickletools.genops(file):
+                if op.name == "GLOBAL":
+                    found.append(str(arg).replace(" ", ".", 1))
+                elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                    found.append(f"{strings[-2]}.{strings[-1]}")
+                elif isinstance(arg, str):
+                    strings.append(arg)
+    except Exception:  # noqa: BLE001 -- garbage, or a pickle cut short: what was read so far
+        pass
+    return list(dict.fromkeys(found))
+
+
+def objects_beyond_weights(obj: Any) -> List[str]:
+    """The Python objects in ``obj`` (``module.name`` each) that ``torch.load(weights_only=True)`` does not
+    unpickle, [] for tensors and plain values: a checkpoint holding them resumes only with
+    ``trainer.trust_checkpoint=true``. Pickled to memory with its tensors by reference, so a large state costs little."""
+    import _compat_pickle
+    import pickletools
+
+    class DryRun(pickle.Pickler):
+        def persistent_id(self, value: Any) -> Optional[int]:
+            return id(value) if isinstance(value, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)) else None
+
+    buffer = io.BytesIO()
+    try:
+        DryRun(buffer, protocol=2).dump(obj)  # torch.save's protocol: every function or class a GLOBAL
+    except Exception:  # noqa: BLE001 -- what pickle cannot take at all is pickling_error's to name
+        return []
+    names = list(dict.fromkeys(str(arg) for op, arg, _ in pickletools.genops(buffer.getvalue()) if op.name == "GLOBAL"))
+    if not names:
+        return []
+    found, unknown = [], []
+    for name in names:  # "module qualname": the object itself, to ask torch whether it reads it
+        module, _, qualname = name.partition(" ")
+        # protocol 2 names builtins as Python 2 did (__builtin__.set): the names unpickling maps them back to
+        module, qualname = _compat_pickle.NAME_MAPPING.get((module, qualname),
+                                                           (_compat_pickle.IMPORT_MAPPING.get(module, module), qualname))
+        target: Any = sys.modules.get(module)
+        for part in qualname.split("."):
+            target = getattr(target, part, None)
+        (unknown if target is None else found).append((name.replace(" ", ".", 1), target))
+    probe = io.BytesIO()
+    try:
+        torch.save([target for _, target in found], probe)
+        probe.seek(0)
+        with torch.serialization.safe_globals(_data_globals()):
+            refused = set(torch.serialization.get_unsafe_globals_in_checkpoint(probe))
+    except Exception:  # noqa: BLE001 -- not pickled by reference as it was named: not one torch reads either
+        refused = {name for name, _ in found}
+    return [name for name, _ in unknown] + [name for name, _ in found if name in refused]
+
+
+def _data_globals() -> List[Any]:
+    """What ``weights_only`` loading reads besides torch's defaults: data, no code. ``bytes``: pickle's protocol 2 (torch's)
+    writes an empty ``bytes`` as a call of it (an empty storage at a run's first step); and NumPy arrays of numbers."""
+    return [bytes, *_numpy_array_globals()]
 
 
 def _numpy_array_globals() -> List[Any]:
@@ -313,12 +402,25 @@ def brief(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[:cut] if len(text) > 160 and cut > 0 else text}"
 
 
-def load_newest_valid(directory: PathLike, map_location: Any = "cpu") -> Optional[Tuple[Path, Dict[str, Any]]]:
-    """The newest checkpoint in ``directory`` that loads, skipping bad ones with a warning naming both files."""
+def load_newest_valid(directory: PathLike, map_location: Any = "cpu", trust: bool = False) -> Optional[Tuple[Path, Dict[str, Any]]]:
+    """The newest checkpoint in ``directory`` that loads, skipping bad ones with a warning naming both files.
+
+    Only the files this launcher wrote there (:func:`~launcher.files.candidates`), each read with
+    ``weights_only=True``. One that holds Python objects raises :class:`UntrustedCheckpointError` (unless ``trust``:
+    see :func:`load_checkpoint`), as an older one would lose the training since; one that is not even a
+    ``torch.save`` archive (a raw pickle) is no file this launcher wrote: skipped as unreadable, never unpickled.
+    """
     skipped: List[Tuple[Path, str]] = []
     for path in candidates(directory):
+        archive = readable_archive(path)
         try:
-            state = load_checkpoint(path, map_location)
+            state = load_checkpoint(path, map_location, trust=trust and archive)
+        except UntrustedCheckpointError as err:
+            if archive:
+                raise
+            skipped.append((path, f"not a torch.save archive, and it holds Python objects ({', '.join(err.objects[:5])}): "
+                                  f"not a file this launcher wrote, and never unpickled"))
+            continue
         except RuntimeError as err:
             skipped.append((path, brief(err.__cause__) if err.__cause__ else str(err)))
             continue

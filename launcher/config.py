@@ -45,6 +45,7 @@ class TrainerConf:
     resume: Any = "auto"  # auto: newest valid checkpoint of this run dir; false: ignore them; or a checkpoint path
     load_from: Optional[str] = None  # model weights to start from (fine-tuning); ignored when resuming
     devices: int = 1  # > 1: DDP over that many worker processes on this machine (GPUs, or CPU processes)
+    trust_checkpoint: bool = False  # resume from a checkpoint holding Python objects, whose unpickling can run code
 
 
 @dataclass

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from pathlib import Path
-from typing import Any, List, Union
+from typing import Any, List, Optional, Union
 
 PathLike = Union[str, Path]
 
@@ -59,17 +60,65 @@ def resume_off(value: Any) -> bool:
     return value is None or value is False or (isinstance(value, str) and value.lower() in ("false", "no", "none", ""))
 
 
+# the names the checkpointer writes (hooks/checkpoint.py): a file of another name in checkpoints/ is not resumed from
+CHECKPOINT_NAME = re.compile(r"epoch_\d{4,}\.pt|iter_\d{7,}\.pt|final\.pt")
+
+
 def candidates(directory: PathLike) -> List[Path]:
-    """Checkpoints in ``directory``, newest first: the one ``last`` names, then by modification time."""
+    """The checkpoints this launcher wrote in ``directory``, newest first: the one ``last`` names (see
+    :func:`pointed_to`), then those of the checkpointer's names by modification time. Not another file put there
+    (``best.pt``, unless ``last`` names it), nor a link to a file outside the run dir."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
     # files only: a directory named like one (final.pt made a dir) failed the resume as "does not exist"
-    files = sorted((p for p in directory.glob("*.pt") if p.is_file()), key=lambda p: p.stat().st_mtime_ns, reverse=True)
-    pointer = directory / "last"
-    if pointer.is_file():
-        named = directory / pointer.read_text().strip()
+    files = sorted((p for p in directory.iterdir() if CHECKPOINT_NAME.fullmatch(p.name) and in_run_dir(p, directory)),
+                   key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    named = pointed_to(directory)
+    if named is not None:
         if named in files:
             files.remove(named)
-            files.insert(0, named)
+        files.insert(0, named)
     return files
+
+
+def pointed_to(directory: PathLike) -> Optional[Path]:
+    """The file ``<directory>/last`` names, or None: ``last`` is a plain file holding one plain name (no path, no
+    ``..``) of a file in ``directory`` that is no link out of the run dir."""
+    directory = Path(directory)
+    pointer = directory / "last"
+    if pointer.is_symlink() or not pointer.is_file():
+        return None
+    try:
+        with open(pointer, "rb") as file:
+            name = file.read(256).decode().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not name or name.startswith(".") or any(c in name for c in ("/", "\\", "\0")):
+        return None
+    path = directory / name
+    return path if in_run_dir(path, directory) else None
+
+
+def in_run_dir(path: Path, directory: PathLike) -> bool:
+    """Whether ``path`` (in the checkpoint dir ``directory``) is a file, and one of the run dir's: a link to a file
+    elsewhere is not."""
+    if not path.is_file():
+        return False
+    if not path.is_symlink():
+        return True
+    target = path.resolve()
+    return any(target.is_relative_to(Path(d).resolve()) for d in (directory, Path(directory).parent))
+
+
+def readable_archive(path: Path) -> bool:
+    """Whether ``path`` is a whole ``torch.save`` file, by its zip directory (at the file's end, so a file cut
+    short or overwritten fails), without reading the tensors: a finished run whose ``final.pt`` is damaged
+    is not finished (it trains on from its newest readable checkpoint), rather than reported a success."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/data.pkl") or name == "data.pkl" for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.files import atomic_write, candidates, resume_off
+from launcher.files import atomic_write, candidates, in_run_dir, readable_archive, resume_off
 
 
 SWEEP_COMMAND_ENV = "LAUNCHER_SWEEP_COMMAND"  # set by ``python -m launcher -m ...`` for its job processes
@@ -130,20 +130,8 @@ def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:
     if not isinstance(data, dict) or data.get("status") not in ("completed", "stopped"):
         return None
     checkpoints = Path(run_dir) / "checkpoints"
-    return data if readable_archive(checkpoints / "final.pt") or not candidates(checkpoints) else None
-
-
-def readable_archive(path: Path) -> bool:
-    """Whether ``path`` is a whole ``torch.save`` file, by its zip directory (at the file's end, so a file cut
-    short or overwritten fails), without reading the tensors: a finished run whose ``final.pt`` is damaged
-    is not finished (it trains on from its newest readable checkpoint), rather than reported a success."""
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return any(name.endswith("/data.pkl") or name == "data.pkl" for name in archive.namelist())
-    except (OSError, zipfile.BadZipFile, ValueError):
-        return False
+    final = checkpoints / "final.pt"
+    return data if (in_run_dir(final, checkpoints) and readable_archive(final)) or not candidates(checkpoints) else None
 
 
 def _attempt_seconds(record: Mapping[str, Any], run_dir: Optional[Path] = None) -> float:
@@ -451,8 +439,9 @@ def _training_in_slurm_job(data: Mapping[str, Any]) -> Optional[str]:
 # load or silently train another experiment. Every other key (how long, where, how often to log,
 # which hooks) may change between attempts; the change is logged.
 DEFINING = ("model", "optimizer", "data", "seed", "trainer._target_", "trainer.workflow")
-# not compared: trainer.devices is not the world size under torchrun or srun; the checkpoint's (TrainerBase) is checked
-UNCOMPARED = ("trainer.devices",)
+# not compared: trainer.devices is not the world size under torchrun or srun; the checkpoint's (TrainerBase) is checked;
+# trainer.trust_checkpoint says how this command reads the checkpoints, not what the run is
+UNCOMPARED = ("trainer.devices", "trainer.trust_checkpoint")
 # not the run's experiment: how its batches are loaded, and the val data (validation leaves training as it was)
 FREE_IN_DEFINING = ("data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor", "data.val")
 LENGTH = ("trainer.max_epochs", "trainer.max_iters")

@@ -57,7 +57,7 @@ from torch import nn
 from hooks.base import EVENTS, HookBase, is_number
 from launcher import distributed
 from launcher.data import DeadWorkerWatch, is_sized
-from launcher.checkpoint import UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
+from launcher.checkpoint import TRUST_RISK, UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
 from launcher.errors import (BatchCollateError, CheckpointWriteError, ConfigError, HookStateError, ModelInputError,  # noqa: F401
                              ModelOutputError, NonFiniteLoss, RunError, DataError, describe, what_to_mend)
 
@@ -389,6 +389,7 @@ class TrainerBase:
         resume: Union[str, bool] = "auto",
         load_from: Optional[str] = None,
         devices: int = 1,
+        trust_checkpoint: bool = False,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -415,6 +416,10 @@ class TrainerBase:
         self.work_dir = Path(work_dir)
         self.checkpoint_dir = self.work_dir / "checkpoints"
         self.resume = self._check_resume(resume)
+        if not isinstance(trust_checkpoint, bool):
+            raise ConfigError(f"trainer.trust_checkpoint: {trust_checkpoint!r} is not accepted; use true or false")
+        # resume from a checkpoint that holds Python objects (a hook's own), whose unpickling can run any code
+        self.trust_checkpoint = trust_checkpoint
         self.load_from = load_from
         if load_from in ("True", "False") and not Path(load_from).exists():  # true/false, made a string by the schema
             load_from = load_from == "True"
@@ -623,13 +628,16 @@ class TrainerBase:
     def resume_or_load(self) -> None:
         """Continue from a checkpoint (``resume``), else start from ``load_from``'s weights, else fresh."""
         found = None
-        if self.resume == "auto":
-            found = load_newest_valid(self.checkpoint_dir)
-        elif self.resume:
-            try:
-                found = Path(self.resume), load_checkpoint(self.resume)
-            except RuntimeError as err:
-                raise ConfigError(f"trainer.resume: {err}") from err
+        try:
+            if self.resume == "auto":
+                found = load_newest_valid(self.checkpoint_dir, trust=self.trust_checkpoint)
+            elif self.resume:
+                found = Path(self.resume), load_checkpoint(self.resume, trust=self.trust_checkpoint)
+        except UntrustedCheckpointError as err:
+            raise ConfigError(f"trainer.resume: {err}: {TRUST_RISK}. Only if you trust the file (you, or a hook of "
+                              f"yours, wrote it), resume with trainer.trust_checkpoint=true") from None
+        except RuntimeError as err:
+            raise ConfigError(f"trainer.resume: {err}") from err
         if found is not None:
             path, state = found
             if not isinstance(state.get("model"), Mapping) or "iter" not in state:
@@ -724,7 +732,7 @@ class TrainerBase:
     def load_weights(self, path: str) -> None:
         """Model weights only (fine-tuning); a shape mismatch names the parameter and both shapes."""
         try:
-            state = load_checkpoint(path, weights_only=True)  # a file from elsewhere: unpickling must not run its code
+            state = load_checkpoint(path)  # a file from elsewhere: unpickling must not run its code
         except UntrustedCheckpointError as err:
             raise ConfigError(
                 f"trainer.load_from: {err}; loading such a file can run any code in it. If you trust it, save its "

@@ -1,6 +1,7 @@
 """The built-in hooks, in process: what each one does to a run."""
 from __future__ import annotations
 
+import fractions
 import functools
 import logging
 import json
@@ -374,6 +375,77 @@ def test_load_from_takes_a_checkpoint_holding_numpy_arrays_and_refuses_other_obj
     torch.save({"model": weights, "names": np.array(["a", "b"])}, tmp_path / "strings.pt")
     with pytest.raises(ConfigError, match=r"holds Python objects \(numpy.dtypes.StrDType\)"):
         make_trainer("iter", work_dir=tmp_path / "t4", load_from=str(tmp_path / "strings.pt"), resume=False).resume_or_load()
+
+
+class FractionState(HookBase):
+    """A hook of one's own whose state holds a Python object (not a tensor or plain value)."""
+
+    def __init__(self):
+        super().__init__()
+        self.share = fractions.Fraction(1, 3)
+
+    def state_dict(self):
+        return {"share": self.share}
+
+    def load_state_dict(self, state):
+        self.share = state["share"]
+
+
+def test_a_hook_state_holding_objects_is_said_at_save_and_resumes_only_with_trust_checkpoint(tmp_path, caplog):
+    """Resuming read checkpoints in full (weights_only=False): unpickling a file can run any code in it."""
+    from launcher.errors import ConfigError
+
+    caplog.set_level(logging.WARNING)
+    hooks = lambda: {"share": FractionState(), "ckpt": PeriodicCheckpointer(period=2, by_epoch=False, min_interval_secs=0)}
+    make_trainer("iter", hooks=hooks(), max_iters=6, work_dir=tmp_path).train()
+    said = [r.getMessage() for r in caplog.records if "holds Python objects" in r.getMessage()]
+    assert len(said) == 1 and "hook share (test_hooks.FractionState)" in said[0] and "fractions.Fraction" in said[0] \
+        and "trainer.trust_checkpoint=true" in said[0]  # once, for four saves
+    final = tmp_path / "checkpoints" / "final.pt"
+    with pytest.raises(ConfigError, match=rf"trainer.resume: '{final}' holds Python objects \(fractions.Fraction\).*"
+                                          r"run any code.*trainer.trust_checkpoint=true"):
+        make_trainer("iter", hooks=hooks(), max_iters=8, work_dir=tmp_path).train()
+    caplog.clear()
+    trusted = make_trainer("iter", hooks=hooks(), max_iters=8, work_dir=tmp_path, trust_checkpoint=True)
+    trusted.train()
+    assert trusted.resumed_from == final and trusted.iter == 8
+    assert f"Loading {final} in full with its Python objects (fractions.Fraction)" in caplog.text
+    with pytest.raises(ConfigError, match=r"trainer.trust_checkpoint: 'yes' is not accepted; use true or false"):
+        make_trainer(trust_checkpoint="yes")
+
+
+def test_a_checkpoint_taken_before_the_first_step_resumes_under_weights_only(tmp_path):
+    """Its empty metrics storage holds b"", which torch's pickle protocol writes as a call of ``bytes``."""
+    from launcher.checkpoint import load_checkpoint, objects_beyond_weights, save_checkpoint
+
+    state = make_trainer("iter", work_dir=tmp_path).state_dict()
+    assert objects_beyond_weights(state) == []
+    save_checkpoint(state, tmp_path / "iter_0000000.pt")
+    assert load_checkpoint(tmp_path / "iter_0000000.pt")["storage"]["values"] == b""
+
+
+def test_only_the_checkpoints_the_launcher_wrote_in_the_run_dir_are_resumed_from(tmp_path):
+    """Any *.pt in checkpoints/ was a candidate, a link to a file anywhere too; ``last`` may name a path."""
+    from launcher.files import candidates
+
+    ckpts, outside = tmp_path / "run" / "checkpoints", tmp_path / "elsewhere.pt"
+    ckpts.mkdir(parents=True)
+    for name in ("iter_0000004.pt", "epoch_0002.pt", "final.pt", "best.pt", "iter_12.pt"):
+        (ckpts / name).write_bytes(b"x")
+    outside.write_bytes(b"x")
+    (ckpts / "iter_9999999.pt").symlink_to(outside)  # a link out of the run dir
+    (ckpts / "epoch_0009.pt").symlink_to(ckpts / "final.pt")  # one within it
+    (ckpts / "last").write_text("best.pt\n")  # the pointer itself may name a hook's own file
+    assert candidates(ckpts)[0] == ckpts / "best.pt"
+    assert sorted(p.name for p in candidates(ckpts)) == ["best.pt", "epoch_0002.pt", "epoch_0009.pt", "final.pt",
+                                                         "iter_0000004.pt"]
+    for pointer in ("../../elsewhere.pt", str(outside), "iter_9999999.pt", "..", ".final.pt.tmp1"):
+        (ckpts / "last").write_text(pointer)
+        assert "elsewhere" not in str(candidates(ckpts)) and "best.pt" not in str(candidates(ckpts)), pointer
+    (ckpts / "last").unlink()
+    (ckpts / "last").symlink_to(tmp_path / "pointer")
+    (tmp_path / "pointer").write_text("best.pt")
+    assert "best.pt" not in str(candidates(ckpts))
 
 
 def test_bad_resume_and_load_from_name_the_key_and_the_shapes(tmp_path):

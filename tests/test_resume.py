@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import os
+import pickle
 import random
 import signal
 import subprocess
@@ -388,6 +389,85 @@ def test_explicit_resume_path_trains_on_even_when_the_run_finished(tmp_path, ref
     assert torch.load(final, weights_only=False)["iter"] == 110
 
 
+class RunsCodeWhenUnpickled:
+    """Unpickling this creates ``marker``: what a hostile file could do with any code."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_raw_pickle_as_final_pt_of_a_finished_run_is_skipped_never_unpickled(tmp_path, references, tmp_path_factory):
+    """The zip check called it damaged, then the resume unpickled it, running its code."""
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir, marker = tmp_path / "run", tmp_path / "code_ran"
+    shutil.copytree(reference, run_dir)
+    final = run_dir / "checkpoints" / "final.pt"
+    final.write_bytes(pickle.dumps({"model": {}, "iter": 0, "x": RunsCodeWhenUnpickled(marker)}))
+    proc = run_to_end(command(run_dir, "iter", 0), tmp_path)
+    out = proc.stdout + proc.stderr
+    assert not marker.exists()
+    assert f"Checkpoint {final} is unreadable (not a torch.save archive, and it holds Python objects (io.open)" in out
+    assert f"resuming from {run_dir / 'checkpoints' / 'iter_0000098.pt'} instead" in out
+    assert_same_final_state(run_dir, reference)
+
+
+def test_files_planted_in_checkpoints_are_not_resumed_from(tmp_path, references, tmp_path_factory):
+    """Any *.pt there was resumed from, a link to a file anywhere too, newest first when ``last`` names none."""
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir, marker = tmp_path / "run", tmp_path / "code_ran"
+    shutil.copytree(reference, run_dir)
+    ckpts = run_dir / "checkpoints"
+    payload = {"model": {}, "iter": 0, "x": RunsCodeWhenUnpickled(marker)}
+    torch.save(payload, tmp_path / "outside.pt")
+    torch.save(payload, ckpts / "evil.pt")  # no name the checkpointer writes
+    (ckpts / "iter_9999999.pt").symlink_to(tmp_path / "outside.pt")  # a link out of the run dir
+    (ckpts / "last").write_text("../../outside.pt\n")  # no name of this dir: loading goes by modification time
+    proc = run_to_end([*command(run_dir, "iter", 0), "trainer.max_iters=110"], tmp_path)
+    assert not marker.exists()
+    assert f"Resumed from {ckpts / 'final.pt'} at iteration 100" in proc.stdout + proc.stderr
+    assert torch.load(ckpts / "final.pt")["iter"] == 110
+
+
+def test_a_payload_in_one_hooks_state_is_refused_unless_trainer_trust_checkpoint(tmp_path, references, tmp_path_factory):
+    """A checkpoint of the launcher's own naming, valid but for one hook's state: resuming ran its code."""
+    reference = reference_for(references, tmp_path_factory, "iter", 0)
+    run_dir, marker = tmp_path / "run", tmp_path / "code_ran"
+    shutil.copytree(reference, run_dir)
+    final = run_dir / "checkpoints" / "final.pt"
+    state = torch.load(final)
+    state["hooks"]["checkpointer"]["note"] = RunsCodeWhenUnpickled(marker)
+    torch.save(state, final)
+    record = (run_dir / "run.json").read_bytes()
+    cmd = [*command(run_dir, "iter", 0), "trainer.max_iters=110"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out and not marker.exists(), out[-3000:]
+    (line,) = [l for l in out.splitlines() if "Config error" in l]
+    assert f"trainer.resume: '{final}' holds Python objects (io.open)" in line and "run any code" in line \
+        and "trainer.trust_checkpoint=true" in line
+    assert (run_dir / "run.json").read_bytes() == record  # the finished run's record stands
+    proc = run_to_end([*cmd, "trainer.trust_checkpoint=true"], tmp_path)  # the opt-in: loaded in full
+    assert marker.exists() and f"Loading {final} in full with its Python objects (io.open)" in proc.stdout + proc.stderr
+    changes = [l for l in (proc.stdout + proc.stderr).splitlines() if "started with other settings" in l]
+    assert changes and "trust_checkpoint" not in changes[0]  # how this command reads files: no change of the run
+
+
+def test_a_downloaded_checkpoint_given_as_trainer_resume_never_runs_its_code(tmp_path):
+    from launcher.models import MLP
+
+    downloaded, marker = tmp_path / "downloaded.pt", tmp_path / "code_ran"
+    torch.save({"model": MLP().state_dict(), "iter": 0, "x": RunsCodeWhenUnpickled(marker)}, downloaded)
+    proc = subprocess.run([*command(tmp_path / "run", "iter", 0), f"trainer.resume={downloaded}"], cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out and not marker.exists(), out[-3000:]
+    (line,) = [l for l in out.splitlines() if "Config error" in l]
+    assert f"trainer.resume: '{downloaded}' holds Python objects (io.open)" in line and "trainer.trust_checkpoint=true" in line
+
+
 REFUSED = [
     ("model.hidden=[32]", ["model.hidden: [256] -> [32]"]),
     # a fresh start would overwrite the dir's checkpoints and mix its metrics with the new run's
@@ -590,7 +670,8 @@ def full_command(run_dir: Path) -> List[str]:
 
 def test_every_hook_state_survives_kills_with_hooks_full(tmp_path):
     ref = tmp_path / "ref"
-    run_to_end(full_command(ref), tmp_path)
+    made = run_to_end(full_command(ref), tmp_path)
+    assert "holds Python objects" not in made.stdout + made.stderr  # every built-in hook's state resumes as it is
     run_dir = tmp_path / "run"
     cmd = full_command(run_dir)
     ckpts = run_dir / "checkpoints"
@@ -600,7 +681,8 @@ def test_every_hook_state_survives_kills_with_hooks_full(tmp_path):
     seen = sum("val/accuracy" in r for r in rows(run_dir))
     run_until(cmd, tmp_path, lambda pid: sum("val/accuracy" in r for r in rows(run_dir)) > seen)
     assert not (ckpts / "final.pt").exists()
-    run_to_end(cmd, tmp_path)
+    resumed = run_to_end(cmd, tmp_path)  # each checkpoint read with weights_only=True
+    assert "Resumed from" in resumed.stdout + resumed.stderr
     assert_same_final_state(run_dir, ref)
     assert_same_metrics(run_dir, ref)
     # plain types only: torch.load's default weights_only=True reads a checkpoint with every hook's state
