@@ -516,8 +516,21 @@ def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
     grouped = {key for key, _, _ in whole}
     inside = tuple(f"{key}." for key in grouped)
     return sorted(whole + [(k, before.get(k, _ABSENT), after.get(k, _ABSENT)) for k in set(before) | set(after)
-                           if before.get(k, _ABSENT) != after.get(k, _ABSENT) and k not in grouped and not k.startswith(inside)],
+                           if not same_value(before.get(k, _ABSENT), after.get(k, _ABSENT)) and k not in grouped
+                           and not k.startswith(inside)],
                   key=lambda change: change[0])
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two config values are one, as ``==`` has it, but NaN is NaN (``x=nan`` is the same value in the same
+    command run again), in lists and mappings too."""
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return a == b
 
 
 def split_additions(run_dir: Path, changes: Sequence[Tuple[str, Any, Any]],

@@ -1192,6 +1192,25 @@ def test_a_time_stamp_in_the_config_is_not_a_change_on_a_rerun(cli, tmp_path):
     assert again.returncode == 0 and "This run already finished (completed)" in out and "Not applied" not in out, out[-2000:]
 
 
+def test_a_nan_in_the_config_is_the_same_value_on_a_rerun(cli, tmp_path):
+    """NaN is not equal to itself: the same command again, with a NaN in a key that defines the run (a model's option)
+    or in a hook's, was refused as "another config (model.scale: nan -> nan)" or warned as a change."""
+    (tmp_path / "nanmodel.py").write_text(
+        "from hooks import HookBase\nfrom launcher.models import MLP\n\n\n"
+        "class Net(MLP):\n    def __init__(self, scale=1.0, **kwargs):\n        super().__init__(**kwargs)\n\n\n"
+        "class Keep(HookBase):\n    def __init__(self, value=0.0, priority=None):\n        super().__init__(priority)\n")
+    args = ["hydra.run.dir=run", "model._target_=nanmodel.Net", "+model.scale=nan", "+hooks.keep._target_=nanmodel.Keep",
+            "+hooks.keep.value=[1.0,nan]", *FAST]
+    first = cli(*args, "trainer.max_epochs=1")
+    assert first.returncode == 0, (first.stdout + first.stderr)[-2000:]
+    for more, said in (("trainer.max_epochs=1", "This run already finished (completed)"),  # its rerun
+                       ("trainer.max_epochs=2", "continuing with: trainer.max_epochs: 1 -> 2\n")):  # trained on
+        again = cli(*args, more)
+        out = again.stdout + again.stderr
+        assert again.returncode == 0 and said in out, out[-2000:]
+        assert "model.scale" not in out and "hooks.keep" not in out and "nan ->" not in out, out[-2000:]
+
+
 def test_a_run_refused_for_a_config_file_edited_since_is_told_the_values_that_resume_it(cli, tmp_path):
     """It said "Rerun with that run's overrides (.hydra/overrides.yaml there)", which were this command's own: the
     value had changed in a config file, and following the advice was refused again."""
