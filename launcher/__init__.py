@@ -839,10 +839,8 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     import signal
     import time
 
-    from omegaconf import OmegaConf
-
     from launcher import distributed
-    from launcher.rundir import mark_failed
+    from launcher.rundir import for_workers, mark_failed
     from launcher.signals import chain_to, pass_on_late
 
     try:
@@ -851,7 +849,7 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
         raise ConfigError(str(err)) from None
     logger.info("Starting %d worker processes (trainer.devices=%d); their logs: %s/train.log (rank 0), "
                 "train_rank<N>.log (others)", devices, devices, run_dir)
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = for_workers(cfg)
 
     def mark_aborted() -> None:
         if before is None or not before.record_kept():

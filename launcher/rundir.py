@@ -280,7 +280,7 @@ class RunRecord:
             "exit_code": None,
             "metrics": {},
             "submitit": self.submitit_job(),
-            "config": dict(config) if config is not None else None,  # resolved: what a rerun is checked against
+            "config": dict(config) if config is not None else None,  # plain_config's: what a rerun is checked against
         }
 
         before, now = previous.get("threads"), self.data["threads"]
@@ -469,19 +469,50 @@ def _flat(node: Any, prefix: str = "") -> Dict[str, Any]:
     return {prefix[:-1]: node}
 
 
+# ${name:...}: a resolver's call (oc.env, now, hydra, ...), not another key's value
+_RESOLVER_CALL = re.compile(r"\$\{\s*[\w.\-]+\s*:")
+_ENV_CALL = re.compile(r"\$\{\s*oc\.env\s*:")
+
+
 def plain_config(cfg: Any) -> Dict[str, Any]:
-    """A config as plain values, interpolations resolved where they resolve here."""
+    """A config as plain values, as ``run.json`` records it and a rerun is checked against: a key that reads another
+    (``data.seed: ${seed}``) holds that key's value, and a value that calls a resolver (``${oc.env:TOKEN}``,
+    ``${now:...}``) is kept as written. Nothing read from the environment is written down, and a variable set
+    otherwise for a rerun (a data path on another machine) is not another config."""
+    return resolved_but(cfg, _RESOLVER_CALL)
+
+
+def resolved_but(cfg: Any, kept: "re.Pattern[str]") -> Dict[str, Any]:
+    """``cfg`` as plain values, interpolations resolved but for the strings ``kept`` finds, which stay as written
+    (and so does a key reading one); the whole as written where some key does not resolve here."""
     from omegaconf import OmegaConf
 
+    raw = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+
+    def escaped(value: Any) -> Any:  # OmegaConf reads \${ as the text ${
+        if isinstance(value, dict):
+            return {key: escaped(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [escaped(item) for item in value]
+        return re.sub(r"(?<!\\)\$\{", r"\\${", value) if isinstance(value, str) and kept.search(value) else value
+
     try:
-        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
-    except Exception:  # e.g. ${hydra:...} outside a Hydra job
-        return OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)  # type: ignore[return-value]
+        return OmegaConf.to_container(OmegaConf.create(escaped(raw)), resolve=True)  # type: ignore[return-value]
+    except Exception:  # noqa: BLE001 -- a key that is missing
+        return raw  # type: ignore[return-value]
+
+
+def for_workers(cfg: Any) -> Dict[str, Any]:
+    """``cfg`` for the worker processes of ``trainer.devices=N``: resolved here (``${hydra:...}`` resolves only in
+    this Hydra job, ``${now:...}`` once for them all), but for the values read from the environment, which each worker
+    reads from the environment it inherits and records as written, as one process does."""
+    return resolved_but(cfg, _ENV_CALL)
 
 
 def recorded_config(run_dir: Path) -> Optional[Dict[str, Any]]:
-    """The config the run in ``run_dir`` was last started with, as resolved then (``run.json``), or
-    (older run dirs) ``.hydra/config.yaml`` resolved now; None without either."""
+    """The config the run in ``run_dir`` was last started with, as :func:`plain_config` has it then (``run.json``;
+    records before 2026-12-08 hold every value resolved), or (older run dirs) ``.hydra/config.yaml`` read now;
+    None without either."""
     from omegaconf import OmegaConf
 
     try:
@@ -502,6 +533,8 @@ def recorded_config(run_dir: Path) -> Optional[Dict[str, Any]]:
 def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
     """``(key, recorded value, new value)`` for every key that differs from the run dir's recorded config; a group
     of settings added or removed as a whole (``~hooks.checkpointer``) is one change, its value a mapping."""
+    from omegaconf import OmegaConf
+
     old = recorded_config(run_dir)
     if old is None:
         return []
@@ -512,6 +545,9 @@ def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
     for key in UNCOMPARED:
         if key in after:
             after[key] = before.get(key, after[key])
+    for key in _called_before_recorded_as_written(before, after):  # a record holding what it resolved to then
+        if same_value(before[key], OmegaConf.select(cfg, key, default=_ABSENT, throw_on_resolution_failure=False)):
+            after[key] = before[key]
     whole = _whole_groups(old, new)
     grouped = {key for key, _, _ in whole}
     inside = tuple(f"{key}." for key in grouped)
@@ -519,6 +555,16 @@ def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
                            if not same_value(before.get(k, _ABSENT), after.get(k, _ABSENT)) and k not in grouped
                            and not k.startswith(inside)],
                   key=lambda change: change[0])
+
+
+def _called_before_recorded_as_written(before: Mapping[str, Any], after: Mapping[str, Any]) -> List[str]:
+    """The keys whose value calls a resolver now (``${oc.env:DATA}``) where the record holds a plain value that
+    differs: a record made when such values were recorded resolved, to compare with the value resolved now."""
+    def calls(value: Any) -> bool:
+        return bool(_RESOLVER_CALL.search(str(value)))
+
+    return [key for key, value in after.items() if key in before and isinstance(value, str) and calls(value)
+            and not calls(before[key]) and not same_value(before[key], value)]
 
 
 def same_value(a: Any, b: Any) -> bool:

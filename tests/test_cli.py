@@ -704,12 +704,17 @@ def test_a_run_dir_is_checked_against_the_config_its_checkpoints_were_made_with(
     fixed = run_cli(base, tmp_path, timeout=120)  # the failed attempt trained nothing: nothing to protect
     assert fixed.returncode == 0 and read_run(run_dir)["status"] == "completed", fixed.stderr[-2000:]
 
-    # a value from the environment is checked as it was resolved when the checkpoints were made
+    # a value from the environment is checked as written (a data path set otherwise on another machine is the same
+    # run); the keys that read it define the run as they are written
     env_dir = tmp_path / "env_run"
-    args = [*FAST, f"hydra.run.dir={env_dir}", "model.dropout='${oc.decode:${oc.env:LAUNCHER_TEST_DROPOUT,0.0}}'"]
+    args = [*FAST, f"hydra.run.dir={env_dir}", "model.dropout='${oc.decode:${oc.env:LAUNCHER_TEST_DROPOUT,0.1}}'"]
     assert run_cli([*args, "trainer.max_epochs=1"], tmp_path, timeout=120).returncode == 0
     proc = run_cli([*args, "trainer.max_epochs=2"], tmp_path, env={"LAUNCHER_TEST_DROPOUT": "0.5"}, timeout=120)
-    assert proc.returncode == 2 and "model.dropout: 0.0 -> 0.5" in proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "model.dropout" not in proc.stdout + proc.stderr
+    proc = run_cli([*args[:-1], "model.dropout='${oc.decode:${oc.env:ANOTHER,0.1}}'", "trainer.max_epochs=2"], tmp_path,
+                   timeout=120)
+    assert proc.returncode == 2 and "model.dropout: '${oc.decode:${oc.env:LAUNCHER_TEST_DROPOUT,0.1}}' -> " \
+        "'${oc.decode:${oc.env:ANOTHER,0.1}}'" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
 
 
 def test_a_fixed_length_schedule_that_cannot_train_on_past_its_end_says_so(tmp_path):
@@ -1190,6 +1195,29 @@ def test_a_time_stamp_in_the_config_is_not_a_change_on_a_rerun(cli, tmp_path):
     again = cli(*args)
     out = again.stdout + again.stderr
     assert again.returncode == 0 and "This run already finished (completed)" in out and "Not applied" not in out, out[-2000:]
+
+
+def _files_holding(root: Path, secret: str) -> list:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes())
+
+
+def test_a_value_read_from_the_environment_is_written_nowhere(cli, tmp_path):
+    """+api_key=${oc.env:MY_TOKEN} was recorded resolved in run.json (0644): every record keeps it as written, in one
+    process, in trainer.devices=2's workers and in a sweep's jobs; a rerun under another value of the variable is the
+    same config."""
+    secret = "some-unique-secret-4f9c2e"
+    token = ["+api_key=${oc.env:MY_TOKEN}", "trainer.max_epochs=1", *FAST]
+    for args in (["hydra.run.dir=run"], ["hydra.run.dir=ddp", "trainer.devices=2"],
+                 ["-m", "hydra/launcher=local", "hydra.sweep.dir=sweep", "seed=0,1"]):
+        proc = cli(*args, *token, env={"MY_TOKEN": secret})
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+        assert secret not in proc.stdout + proc.stderr
+    assert read_run(tmp_path / "run")["config"]["api_key"] == "${oc.env:MY_TOKEN}"
+    assert _files_holding(tmp_path, secret) == []
+    again = cli("hydra.run.dir=run", *token, "trainer.max_epochs=2", env={"MY_TOKEN": "another-" + secret})
+    out = again.stdout + again.stderr
+    assert again.returncode == 0 and "continuing with: trainer.max_epochs: 1 -> 2\n" in out, out[-2000:]
+    assert _files_holding(tmp_path, secret) == []
 
 
 def test_a_nan_in_the_config_is_the_same_value_on_a_rerun(cli, tmp_path):
