@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 import launcher
 from launcher.build import ConfigError
 from launcher.distributed import WorkerFailed
-from launcher.errors import REPORTED_JOB, ClusterUnreachable, RunError
+from launcher.errors import REPORTED_JOB, ClusterUnreachable, RunDirBusy, RunError
 from launcher.signals import EXIT_INTERRUPTED
 
 logger = logging.getLogger("launcher")
@@ -27,6 +27,11 @@ def main(cfg: DictConfig) -> float:
     try:
         overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)  # as typed: "x=${y}" stays text
         result = launcher.run(cfg, hc.runtime.output_dir, overrides, on_start=lambda: save_job_config(cfg))
+    except RunDirBusy as err:  # train.log is the other run's: the console alone says it
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
+            raise
+        print(f"Config error: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
     except ConfigError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
             traceback_to_log_files(err, f"Config error: {err}")

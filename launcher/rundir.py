@@ -428,6 +428,106 @@ def training_here_now(run_dir: Path) -> Optional[str]:
     return f"pid {pid} on this host{slurm}, started {data.get('start_time')}, attempt {data.get('attempt')}"
 
 
+def another_run_here(run_dir: Path, who: str, stop: str) -> str:
+    """The refusal of a second run in ``run_dir`` while ``who`` (``pid 12 on this host``) trains there, which ``stop``
+    (``kill -TERM 12``) stops."""
+    return (f"{run_dir}: a run is training in this dir now ({who}); a second one would overwrite its checkpoints and "
+            f"logs. Wait for it to end, stop it ({stop}: it saves a checkpoint to resume from), or give this run "
+            f"{new_dir_advice()}")
+
+
+class RunDirLock:
+    """The run dir held by this process while its run works there: ``flock`` on ``<run dir>/.run.lock``, which
+    names the holder. A second run is refused (:class:`~launcher.errors.RunDirBusy`) before it writes or removes
+    anything there. The kernel lets go when the process dies, however it dies (a resume after a SIGKILL finds the
+    dir free), and processes forked from it (DataLoader workers) do not hold it; the file goes when the run ends."""
+
+    NAME = ".run.lock"
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / self.NAME
+        self._fd: Optional[int] = None
+
+    def __enter__(self) -> "RunDirLock":
+        import fcntl
+        import functools
+        import weakref
+
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError:  # a dir this user cannot write to (or a full disk): the run's own writes say so
+                return self
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = self._holder(fd)
+                os.close(fd)
+                self._refuse(holder)
+            except OSError:  # a file system without locks
+                os.close(fd)
+                return self
+            try:  # the file it holds, not one the last holder removed (and another run made anew) as this one opened it
+                if os.path.samestat(os.fstat(fd), os.stat(self.path)):
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+        except OSError:  # a full disk: the lock holds without its holder's name
+            pass
+        self._fd = fd
+        os.register_at_fork(after_in_child=functools.partial(RunDirLock._not_in_child, weakref.ref(self)))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            self.path.unlink(missing_ok=True)  # while it is held: a run that opened it before retries on the new one
+            os.close(fd)
+
+    @staticmethod
+    def _not_in_child(ref: Any) -> None:
+        lock = ref()
+        if lock is not None and lock._fd is not None:  # the child's copy: the parent's lock stands
+            os.close(lock._fd)
+            lock._fd = None
+
+    def _holder(self, fd: int) -> Tuple[Optional[int], Optional[str]]:
+        """The pid and host that hold the lock: the file's words, or (written as this process read it) Linux's list."""
+        try:
+            pid, host = os.pread(fd, 256, 0).decode().split()
+            return int(pid), host
+        except (OSError, ValueError):
+            pass
+        try:
+            st = os.fstat(fd)
+            where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+            with open("/proc/locks") as f:
+                for line in f:
+                    parts = line.split()
+                    if "FLOCK" in parts and where in parts and "->" not in parts:
+                        return int(parts[parts.index(where) - 1]), socket.gethostname()
+        except (OSError, ValueError):
+            pass
+        return None, None
+
+    def _refuse(self, holder: Tuple[Optional[int], Optional[str]]) -> None:
+        from launcher.errors import RunDirBusy
+
+        pid, host = holder
+        if pid is None:
+            who, stop = f"another process holds {self.path}", "kill -TERM the process"
+        elif host == socket.gethostname():
+            who, stop = f"pid {pid} on this host", f"kill -TERM {pid}"
+        else:
+            who, stop = f"pid {pid} on {host}", f"kill -TERM {pid} on {host}"
+        raise RunDirBusy(another_run_here(self.run_dir, who, stop))
+
+
 def _training_in_slurm_job(data: Mapping[str, Any]) -> Optional[str]:
     """For a record saying ``running`` on another host: why its SLURM job is training there now (or will again:
     requeued), or None (no SLURM job, this process's own, ended, or SLURM cannot be asked)."""

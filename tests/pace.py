@@ -93,3 +93,15 @@ class BreaksAt(HookBase):
     def after_step(self):
         if self.trainer.iter == self.at:
             raise RuntimeError(f"this hook broke at iteration {self.at}")
+
+
+class WaitFor(HookBase):
+    """Holds the run before its first step until the file ``path`` exists: the test does something meanwhile."""
+
+    def __init__(self, path: str, priority=None):
+        super().__init__(priority)
+        self.path = path
+
+    def before_train(self):
+        while not os.path.exists(self.path):
+            time.sleep(0.05)

@@ -789,6 +789,47 @@ def test_a_second_run_in_a_dir_where_one_is_training_is_refused(tmp_path):
     assert training_here_now(tmp_path / "run") is None
 
 
+def test_two_runs_started_together_in_one_run_dir_one_trains_and_the_other_is_refused_in_one_line(tmp_path):
+    """Started at the same instant into one hydra.run.dir, both trained there, or one died with a traceback (its
+    .hydra/ temporaries removed by the other's clean-up). The run dir is locked: the second is refused on stderr in
+    one line naming the run that holds it, and the first trains on, its files whole (its train.log too)."""
+    import time
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    env.pop("HYDRA_FULL_ERROR", None)
+    for attempt in range(4):
+        run_dir, go = tmp_path / f"run{attempt}", tmp_path / f"go{attempt}"
+        args = [sys.executable, "-m", "launcher", *FAST, "trainer.max_epochs=1", "+hooks.wait._target_=pace.WaitFor",
+                f"+hooks.wait.path={go}", f"hydra.run.dir={run_dir}"]
+        procs = [subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        try:
+            deadline = time.monotonic() + 120  # the one that holds the dir waits for `go` before its first step
+            while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            ended = [p for p in procs if p.poll() is not None]
+            assert len(ended) == 1, "neither run was refused while the other held the dir"
+            refused, survivor = ended[0], next(p for p in procs if p is not ended[0])
+            out, err = refused.communicate()
+            assert refused.returncode == 2 and "Traceback" not in out + err, (out + err)[-3000:]
+            assert err.count("\n") == 1 and err.startswith(f"Config error: {run_dir}: a run is training in this dir now "
+                                                            f"(pid {survivor.pid} on this host)"), (out + err)[-3000:]
+            go.touch()
+            out, err = survivor.communicate(timeout=300)
+            assert survivor.returncode == 0, (out + err)[-3000:]
+        finally:
+            go.touch()
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.communicate()
+        record = read_run(run_dir)
+        assert record["status"] == "completed" and record["attempt"] == 1 and record["pid"] == survivor.pid
+        assert (run_dir / "checkpoints" / "final.pt").is_file() and (run_dir / "metrics.jsonl").is_file()
+        assert sorted(p.name for p in (run_dir / ".hydra").iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
+        assert "Config error" not in (run_dir / "train.log").read_text() and not (run_dir / ".run.lock").exists()
+
+
 def test_launcher_summary_rebuilds_a_sweeps_summary_by_the_sweeps_own_objective(tmp_path):
     """Run by hand, the summary goes by the objective the sweep ran with (it took val/accuracy, max)."""
     for job, (loss, accuracy) in enumerate([(0.9, 0.8), (0.5, 0.6)]):
