@@ -382,7 +382,8 @@ def check_same_config(config: Any) -> None:
     configs = all_gather_object(mine)
     first = configs[0]
     for rank, other in enumerate(configs[1:], start=1):
-        keys = sorted(k for k in set(first) | set(other) if not same_value(first.get(k, "(absent)"), other.get(k, "(absent)")))
+        keys = sorted(k for k in set(first) | set(other)
+                      if not same_value(first.get(k, "(absent)"), other.get(k, "(absent)")))
         if keys:
             shown = ", ".join(f"{k}={other.get(k, '(absent)')} (rank 0: {first.get(k, '(absent)')})" for k in keys[:5])
             more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""

@@ -611,7 +611,7 @@ def for_workers(cfg: Any) -> Dict[str, Any]:
 
 def recorded_config(run_dir: Path) -> Optional[Dict[str, Any]]:
     """The config the run in ``run_dir`` was last started with, as :func:`plain_config` has it then (``run.json``;
-    records before 2026-12-08 hold every value resolved), or (older run dirs) ``.hydra/config.yaml`` read now;
+    an earlier launcher's record holds every value resolved), or (older run dirs) ``.hydra/config.yaml`` read now;
     None without either."""
     from omegaconf import OmegaConf
 
