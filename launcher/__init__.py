@@ -421,10 +421,7 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
 
 def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[List[str]],
          on_start: Optional[Callable[[], None]], checked: bool) -> RunResult:
-    from launcher.files import candidates as saved_checkpoints, resume_off
-    from launcher.rundir import (LENGTH, REPORTED, ConfigFilesBefore, check_resume_source, check_rerun, check_world_size,
-                                 describe_changes, finished_result, ignore_outputs_in_git, lengthens, new_dir_advice,
-                                 save_config_files, split_additions, training_here_now)
+    from launcher.rundir import RunDirLock, save_config_files
 
     check_unresolvable(cfg)
     check_objective(cfg)  # also where a finished run returns its result without building anything
@@ -440,24 +437,37 @@ def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[L
         run_dir = new_run_dir()
     run_dir = Path(run_dir).absolute()  # the result's: a resume from another directory finds it
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not checked and on_start is None:  # the Python API (the CLI passes on_start; spawned workers, checked)
-        with _log_to_run_dir(run_dir):  # train.log and .hydra/ as the CLI leaves them
-            return _run(cfg, run_dir, overrides, checked=False, on_start=lambda: save_config_files(
-                run_dir, {"config.yaml": cfg, "overrides.yaml": list(overrides or [])}))
-    ignore_outputs_in_git(run_dir)
     env = distributed.from_environment()
+    # one holder per run: this process, or rank 0 of torchrun's or SLURM's (spawned workers run under their parent's)
+    held = RunDirLock(run_dir) if not checked and (env is None or env.is_main) else contextlib.nullcontext()
+    with held:  # before anything in the run dir is written or removed
+        if not checked and on_start is None:  # the Python API (the CLI passes on_start; spawned workers, checked)
+            with _log_to_run_dir(run_dir):  # train.log and .hydra/ as the CLI leaves them
+                return _run_in_dir(cfg, run_dir, overrides, lambda: save_config_files(
+                    run_dir, {"config.yaml": cfg, "overrides.yaml": list(overrides or [])}), checked, devices, env)
+        return _run_in_dir(cfg, run_dir, overrides, on_start, checked, devices, env)
+
+
+def _run_in_dir(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], on_start: Optional[Callable[[], None]],
+                checked: bool, devices: int, env: Any) -> RunResult:
+    """:func:`run` in its run dir, held: the dir's record checked against this config, then the training."""
+    from launcher.errors import RunDirBusy
+    from launcher.files import candidates as saved_checkpoints, resume_off
+    from launcher.rundir import (LENGTH, REPORTED, ConfigFilesBefore, another_run_here, check_resume_source, check_rerun,
+                                 check_world_size, describe_changes, finished_result, ignore_outputs_in_git, lengthens,
+                                 new_dir_advice, split_additions, training_here_now)
+
+    ignore_outputs_in_git(run_dir)
     if not checked:
         record = run_dir / "run.json"
         if record.exists() and not record.is_file():  # it would be read as no record, and fail to be written
             raise ConfigError(f"{record}: {'a directory' if record.is_dir() else 'not a file'} where the run's record "
                               f"(a file) goes; move it away, or give this run {new_dir_advice()}")
         other = training_here_now(run_dir) if env is None or env.is_main else None
-        if other:
+        if other:  # one in a SLURM job on another host, or of a launcher that took no lock
             stop = f"scancel --signal=TERM {other.partition('SLURM job ')[2].split()[0].rstrip(',')}" if "SLURM job " in other \
                 else "kill -TERM its pid"
-            raise ConfigError(f"{run_dir}: a run is training in this dir now ({other}); a second one would overwrite "
-                              f"its checkpoints and logs. Wait for it to end, stop it ({stop}: it saves a "
-                              f"checkpoint to resume from), or give this run {new_dir_advice()}")
+            raise RunDirBusy(another_run_here(run_dir, other, stop))
         if env is None or env.is_main:  # no other run writes here now: a killed one's half-written record goes
             from launcher.checkpoint import remove_stale_temporaries
 
@@ -902,10 +912,8 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
     import signal
     import time
 
-    from omegaconf import OmegaConf
-
     from launcher import distributed
-    from launcher.rundir import mark_failed
+    from launcher.rundir import for_workers, mark_failed
     from launcher.signals import chain_to, pass_on_late
 
     try:
@@ -914,7 +922,7 @@ def _run_spawned(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]],
         raise ConfigError(str(err)) from None
     logger.info("Starting %d worker processes (trainer.devices=%d); their logs: %s/train.log (rank 0), "
                 "train_rank<N>.log (others)", devices, devices, run_dir)
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = for_workers(cfg)
 
     def mark_aborted() -> None:
         if before is None or not before.record_kept():

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 import launcher
 from launcher.build import ConfigError
 from launcher.distributed import WorkerFailed
-from launcher.errors import REPORTED_JOB, ClusterUnreachable, RunError, output_dir_refused
+from launcher.errors import REPORTED_JOB, ClusterUnreachable, RunDirBusy, RunError, output_dir_refused
 from launcher.signals import EXIT_INTERRUPTED
 
 logger = logging.getLogger("launcher")
@@ -33,6 +33,11 @@ def main(cfg: DictConfig) -> float:
         if not recorded_interrupted(hc.runtime.output_dir):
             raise
         exit_interrupted()
+    except RunDirBusy as err:  # train.log is the other run's: the console alone says it
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
+            raise
+        print(f"Config error: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
     except ConfigError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
             traceback_to_log_files(err, f"Config error: {err}")

@@ -386,13 +386,14 @@ def check_same_config(config: Any) -> None:
     never take (another batch size, another length). Compares the configs as written, less Hydra's."""
     from omegaconf import OmegaConf
 
-    from launcher.rundir import _flat
+    from launcher.rundir import _flat, same_value
 
     mine = _flat({k: v for k, v in OmegaConf.to_container(config, resolve=False, enum_to_str=True).items() if k != "hydra"})
     configs = all_gather_object(mine)
     first = configs[0]
     for rank, other in enumerate(configs[1:], start=1):
-        keys = sorted(k for k in set(first) | set(other) if first.get(k, "(absent)") != other.get(k, "(absent)"))
+        keys = sorted(k for k in set(first) | set(other)
+                      if not same_value(first.get(k, "(absent)"), other.get(k, "(absent)")))
         if keys:
             shown = ", ".join(f"{k}={other.get(k, '(absent)')} (rank 0: {first.get(k, '(absent)')})" for k in keys[:5])
             more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""

@@ -6,6 +6,11 @@ class ConfigError(ValueError):
     """A config value that cannot be built or used; the message names the key and what is accepted."""
 
 
+class RunDirBusy(ConfigError):
+    """Another run is working in the run dir: the CLI prints its one line on stderr, not in the run dir's
+    ``train.log`` (the other run's), and exits 2."""
+
+
 def did_you_mean(value: str, accepted, key: str) -> str:
     """``"; did you mean <key>=<closest>?"`` for the accepted name closest to a misspelt ``value``, else ``""``."""
     import difflib

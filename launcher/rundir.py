@@ -268,7 +268,7 @@ class RunRecord:
             "exit_code": None,
             "metrics": {},
             "submitit": self.submitit_job(),
-            "config": dict(config) if config is not None else None,  # resolved: what a rerun is checked against
+            "config": dict(config) if config is not None else None,  # plain_config's: what a rerun is checked against
         }
 
         before, now = previous.get("threads"), self.data["threads"]
@@ -416,6 +416,106 @@ def training_here_now(run_dir: Path) -> Optional[str]:
     return f"pid {pid} on this host{slurm}, started {data.get('start_time')}, attempt {data.get('attempt')}"
 
 
+def another_run_here(run_dir: Path, who: str, stop: str) -> str:
+    """The refusal of a second run in ``run_dir`` while ``who`` (``pid 12 on this host``) trains there, which ``stop``
+    (``kill -TERM 12``) stops."""
+    return (f"{run_dir}: a run is training in this dir now ({who}); a second one would overwrite its checkpoints and "
+            f"logs. Wait for it to end, stop it ({stop}: it saves a checkpoint to resume from), or give this run "
+            f"{new_dir_advice()}")
+
+
+class RunDirLock:
+    """The run dir held by this process while its run works there: ``flock`` on ``<run dir>/.run.lock``, which
+    names the holder. A second run is refused (:class:`~launcher.errors.RunDirBusy`) before it writes or removes
+    anything there. The kernel lets go when the process dies, however it dies (a resume after a SIGKILL finds the
+    dir free), and processes forked from it (DataLoader workers) do not hold it; the file goes when the run ends."""
+
+    NAME = ".run.lock"
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / self.NAME
+        self._fd: Optional[int] = None
+
+    def __enter__(self) -> "RunDirLock":
+        import fcntl
+        import functools
+        import weakref
+
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError:  # a dir this user cannot write to (or a full disk): the run's own writes say so
+                return self
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = self._holder(fd)
+                os.close(fd)
+                self._refuse(holder)
+            except OSError:  # a file system without locks
+                os.close(fd)
+                return self
+            try:  # the file it holds, not one the last holder removed (and another run made anew) as this one opened it
+                if os.path.samestat(os.fstat(fd), os.stat(self.path)):
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+        except OSError:  # a full disk: the lock holds without its holder's name
+            pass
+        self._fd = fd
+        os.register_at_fork(after_in_child=functools.partial(RunDirLock._not_in_child, weakref.ref(self)))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            self.path.unlink(missing_ok=True)  # while it is held: a run that opened it before retries on the new one
+            os.close(fd)
+
+    @staticmethod
+    def _not_in_child(ref: Any) -> None:
+        lock = ref()
+        if lock is not None and lock._fd is not None:  # the child's copy: the parent's lock stands
+            os.close(lock._fd)
+            lock._fd = None
+
+    def _holder(self, fd: int) -> Tuple[Optional[int], Optional[str]]:
+        """The pid and host that hold the lock: the file's words, or (written as this process read it) Linux's list."""
+        try:
+            pid, host = os.pread(fd, 256, 0).decode().split()
+            return int(pid), host
+        except (OSError, ValueError):
+            pass
+        try:
+            st = os.fstat(fd)
+            where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+            with open("/proc/locks") as f:
+                for line in f:
+                    parts = line.split()
+                    if "FLOCK" in parts and where in parts and "->" not in parts:
+                        return int(parts[parts.index(where) - 1]), socket.gethostname()
+        except (OSError, ValueError):
+            pass
+        return None, None
+
+    def _refuse(self, holder: Tuple[Optional[int], Optional[str]]) -> None:
+        from launcher.errors import RunDirBusy
+
+        pid, host = holder
+        if pid is None:
+            who, stop = f"another process holds {self.path}", "kill -TERM the process"
+        elif host == socket.gethostname():
+            who, stop = f"pid {pid} on this host", f"kill -TERM {pid}"
+        else:
+            who, stop = f"pid {pid} on {host}", f"kill -TERM {pid} on {host}"
+        raise RunDirBusy(another_run_here(self.run_dir, who, stop))
+
+
 def _training_in_slurm_job(data: Mapping[str, Any]) -> Optional[str]:
     """For a record saying ``running`` on another host: why its SLURM job is training there now (or will again:
     requeued), or None (no SLURM job, this process's own, ended, or SLURM cannot be asked)."""
@@ -458,19 +558,50 @@ def _flat(node: Any, prefix: str = "") -> Dict[str, Any]:
     return {prefix[:-1]: node}
 
 
+# ${name:...}: a resolver's call (oc.env, now, hydra, ...), not another key's value
+_RESOLVER_CALL = re.compile(r"\$\{\s*[\w.\-]+\s*:")
+_ENV_CALL = re.compile(r"\$\{\s*oc\.env\s*:")
+
+
 def plain_config(cfg: Any) -> Dict[str, Any]:
-    """A config as plain values, interpolations resolved where they resolve here."""
+    """A config as plain values, as ``run.json`` records it and a rerun is checked against: a key that reads another
+    (``data.seed: ${seed}``) holds that key's value, and a value that calls a resolver (``${oc.env:TOKEN}``,
+    ``${now:...}``) is kept as written. Nothing read from the environment is written down, and a variable set
+    otherwise for a rerun (a data path on another machine) is not another config."""
+    return resolved_but(cfg, _RESOLVER_CALL)
+
+
+def resolved_but(cfg: Any, kept: "re.Pattern[str]") -> Dict[str, Any]:
+    """``cfg`` as plain values, interpolations resolved but for the strings ``kept`` finds, which stay as written
+    (and so does a key reading one); the whole as written where some key does not resolve here."""
     from omegaconf import OmegaConf
 
+    raw = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+
+    def escaped(value: Any) -> Any:  # OmegaConf reads \${ as the text ${
+        if isinstance(value, dict):
+            return {key: escaped(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [escaped(item) for item in value]
+        return re.sub(r"(?<!\\)\$\{", r"\\${", value) if isinstance(value, str) and kept.search(value) else value
+
     try:
-        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
-    except Exception:  # e.g. ${hydra:...} outside a Hydra job
-        return OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)  # type: ignore[return-value]
+        return OmegaConf.to_container(OmegaConf.create(escaped(raw)), resolve=True)  # type: ignore[return-value]
+    except Exception:  # noqa: BLE001 -- a key that is missing
+        return raw  # type: ignore[return-value]
+
+
+def for_workers(cfg: Any) -> Dict[str, Any]:
+    """``cfg`` for the worker processes of ``trainer.devices=N``: resolved here (``${hydra:...}`` resolves only in
+    this Hydra job, ``${now:...}`` once for them all), but for the values read from the environment, which each worker
+    reads from the environment it inherits and records as written, as one process does."""
+    return resolved_but(cfg, _ENV_CALL)
 
 
 def recorded_config(run_dir: Path) -> Optional[Dict[str, Any]]:
-    """The config the run in ``run_dir`` was last started with, as resolved then (``run.json``), or
-    (older run dirs) ``.hydra/config.yaml`` resolved now; None without either."""
+    """The config the run in ``run_dir`` was last started with, as :func:`plain_config` has it then (``run.json``;
+    an earlier launcher's record holds every value resolved), or (older run dirs) ``.hydra/config.yaml`` read now;
+    None without either."""
     from omegaconf import OmegaConf
 
     try:
@@ -491,6 +622,8 @@ def recorded_config(run_dir: Path) -> Optional[Dict[str, Any]]:
 def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
     """``(key, recorded value, new value)`` for every key that differs from the run dir's recorded config; a group
     of settings added or removed as a whole (``~hooks.checkpointer``) is one change, its value a mapping."""
+    from omegaconf import OmegaConf
+
     old = recorded_config(run_dir)
     if old is None:
         return []
@@ -501,12 +634,38 @@ def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
     for key in UNCOMPARED:
         if key in after:
             after[key] = before.get(key, after[key])
+    for key in _called_before_recorded_as_written(before, after):  # a record holding what it resolved to then
+        if same_value(before[key], OmegaConf.select(cfg, key, default=_ABSENT, throw_on_resolution_failure=False)):
+            after[key] = before[key]
     whole = _whole_groups(old, new)
     grouped = {key for key, _, _ in whole}
     inside = tuple(f"{key}." for key in grouped)
     return sorted(whole + [(k, before.get(k, _ABSENT), after.get(k, _ABSENT)) for k in set(before) | set(after)
-                           if before.get(k, _ABSENT) != after.get(k, _ABSENT) and k not in grouped and not k.startswith(inside)],
+                           if not same_value(before.get(k, _ABSENT), after.get(k, _ABSENT)) and k not in grouped
+                           and not k.startswith(inside)],
                   key=lambda change: change[0])
+
+
+def _called_before_recorded_as_written(before: Mapping[str, Any], after: Mapping[str, Any]) -> List[str]:
+    """The keys whose value calls a resolver now (``${oc.env:DATA}``) where the record holds a plain value that
+    differs: a record made when such values were recorded resolved, to compare with the value resolved now."""
+    def calls(value: Any) -> bool:
+        return bool(_RESOLVER_CALL.search(str(value)))
+
+    return [key for key, value in after.items() if key in before and isinstance(value, str) and calls(value)
+            and not calls(before[key]) and not same_value(before[key], value)]
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two config values are one, as ``==`` has it, but NaN is NaN (``x=nan`` is the same value in the same
+    command run again), in lists and mappings too."""
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return a == b
 
 
 def split_additions(run_dir: Path, changes: Sequence[Tuple[str, Any, Any]],

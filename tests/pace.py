@@ -118,3 +118,13 @@ class CtrlCTwice(HookBase):
     def after_train(self):
         if self.from_end:
             self._again()
+class WaitFor(HookBase):
+    """Holds the run before its first step until the file ``path`` exists: the test does something meanwhile."""
+
+    def __init__(self, path: str, priority=None):
+        super().__init__(priority)
+        self.path = path
+
+    def before_train(self):
+        while not os.path.exists(self.path):
+            time.sleep(0.05)

@@ -792,12 +792,17 @@ def test_a_run_dir_is_checked_against_the_config_its_checkpoints_were_made_with(
     fixed = run_cli(base, tmp_path, timeout=120)  # the failed attempt trained nothing: nothing to protect
     assert fixed.returncode == 0 and read_run(run_dir)["status"] == "completed", fixed.stderr[-2000:]
 
-    # a value from the environment is checked as it was resolved when the checkpoints were made
+    # a value from the environment is checked as written (a data path set otherwise on another machine is the same
+    # run); the keys that read it define the run as they are written
     env_dir = tmp_path / "env_run"
-    args = [*FAST, f"hydra.run.dir={env_dir}", "model.dropout='${oc.decode:${oc.env:LAUNCHER_TEST_DROPOUT,0.0}}'"]
+    args = [*FAST, f"hydra.run.dir={env_dir}", "model.dropout='${oc.decode:${oc.env:LAUNCHER_TEST_DROPOUT,0.1}}'"]
     assert run_cli([*args, "trainer.max_epochs=1"], tmp_path, timeout=120).returncode == 0
     proc = run_cli([*args, "trainer.max_epochs=2"], tmp_path, env={"LAUNCHER_TEST_DROPOUT": "0.5"}, timeout=120)
-    assert proc.returncode == 2 and "model.dropout: 0.0 -> 0.5" in proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "model.dropout" not in proc.stdout + proc.stderr
+    proc = run_cli([*args[:-1], "model.dropout='${oc.decode:${oc.env:ANOTHER,0.1}}'", "trainer.max_epochs=2"], tmp_path,
+                   timeout=120)
+    assert proc.returncode == 2 and "model.dropout: '${oc.decode:${oc.env:LAUNCHER_TEST_DROPOUT,0.1}}' -> " \
+        "'${oc.decode:${oc.env:ANOTHER,0.1}}'" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
 
 
 def test_a_fixed_length_schedule_that_cannot_train_on_past_its_end_says_so(tmp_path):
@@ -870,6 +875,47 @@ def test_a_second_run_in_a_dir_where_one_is_training_is_refused(tmp_path):
         stranger.kill()
         stranger.wait()
     assert training_here_now(tmp_path / "run") is None
+
+
+def test_two_runs_started_together_in_one_run_dir_one_trains_and_the_other_is_refused_in_one_line(tmp_path):
+    """Started at the same instant into one hydra.run.dir, both trained there, or one died with a traceback (its
+    .hydra/ temporaries removed by the other's clean-up). The run dir is locked: the second is refused on stderr in
+    one line naming the run that holds it, and the first trains on, its files whole (its train.log too)."""
+    import time
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    env.pop("HYDRA_FULL_ERROR", None)
+    for attempt in range(4):
+        run_dir, go = tmp_path / f"run{attempt}", tmp_path / f"go{attempt}"
+        args = [sys.executable, "-m", "launcher", *FAST, "trainer.max_epochs=1", "+hooks.wait._target_=pace.WaitFor",
+                f"+hooks.wait.path={go}", f"hydra.run.dir={run_dir}"]
+        procs = [subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        try:
+            deadline = time.monotonic() + 120  # the one that holds the dir waits for `go` before its first step
+            while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            ended = [p for p in procs if p.poll() is not None]
+            assert len(ended) == 1, "neither run was refused while the other held the dir"
+            refused, survivor = ended[0], next(p for p in procs if p is not ended[0])
+            out, err = refused.communicate()
+            assert refused.returncode == 2 and "Traceback" not in out + err, (out + err)[-3000:]
+            assert err.count("\n") == 1 and err.startswith(f"Config error: {run_dir}: a run is training in this dir now "
+                                                            f"(pid {survivor.pid} on this host)"), (out + err)[-3000:]
+            go.touch()
+            out, err = survivor.communicate(timeout=300)
+            assert survivor.returncode == 0, (out + err)[-3000:]
+        finally:
+            go.touch()
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.communicate()
+        record = read_run(run_dir)
+        assert record["status"] == "completed" and record["attempt"] == 1 and record["pid"] == survivor.pid
+        assert (run_dir / "checkpoints" / "final.pt").is_file() and (run_dir / "metrics.jsonl").is_file()
+        assert sorted(p.name for p in (run_dir / ".hydra").iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
+        assert "Config error" not in (run_dir / "train.log").read_text() and not (run_dir / ".run.lock").exists()
 
 
 def test_launcher_summary_rebuilds_a_sweeps_summary_by_the_sweeps_own_objective(tmp_path):
@@ -1354,6 +1400,48 @@ def test_a_time_stamp_in_the_config_is_not_a_change_on_a_rerun(cli, tmp_path):
     again = cli(*args)
     out = again.stdout + again.stderr
     assert again.returncode == 0 and "This run already finished (completed)" in out and "Not applied" not in out, out[-2000:]
+
+
+def _files_holding(root: Path, secret: str) -> list:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes())
+
+
+def test_a_value_read_from_the_environment_is_written_nowhere(cli, tmp_path):
+    """+api_key=${oc.env:MY_TOKEN} was recorded resolved in run.json (0644): every record keeps it as written, in one
+    process, in trainer.devices=2's workers and in a sweep's jobs; a rerun under another value of the variable is the
+    same config."""
+    secret = "some-unique-secret-4f9c2e"
+    token = ["+api_key=${oc.env:MY_TOKEN}", "trainer.max_epochs=1", *FAST]
+    for args in (["hydra.run.dir=run"], ["hydra.run.dir=ddp", "trainer.devices=2"],
+                 ["-m", "hydra/launcher=local", "hydra.sweep.dir=sweep", "seed=0,1"]):
+        proc = cli(*args, *token, env={"MY_TOKEN": secret})
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+        assert secret not in proc.stdout + proc.stderr
+    assert read_run(tmp_path / "run")["config"]["api_key"] == "${oc.env:MY_TOKEN}"
+    assert _files_holding(tmp_path, secret) == []
+    again = cli("hydra.run.dir=run", *token, "trainer.max_epochs=2", env={"MY_TOKEN": "another-" + secret})
+    out = again.stdout + again.stderr
+    assert again.returncode == 0 and "continuing with: trainer.max_epochs: 1 -> 2\n" in out, out[-2000:]
+    assert _files_holding(tmp_path, secret) == []
+
+
+def test_a_nan_in_the_config_is_the_same_value_on_a_rerun(cli, tmp_path):
+    """NaN is not equal to itself: the same command again, with a NaN in a key that defines the run (a model's option)
+    or in a hook's, was refused as "another config (model.scale: nan -> nan)" or warned as a change."""
+    (tmp_path / "nanmodel.py").write_text(
+        "from hooks import HookBase\nfrom launcher.models import MLP\n\n\n"
+        "class Net(MLP):\n    def __init__(self, scale=1.0, **kwargs):\n        super().__init__(**kwargs)\n\n\n"
+        "class Keep(HookBase):\n    def __init__(self, value=0.0, priority=None):\n        super().__init__(priority)\n")
+    args = ["hydra.run.dir=run", "model._target_=nanmodel.Net", "+model.scale=nan", "+hooks.keep._target_=nanmodel.Keep",
+            "+hooks.keep.value=[1.0,nan]", *FAST]
+    first = cli(*args, "trainer.max_epochs=1")
+    assert first.returncode == 0, (first.stdout + first.stderr)[-2000:]
+    for more, said in (("trainer.max_epochs=1", "This run already finished (completed)"),  # its rerun
+                       ("trainer.max_epochs=2", "continuing with: trainer.max_epochs: 1 -> 2\n")):  # trained on
+        again = cli(*args, more)
+        out = again.stdout + again.stderr
+        assert again.returncode == 0 and said in out, out[-2000:]
+        assert "model.scale" not in out and "hooks.keep" not in out and "nan ->" not in out, out[-2000:]
 
 
 def test_a_run_refused_for_a_config_file_edited_since_is_told_the_values_that_resume_it(cli, tmp_path):

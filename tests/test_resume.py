@@ -299,6 +299,38 @@ def test_a_periodic_checkpoint_a_kill_left_out_of_the_rotation_goes_with_the_nex
     assert (ckpts / "best.pt").read_bytes() == b"a file of one's own" and (ckpts / "final.pt").is_file()
 
 
+def test_a_run_killed_outright_resumes_at_once_while_its_data_workers_live_on(tmp_path):
+    """The run dir's lock goes with the killed process, not with the DataLoader workers it forked, which outlive it
+    (for seconds; here stopped, for good): the resume is not refused as "a run is training in this dir"."""
+    run_dir = tmp_path / "run"
+    cmd = command(run_dir, "epoch", 2)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: List[int] = []
+    try:
+        deadline = time.monotonic() + 240
+        while not list((run_dir / "checkpoints").glob("iter_*.pt")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        workers = [int(pid) for task in Path(f"/proc/{proc.pid}/task").iterdir()
+                   for pid in (task / "children").read_text().split()]
+        assert workers, "the run has no DataLoader worker processes"
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+        proc.kill()
+        proc.wait(timeout=60)
+        assert all(Path(f"/proc/{pid}").exists() for pid in workers)
+        resumed = run_to_end(cmd, tmp_path)
+        assert "Resumed from" in resumed.stdout + resumed.stderr
+        assert read_run(run_dir)["status"] == "completed" and read_run(run_dir)["attempt"] == 2
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def test_truncated_newest_checkpoint_falls_back_to_the_previous_one_and_says_so(tmp_path, references, tmp_path_factory):
     reference = reference_for(references, tmp_path_factory, "iter", 0)
     run_dir = tmp_path / "run"
