@@ -13,6 +13,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import launcher
+from launcher import distributed
 from launcher.build import ConfigError
 from launcher.distributed import WorkerFailed
 from launcher.errors import REPORTED_JOB, ClusterUnreachable, RunDirBusy, RunError, output_dir_refused
@@ -42,9 +43,12 @@ def main(cfg: DictConfig) -> float:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
             traceback_to_log_files(err, f"Config error: {err}")
             raise  # in a sweep, Hydra records this job as failed and the other jobs keep their results
-        # in the form of composition's errors, on stderr; with its traceback in train.log
-        traceback_to_log_files(err, f"Config error: {err}")
-        print(f"Config error: {err}", file=sys.stderr, flush=True)
+        if distributed.from_environment() is not None:  # under torchrun: each rank's line tagged with its rank
+            logger.error("Config error: %s", err)
+            traceback_to_log_files(err, "Its traceback:")
+        else:  # in the form of composition's errors, on stderr; with its traceback in train.log
+            traceback_to_log_files(err, f"Config error: {err}")
+            print(f"Config error: {err}", file=sys.stderr, flush=True)
         sys.exit(2)
     except WorkerFailed as err:  # its traceback is in the worker's log; this process's says nothing more
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
