@@ -48,18 +48,22 @@ def serialize(state: Dict[str, Any], buffer: Optional[io.BytesIO] = None) -> mem
     return buffer.getbuffer()[: buffer.tell()]
 
 
+class _TensorsByReference(pickle.Pickler):
+    """A pickler that writes tensors and storages as references: what a state pickles to, besides its tensors, at
+    little cost for a large state."""
+
+    def persistent_id(self, value: Any) -> Optional[int]:
+        return id(value) if isinstance(value, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)) else None
+
+
 def pickling_error(obj: Any) -> Optional[str]:
     """Why ``torch.save`` cannot take ``obj`` (it holds an object pickle refuses: a lambda, a lock, an open file),
     or None. Pickled to nowhere, its tensors by reference: it costs little for a large state."""
-    class DryRun(pickle.Pickler):
-        def persistent_id(self, value: Any) -> Optional[int]:
-            return id(value) if isinstance(value, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)) else None
-
     class Nowhere:
         write = staticmethod(len)
 
     try:
-        DryRun(Nowhere(), protocol=2).dump(obj)  # torch.save's protocol
+        _TensorsByReference(Nowhere(), protocol=2).dump(obj)  # torch.save's protocol
     except Exception as err:  # noqa: BLE001 -- pickle raises several kinds (PicklingError, AttributeError, TypeError)
         return f"{type(err).__name__}: {err}"
     return None
@@ -340,13 +344,9 @@ def objects_beyond_weights(obj: Any) -> List[str]:
     import _compat_pickle
     import pickletools
 
-    class DryRun(pickle.Pickler):
-        def persistent_id(self, value: Any) -> Optional[int]:
-            return id(value) if isinstance(value, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)) else None
-
     buffer = io.BytesIO()
     try:
-        DryRun(buffer, protocol=2).dump(obj)  # torch.save's protocol: every function or class a GLOBAL
+        _TensorsByReference(buffer, protocol=2).dump(obj)  # torch.save's protocol: every function or class a GLOBAL
     except Exception:  # noqa: BLE001 -- what pickle cannot take at all is pickling_error's to name
         return []
     names = list(dict.fromkeys(str(arg) for op, arg, _ in pickletools.genops(buffer.getvalue()) if op.name == "GLOBAL"))
