@@ -28,11 +28,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hooks import HookBase  # noqa: E402
-from launcher.checkpoint import BackgroundWriter, load_newest_valid, save_checkpoint  # noqa: E402
+from launcher.hooks import HookBase  # noqa: E402
+from launcher.engine.checkpoint import BackgroundWriter, load_newest_valid, save_checkpoint  # noqa: E402
 from launcher.data import DataLoaders, synthetic  # noqa: E402
 from launcher.models import MLP  # noqa: E402
-from launcher.trainer import IterTrainer  # noqa: E402
+from launcher.engine.trainer import IterTrainer  # noqa: E402
 
 
 class FirstStep(Exception):

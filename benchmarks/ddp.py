@@ -37,7 +37,7 @@ OVERRIDES = [
 def _train(world_size: int, rank: int, steps: int, warmup: int, workdir: str) -> float:
     """Seconds for ``steps`` steps after ``warmup`` steps, in this process (rank ``rank`` of ``world_size``)."""
     import launcher
-    from hooks.base import HookBase
+    from launcher.engine.hook import HookBase
 
     class Clock(HookBase):
         start = 0.0
@@ -97,7 +97,7 @@ def _worker(rank: int, world_size: int, port: int, steps: int, warmup: int, work
 def _ddp(steps: int, warmup: int, workdir: str, hand: bool = False) -> float:
     import torch.multiprocessing as mp
 
-    from launcher.distributed import free_port
+    from launcher.engine.distributed import free_port
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()

@@ -1,7 +1,7 @@
 """A hook for the start-up benchmark: writes the wall-clock time of the first finished step to a file."""
 import time
 
-from hooks import HookBase
+from launcher.hooks import HookBase
 
 
 class FirstStepMark(HookBase):

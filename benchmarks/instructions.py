@@ -126,9 +126,9 @@ def parts_child(repeats: int) -> None:
 
     import launcher
     import loop
-    from launcher.checkpoint import serialize
+    from launcher.engine.checkpoint import serialize
     from launcher.data import synthetic
-    from launcher.trainer import get_rng_state
+    from launcher.engine.trainer import get_rng_state
 
     torch.set_num_threads(1)
 

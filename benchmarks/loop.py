@@ -54,7 +54,7 @@ class LoopClock:
     """
 
     def __init__(self):
-        from hooks import HookBase, Priority
+        from launcher.hooks import HookBase, Priority
 
         clock = self
 
@@ -168,7 +168,7 @@ def tiny_hand_written(epochs: int) -> Callable[[], float]:
 
 
 def tiny_trainer(hooks: str, epochs: int, root: Path, *extra: str) -> Callable[[], float]:
-    from launcher.build import build
+    from launcher.runs.build import build
 
     cfg = launcher.compose([*OVERRIDES, f"hooks={hooks}", f"trainer.max_epochs={epochs}", *extra])
     data = Prebatched()

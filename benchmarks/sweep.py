@@ -118,7 +118,6 @@ def parallel_speedup(env: Dict[str, str], repeats: int = 3) -> float:
 def _dispatch_cost(tmp: Path, env: Dict[str, str], repeats: int, slurm: bool) -> Dict[str, Optional[float]]:
     """Per launcher: 1-job sweep wall time minus the job's run time, minus the same for ``basic``."""
     from launcher import localslurm
-
     names = ["basic", "local"]
     if slurm and not localslurm.missing_binaries() and localslurm.status() != "down":
         env = {**env, **localslurm.env()}

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from hooks.base import HookBase, Priority, is_number
-from launcher.checkpoint import TRUST_RISK, BackgroundWriter, objects_beyond_weights, unsaveable_hook_state
+from launcher.engine.hook import HookBase, Priority, is_number
+from launcher.engine.checkpoint import TRUST_RISK, BackgroundWriter, objects_beyond_weights, unsaveable_hook_state
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +30,8 @@ class PeriodicCheckpointer(HookBase):
     resume from (outside the ``keep_last`` rotation; the resumed run removes it once it has
     written its next checkpoint). ``checkpoints/last`` names the newest file.
     """
+
+    saves_checkpoints = True
 
     priority = Priority.VERY_LOW
 
@@ -108,8 +110,7 @@ class PeriodicCheckpointer(HookBase):
             return True
         due = time.monotonic() - self._last_save >= self.min_interval_secs
         if self.trainer.dist is not None:
-            from launcher import distributed
-
+            from launcher.engine import distributed
             due = bool(distributed.max_int(int(due)))
         if not due and not self._skip_said and self.trainer.is_main:
             self._skip_said = True
@@ -154,6 +155,7 @@ class PeriodicCheckpointer(HookBase):
         return [name] if name and name != saving and name not in self._saved else []
 
     def before_train(self) -> None:
+        self._writer.rerun_hint = self.trainer.rerun_hint
         if self.trainer.is_main:  # a checkpoint dir that refuses files stops the run now, not after an epoch's training
             self._writer.prepare(self.trainer.checkpoint_dir)
         # and so does a hook of the user's own whose state a checkpoint cannot hold (asked once more here, on every
@@ -161,7 +163,7 @@ class PeriodicCheckpointer(HookBase):
         # lazily, a schedule that sets the lr: their first save asks them)
         states = {}
         for hook in self.trainer.hooks:
-            if type(hook).__module__.partition(".")[0] == "hooks" or type(hook).state_dict is HookBase.state_dict:
+            if type(hook).__module__.startswith("launcher.hooks.") or type(hook).state_dict is HookBase.state_dict:
                 continue
             try:
                 states[hook.name] = hook.state_dict()

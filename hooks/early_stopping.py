@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Mapping, Optional
 
-from hooks.base import HookBase, Priority, is_number
-from launcher.errors import ConfigError, did_you_mean
+from launcher.engine.hook import HookBase, Priority, is_number
+from launcher.engine.errors import ConfigError, did_you_mean
 
 
 class EarlyStopping(HookBase):

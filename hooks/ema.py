@@ -6,7 +6,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from hooks.base import HookBase, Priority, iterations_per_step
+from launcher.engine.hook import HookBase, Priority, iterations_per_step
 
 
 class EMA(HookBase):

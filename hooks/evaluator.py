@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Mapping, Optional
 
-from hooks.base import HookBase, Priority
-from launcher.errors import ConfigError, did_you_mean
+from launcher.engine.hook import HookBase, Priority
 
 logger = logging.getLogger(__name__)
 
@@ -17,6 +16,8 @@ class Evaluator(HookBase):
     With ``at_end`` it also validates once after training when the last validation is
     older than the last step, so a run always ends with fresh ``val/*`` metrics.
     """
+
+    validates = True
 
     priority = Priority.NORMAL
 
@@ -69,33 +70,3 @@ class Evaluator(HookBase):
         fresh = bool(t.last_val) and t.storage.history(next(iter(t.last_val))).latest_iter() >= t.iter - 1
         if not fresh:
             t.validate()
-
-
-class ObjectiveCheck(HookBase):
-    """Stops the run at the first validation that does not record ``objective``, a ``val/`` metric the run returns to
-    Hydra (what a sweeper optimises), with a :class:`ConfigError` naming the closest metric recorded: at that step
-    boundary, with a checkpoint, as for ``hooks.early_stopping.monitor`` (see ``TrainerBase._stop_for``). A run
-    that went on would return NaN, and a sweep would rank, or optimise, nothing."""
-
-    priority = Priority.BELOW_NORMAL  # once every hook before it has judged the validation (ReduceLROnPlateau's step)
-
-    def __init__(self, objective: str, priority: Optional[int] = None) -> None:
-        super().__init__(priority)
-        self.objective = objective
-
-    def before_train(self) -> None:
-        # resumed: the checkpoint holds the last validation's metrics; the rerun of a run stopped for a misspelt
-        # objective that still misspells it stops now, not after another epoch's training
-        if self.trainer.resumed_from is not None and self.trainer.last_val:
-            self.after_val()
-
-    def after_val(self) -> None:
-        metrics = self.trainer.last_val
-        if self.objective in metrics:
-            return
-        close = did_you_mean(self.objective, metrics, "objective")
-        advice = close or (f"; in eval mode the model's forward returns the metrics, recorded as val/<name> (a dict such "
-                           f"as {{'loss': ..., '{self.objective[4:]}': ...}}), or name one recorded, e.g. "
-                           f"objective=val/loss objective_mode=min")
-        raise ConfigError(f"objective: {self.objective!r} is not a validation metric (validation records: "
-                          f"{', '.join(sorted(metrics)) or 'none'}){advice}")

@@ -10,8 +10,8 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 
-from hooks.base import HookBase, Priority, is_number, iterations_per_step
-from launcher.errors import ConfigError, did_you_mean
+from launcher.engine.hook import HookBase, Priority, is_number, iterations_per_step
+from launcher.engine.errors import ConfigError, did_you_mean
 
 # Parameters that hold a scheduler's horizon; filled in from the run's length when left out.
 _HORIZON_PARAMS = ("T_max", "total_steps", "total_iters")
@@ -138,7 +138,7 @@ class LRScheduler(HookBase):
                 hint = "; add " + " ".join(f"+{key}.{m}=<value>" for m in missing) if missing else ""
                 unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(err))
                 if unexpected and isinstance(target, type):
-                    from launcher.build import factory_arguments
+                    from launcher.runs.build import factory_arguments
 
                     takes = factory_arguments(f"{target.__module__}.{target.__qualname__}", partial=True)
                     close = difflib.get_close_matches(unexpected.group(1), takes, n=1)

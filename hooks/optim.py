@@ -13,7 +13,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import torch
 
-from hooks.base import HookBase, Priority
+from launcher.engine.hook import HookBase, Priority
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class OptimizerStep(HookBase):
 
     def before_train(self) -> None:
         if self.accumulate > self.trainer.max_iters:  # no optimizer step would run: the weights never changed
-            from launcher.errors import ConfigError
+            from launcher.engine.errors import ConfigError
 
             raise ConfigError(f"hooks.{self.name or 'optimizer_step'}.accumulate={self.accumulate}: more micro-batches "
                               f"than the run's {self.trainer.max_iters} iterations, so no optimizer step would run; use "
@@ -130,8 +130,7 @@ class OptimizerStep(HookBase):
         """Whether the loss is finite; under DDP on every rank (they must skip a batch together)."""
         finite = bool(torch.isfinite(loss.detach()).all())
         if self.trainer.dist is not None:
-            from launcher import distributed
-
+            from launcher.engine import distributed
             finite = distributed.max_int(0 if finite else 1) == 0  # one small all-reduce per step, in this mode only
         return finite
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from hooks.base import HookBase, Priority, is_number, iterations_per_step
+from launcher.engine.hook import HookBase, Priority, is_number, iterations_per_step
 
 
 class ParamSchedule(HookBase):
@@ -49,7 +49,7 @@ class ParamSchedule(HookBase):
     def _check_key(self, group: dict) -> None:
         """A ConfigError naming ``hooks.<name>.key`` and the optimizer's settings that can be scheduled, where the key
         is none of them (a typo, the lr, a true/false setting, ``betas`` without its index or past its end)."""
-        from launcher.errors import ConfigError, did_you_mean
+        from launcher.engine.errors import ConfigError, did_you_mean
 
         accepted = [k for k, v in group.items() if k not in ("params", "lr", "initial_lr") and is_number(v)]
         accepted += [f"{k}.{i}" for k, v in group.items() if isinstance(v, (tuple, list)) and k != "params"
@@ -79,7 +79,7 @@ class ParamSchedule(HookBase):
     def _check_range(self) -> None:
         """A ConfigError where ``start`` or ``end`` is out of the setting's range (torch checks it only as the optimizer
         is made: a momentum of -1 or 2, a beta of 2, trained)."""
-        from launcher.errors import ConfigError
+        from launcher.engine.errors import ConfigError
 
         fraction = self._name in ("momentum", "dampening", "betas")
         for name, value in (("start", self.start), ("end", self.end)):

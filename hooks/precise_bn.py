@@ -8,8 +8,8 @@ import torch
 from torch import nn
 from torch.utils.data import IterableDataset
 
-from hooks.base import HookBase, Priority
-from launcher.trainer import get_rng_state, move_to_device, set_rng_state
+from launcher.engine.hook import HookBase, Priority
+from launcher.engine.trainer import get_rng_state, move_to_device, set_rng_state
 
 _BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
@@ -70,8 +70,7 @@ class PreciseBN(HookBase):
     def _average_over_ranks(self, layers: list) -> None:
         """Under DDP each rank saw its own shard: average the statistics (one all-reduce), so every rank
         validates the same model, and the checkpoint (rank 0's) holds statistics of all the data."""
-        from launcher import distributed
-
+        from launcher.engine import distributed
         stats = [s for m in layers for s in (m.running_mean, m.running_var)]
         flat = distributed.sum_tensor(torch.cat([s.reshape(-1).float() for s in stats])) / self.trainer.world_size
         offset = 0

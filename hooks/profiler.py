@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hooks.base import HookBase, Priority
+from launcher.engine.hook import HookBase, Priority
 
 logger = logging.getLogger(__name__)
 

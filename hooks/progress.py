@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any, Callable, List, Optional, TextIO, Tuple
 
-from hooks.base import HookBase, Priority, is_number
+from launcher.engine.hook import HookBase, Priority, is_number
 
 
 class ProgressBar(HookBase):

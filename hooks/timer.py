@@ -6,7 +6,7 @@ import logging
 import time
 from typing import Optional
 
-from hooks.base import HookBase, Priority
+from launcher.engine.hook import HookBase, Priority
 
 logger = logging.getLogger(__name__)
 

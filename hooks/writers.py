@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from hooks.base import HookBase, Priority, is_number, run_file_name
-from launcher.files import atomic_write
+from launcher.engine.hook import HookBase, Priority, is_number, run_file_name
+from launcher.engine.files import atomic_write
 
 logger = logging.getLogger("launcher")
 
@@ -267,7 +267,7 @@ class JSONWriter(BufferedFileWriter):
             return
         path = self.trainer.work_dir / self.filename
         if not _inside(path, self.trainer.work_dir):  # ../x.jsonl: a file runs would share, each resume cutting it
-            from launcher.errors import ConfigError
+            from launcher.engine.errors import ConfigError
 
             raise ConfigError(f"hooks.{self.name or 'jsonl'}.filename={self.filename}: {path} is outside the run dir "
                               f"{self.trainer.work_dir}; each run keeps its own rows (a resume rewrites them): give a "

@@ -13,16 +13,16 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import launcher
-from launcher import distributed
-from launcher.build import ConfigError
-from launcher.distributed import WorkerFailed
-from launcher.errors import REPORTED_JOB, ClusterUnreachable, RunDirBusy, RunError, output_dir_refused
-from launcher.signals import EXIT_INTERRUPTED
+from launcher.engine import distributed
+from launcher.runs.build import ConfigError
+from launcher.engine.distributed import WorkerFailed
+from launcher.engine.errors import REPORTED_JOB, ClusterUnreachable, RunDirBusy, RunError, output_dir_refused
+from launcher.engine.signals import EXIT_INTERRUPTED
 
 logger = logging.getLogger("launcher")
 
 
-@hydra.main(config_path=launcher.CONFIG_DIR, config_name="config", version_base="1.3")
+@hydra.main(config_path=launcher.runs.config.CONFIG_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     hc = HydraConfig.get()
     try:
@@ -70,7 +70,7 @@ def exit_interrupted() -> None:
     shuts down changes nothing, and the exit status stays the one its ``run.json`` gives, which says "resume"."""
     import signal
 
-    from launcher.signals import SIGNALS
+    from launcher.engine.signals import SIGNALS
 
     for sig in SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
@@ -106,8 +106,8 @@ def save_job_config(cfg: DictConfig) -> None:
     here, once the run dir's earlier run is known to fit this config, they always describe the
     config its checkpoints were made with: a rerun that is refused or trains nothing changes none.
     """
-    from launcher import distributed
-    from launcher.rundir import save_config_files
+    from launcher.engine import distributed
+    from launcher.runs.rundir import save_config_files
 
     env = distributed.from_environment()
     if env is not None and not env.is_main:
@@ -128,7 +128,7 @@ def explain_config_errors() -> None:
 
     import yaml
 
-    from launcher.build import composition_message, group_list_message, group_value_message
+    from launcher.runs.build import composition_message, group_list_message, group_value_message
 
     report = getattr(hydra_utils, "run_and_report", None)
     if report is None:  # a Hydra without it (a private function): its own messages, unchanged
@@ -201,8 +201,8 @@ def explain_config_errors() -> None:
                 print(f"Config error: {output_dir_refused(err)}", file=sys.stderr)
                 sys.exit(2)
             except CompactHydraException as err:  # last: composition's errors are CompactHydraExceptions too
-                local = sys.modules.get("launcher.local")  # imported where a sweep job was interrupted: not at start-up
-                if local is None or not isinstance(err, local.JobInterrupted):
+                plugins = sys.modules.get("launcher.sweep.plugins")  # imported where a sweep job was interrupted: not at start-up
+                if plugins is None or not isinstance(err, plugins.JobInterrupted):
                     raise
                 print(str(err), file=sys.stderr)  # a job stopped on a signal sent to it alone: resumable, not failed
                 sys.exit(err.exit_code())
@@ -210,11 +210,11 @@ def explain_config_errors() -> None:
         return report(composed)
 
     def no_sweep_report() -> None:  # a sweep that launched no job has no report (it would list every job pending)
-        summary = sys.modules.get("launcher.summary")
-        if summary is not None:
+        callback = sys.modules.get("launcher.sweep.callback")
+        if callback is not None:
             import atexit
 
-            atexit.unregister(summary.SweepSummary._report)
+            atexit.unregister(callback.SweepSummary._report)
 
     hydra_utils.run_and_report = run_and_report
 
@@ -354,7 +354,7 @@ def keyless_override(argv: List[str]) -> Optional[str]:
 def searchpath_not_found(argv: List[str]) -> Optional[str]:
     """The one-line refusal of a ``hydra.searchpath=[...]`` entry that is no config dir (a directory that does not
     exist, a package that does not import), which Hydra skips without a word, as ``--config-dir`` is refused; else None."""
-    from launcher.build import searchpath_override
+    from launcher.runs.build import searchpath_override
 
     given = searchpath_override(argv)
     if not given:
@@ -393,19 +393,18 @@ if __name__ == "__main__":
         print(misplaced, file=sys.stderr)
         sys.exit(2)
     explain_config_errors()
-    from launcher import plugins
-
+    from launcher import sweep
     if {"-m", "--multirun"} & set(sys.argv[1:]) or "hydra.mode=MULTIRUN" in sys.argv[1:]:
         import json
 
-        plugins.register()  # hydra/sweeper=planned, hydra/launcher=local and slurm_detached
-        from launcher.local import start_fork_server_early
+        sweep.register()  # hydra/sweeper=planned, hydra/launcher=local and slurm_detached
+        from launcher.sweep.local import start_fork_server_early
 
         start_fork_server_early(sys.argv[1:])  # its imports overlap Hydra's composing
         # the sweep's command, for the run.json of each job that submitit starts (their own is its bootstrap)
         os.environ["LAUNCHER_SWEEP_COMMAND"] = json.dumps([sys.executable, "-m", "launcher", *sys.argv[1:]])
     else:  # the default sweeper, also for hydra.mode: MULTIRUN set in a config file (the launchers: 0.04 s more)
-        plugins.register(["launcher.sweeper"])
+        sweep.register(["launcher.sweep.sweeper"])
     try:
         main()
     except KeyboardInterrupt:  # a Ctrl-C that aborts (while the run starts; a second one): one line, no traceback

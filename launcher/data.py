@@ -12,18 +12,17 @@ run's own random state, which checkpoints hold, covers the loading.
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import random
-import signal
-import sys
-import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+if TYPE_CHECKING:
+    import numpy as np
 
 import torch
-from torch.utils.data import (BatchSampler, DataLoader, Dataset, DistributedSampler, IterableDataset, Sampler, TensorDataset,
-                              get_worker_info)
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset
+
+from launcher.engine.loaders import EpochLoader, ShardSampler, StreamLoader, ValLoader
 
 
 def _split(n: int, split: str, val_fraction: float, split_seed: int) -> torch.Tensor:
@@ -113,7 +112,7 @@ def check_splits(data: Any) -> None:
 
     from omegaconf import OmegaConf
 
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     train, val = (data.get(k) if OmegaConf.is_dict(data) else None for k in ("train", "val"))
     if not (OmegaConf.is_dict(train) and OmegaConf.is_dict(val)):
@@ -158,7 +157,7 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
         else:
             content = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:
-        from launcher.checkpoint import brief
+        from launcher.engine.checkpoint import brief
 
         raise ValueError(f"data file {str(file)!r} is unreadable as a .npz or a torch.save'd dict of arrays: {brief(err)}") from err
     if not isinstance(content, dict):
@@ -187,7 +186,7 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
         raise ValueError(f"data file {str(file)!r}: {inputs!r} has {len(x)} samples but {targets!r} has {len(y)}")
     if x.is_floating_point():  # a nan input ended the run at its first step, its loss nan, naming no file
         bad = [int((~torch.isfinite(chunk)).flatten(1).any(1).sum()) for chunk in x.split(65536)]
-        from launcher.distributed import is_main_process
+        from launcher.engine.distributed import is_main_process
 
         if sum(bad) and is_main_process():  # said once, not by each rank
             import logging
@@ -196,257 +195,6 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
                 "data file %r: %d of %d samples of %r hold nan or infinite values; a model given them will likely "
                 "return a nan loss (which stops the run)", str(file), sum(bad), len(x), inputs)
     return TensorDataset(x, y)
-
-
-class SeededBatch(list):
-    """The indices of one batch, and the seed a worker reseeds its generators from to load it."""
-
-    def __init__(self, indices: Sequence[int], seed: int) -> None:
-        super().__init__(indices)
-        self.seed = seed
-
-
-def batch_seed(*key: int) -> int:
-    """A 64-bit seed that depends on ``key`` only (not on ``PYTHONHASHSEED`` or the Python version)."""
-    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little")
-
-
-class SkippingBatchSampler(BatchSampler):
-    """``BatchSampler`` that can start past the first ``skip`` batches of an epoch.
-
-    Skipping walks index lists only; no sample is loaded, so resuming at 90% of an epoch
-    costs about as much as starting one. Each batch comes as a ``SeededBatch`` whose seed
-    follows ``key`` (the loader's seed, rank and epoch) and the batch's number in the epoch.
-    """
-
-    skip = 0
-    key: tuple = ()  # empty: plain batches (no workers to seed; nothing added to the step)
-
-    def __iter__(self) -> Iterator[List[int]]:
-        batches = super().__iter__()
-        if not self.key:
-            for _ in range(self.skip):
-                next(batches, None)
-            yield from batches
-            return
-        for number, batch in enumerate(batches):
-            if number >= self.skip:
-                yield SeededBatch(batch, batch_seed(*self.key, number))
-
-    def __len__(self) -> int:
-        return max(super().__len__() - self.skip, 0)
-
-
-class BatchSeededDataset(Dataset):
-    """A dataset whose loading of a ``SeededBatch`` in a DataLoader worker starts from the batch's seed.
-
-    A worker's generators otherwise run on from whatever that worker loaded before, which a
-    resumed run, skipping batches, cannot reproduce. The main process is left alone: its RNG
-    state is the run's, restored from the checkpoint.
-    """
-
-    def __init__(self, dataset: Dataset) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
-
-    def __getitem__(self, index: Any) -> Any:
-        return self.dataset[index]
-
-    def __getitems__(self, indices: List[int]) -> List[Any]:
-        if isinstance(indices, SeededBatch) and get_worker_info() is not None:
-            random.seed(indices.seed)
-            torch.default_generator.manual_seed(indices.seed)  # torch.manual_seed: ~150 us a call
-            if torch.cuda.is_initialized():
-                torch.cuda.manual_seed_all(indices.seed)
-            if "numpy" in sys.modules:  # as torch seeds it in workers: only when imported
-                sys.modules["numpy"].random.seed([indices.seed & 0xFFFF_FFFF, indices.seed >> 32])
-        getitems = getattr(self.dataset, "__getitems__", None)
-        if getitems:
-            return getitems(list(indices))
-        return [self.dataset[i] for i in indices]
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "dataset":  # not set yet, e.g. while unpickling in a spawned worker
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
-
-
-class EpochLoader(DataLoader):
-    """A ``DataLoader`` whose epoch order and worker seeds follow ``(seed, epoch)`` only.
-
-    ``set_epoch(epoch, skip_batches)`` before each ``iter()``: the sampler reshuffles for the
-    epoch, the first ``skip_batches`` are passed over, and the generator that hands workers
-    their base seed is re-seeded, so a run resumed mid-epoch sees exactly the batches (and
-    worker seeds) it would have seen without the interruption. Workers also reseed before
-    each batch (``BatchSeededDataset``), so random augmentation does not depend on which
-    worker loads a batch or on what it loaded before.
-    """
-
-    def __init__(self, dataset: Dataset, batch_size: int, sampler: Sampler, drop_last: bool, seed: int, **kwargs: Any):
-        workers = kwargs.get("num_workers", 0) > 0  # without workers the run's own RNG state covers the loading
-        super().__init__(
-            BatchSeededDataset(dataset) if workers else dataset,
-            batch_sampler=SkippingBatchSampler(sampler, batch_size, drop_last),
-            generator=torch.Generator(),
-            **kwargs,
-        )
-        self.seed = seed
-        self._seeded = workers
-        self.set_epoch(0)
-
-    def set_epoch(self, epoch: int, skip_batches: int = 0) -> None:
-        sampler = self.batch_sampler.sampler
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(epoch)
-        self.batch_sampler.skip = skip_batches
-        if self._seeded:
-            self.batch_sampler.key = (self.seed, getattr(sampler, "rank", 0), epoch)
-        self.generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
-
-
-# torch's words for a DataLoader worker that died: "is killed by signal: ...", "exited unexpectedly ..."
-_DEAD_WORKER = "DataLoader worker (pid"
-
-
-class DeadWorkerWatch:
-    """A DataLoader worker that dies while the run trains (the OOM killer's SIGKILL, a crash in native code), told to
-    ``on_death`` rather than raised wherever the training process happens to be.
-
-    torch's SIGCHLD handler raises the dead worker's ``RuntimeError`` at whatever line the main thread runs when the
-    signal comes: in a step's backward, between two parameters of an optimizer step, in a checkpoint's write. Wrapped
-    by this handler, it is raised only where the process waits for a batch (in a watched iterator's ``__next__``), as
-    for a worker that dies before its first batch; elsewhere ``on_death(err)`` is called, and the work under way ends
-    whole. (The loader finds the dead worker at the fetch of its batch either way.) Main thread only.
-    """
-
-    def __init__(self, on_death: Callable[[RuntimeError], None]) -> None:
-        self.on_death = on_death
-        self.previous: Any = None  # the handler wrapped: torch's, installed by the first iterator with workers
-        self._fetches: set = set()  # the code of the watched iterators' __next__
-
-    def watch(self, batches: Any) -> None:
-        """Watch the fetches of ``batches`` (just made by ``iter(loader)``, which installs torch's handler)."""
-        code = getattr(getattr(type(batches), "__next__", None), "__code__", None)
-        if code is not None:
-            self._fetches.add(code)
-        if threading.current_thread() is threading.main_thread():
-            current = signal.getsignal(signal.SIGCHLD)
-            if current is not self and callable(current):
-                self.previous = current
-                signal.signal(signal.SIGCHLD, self)
-
-    def release(self) -> None:
-        """Put the wrapped handler back."""
-        if self.previous is not None and threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGCHLD) is self:
-            signal.signal(signal.SIGCHLD, self.previous)
-        self.previous = None
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        try:
-            self.previous(signum, frame)
-        except RuntimeError as err:
-            if _DEAD_WORKER not in str(err) or self._fetching(frame):
-                raise
-            self.on_death(err)
-
-    def _fetching(self, frame: Any) -> bool:
-        while frame is not None:
-            if frame.f_code in self._fetches:
-                return True
-            frame = frame.f_back
-        return False
-
-
-def is_sized(obj: Any) -> bool:
-    """Whether ``len(obj)`` answers (an ``IterableDataset`` may have no ``__len__``)."""
-    try:
-        len(obj)
-    except TypeError:
-        return False
-    return True
-
-
-class StreamLoader(DataLoader):
-    """A ``DataLoader`` over an ``IterableDataset``: an epoch is one pass over the stream.
-
-    The stream orders (and shards) itself; ``set_epoch(epoch, skip_batches)`` before each
-    ``iter()`` passes the epoch on to the dataset's own ``set_epoch`` where it has one (as
-    webdataset's and Hugging Face's streams do), seeds the workers from (``seed``, epoch), and
-    has the next iterator read and drop the first ``skip_batches``: a stream cannot skip without
-    reading. Without workers the stream is read in the main process; the run's random state is
-    put back after the skipped batches, so a stream that draws its augmentation from it per
-    sample resumes exactly. Workers are seeded from (``seed``, rank, epoch). A stream whose own state depends on those draws (a shuffle buffer
-    fed from ``random``) resumes exactly with workers, which draw from their own seeds.
-    """
-
-    def __init__(self, dataset: IterableDataset, batch_size: int, drop_last: bool, seed: int, rank: int = 0, **kwargs: Any):
-        super().__init__(dataset, batch_size=batch_size, drop_last=drop_last, generator=torch.Generator(), **kwargs)
-        self.seed, self.rank = seed, rank
-        self._skip = 0
-        self._seed_workers(0)  # the dataset's own epoch is left alone until the trainer sets one
-
-    def set_epoch(self, epoch: int, skip_batches: int = 0) -> None:
-        if callable(getattr(self.dataset, "set_epoch", None)):
-            self.dataset.set_epoch(epoch)  # type: ignore[attr-defined]
-        self._skip = skip_batches
-        self._seed_workers(epoch)
-
-    def _seed_workers(self, epoch: int) -> None:  # each rank's workers draw their own
-        self.generator.manual_seed(batch_seed(self.seed, self.rank, epoch) % 2**63)
-
-    def __iter__(self) -> Any:
-        batches = super().__iter__()
-        skip, self._skip = self._skip, 0
-        if skip:
-            from launcher.trainer import get_rng_state, set_rng_state
-
-            state = get_rng_state() if self.num_workers == 0 else None
-            end = object()
-            for _ in range(skip):
-                if next(batches, end) is end:
-                    break
-            if state is not None:
-                set_rng_state(state)
-        return batches
-
-
-class ValLoader(DataLoader):
-    """A ``DataLoader`` for validation that never draws from torch's global generator.
-
-    Each ``iter()`` of a DataLoader draws its workers' base seed from its ``generator``, by default the
-    global one, which training's dropout draws from too. Persistent workers draw only at a process's
-    first validation, so a resumed process would draw once more than an uninterrupted one, and the
-    extra validation at the end of a run later lengthened would shift its draws. Here every
-    validation starts from ``seed``: its workers draw the same each time.
-    """
-
-    def __init__(self, dataset: Dataset, seed: int, **kwargs: Any) -> None:
-        super().__init__(dataset, generator=torch.Generator(), **kwargs)
-        self.seed = seed
-
-    def __iter__(self) -> Any:
-        self.generator.manual_seed(self.seed)
-        return super().__iter__()
-
-
-class ShardSampler(Sampler[int]):
-    """Every ``world_size``-th index from ``rank``, without the padding ``DistributedSampler`` adds.
-
-    For validation: each sample is seen once over all ranks, so metrics summed over the
-    ranks equal a single process's.
-    """
-
-    def __init__(self, size: int, rank: int = 0, world_size: int = 1) -> None:
-        self.indices = range(rank, size, world_size)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
 
 
 LARGEST = 2**31 - 1  # the largest batch size (or number of workers) taken: more is a typo
@@ -555,8 +303,8 @@ class DataLoaders:
             return ValLoader(self.val, self.seed, batch_size=self.val_batch_size, num_workers=self.num_workers,
                              pin_memory=self.pin_memory, collate_fn=collate_fn, **self._workers)
         if len(self.val) == 0:
-            raise ValueError(f"data.val holds no samples (its split of the data is empty); give it samples "
-                             f"(e.g. a larger data.train.val_fraction or dataset) or set data.val=null")
+            raise ValueError("data.val holds no samples (its split of the data is empty); give it samples "
+                             "(e.g. a larger data.train.val_fraction or dataset) or set data.val=null")
         sampler = ShardSampler(len(self.val), rank, world_size)
         return ValLoader(
             self.val, self.seed, batch_size=self.val_batch_size, sampler=sampler, num_workers=self.num_workers,

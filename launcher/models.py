@@ -1,4 +1,4 @@
-"""Built-in classifiers that follow the trainer's model contract (see ``launcher.trainer``).
+"""Built-in classifiers that follow the trainer's model contract (see ``launcher.engine.trainer``).
 
 ``forward(batch)`` takes ``(inputs, labels)``: in train mode it returns the cross-entropy
 loss, in eval mode ``{"loss", "accuracy"}``.
@@ -39,7 +39,7 @@ class Classifier(nn.Module):
 
     def not_a_pair(self, batch: Any) -> BaseException:
         """The error for a batch that is no (inputs, labels) pair: what the loader gave, what to change."""
-        from launcher.errors import ModelInputError, describe
+        from launcher.engine.errors import ModelInputError, describe
 
         given = describe(batch) + ("" if isinstance(batch, (dict, list, tuple)) else " alone (no labels)")
         return ModelInputError(f"{type(self).__name__} takes batches of (inputs, labels); the data loader gave {given}: "
@@ -53,7 +53,7 @@ class Classifier(nn.Module):
         """A ConfigError naming the ``model.*`` key that does not fit this batch, or ``err`` itself. In eval mode
         (validation) it names ``data.val``: the fix is to make the val data like the train data, which fits
         the model (or is checked against it first), not to resize the model to the val data."""
-        from launcher.errors import ConfigError
+        from launcher.engine.errors import ConfigError
 
         shape = list(inputs.shape) if isinstance(inputs, torch.Tensor) else None
         why = None

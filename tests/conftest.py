@@ -73,7 +73,7 @@ class ToyModel(nn.Module):
 
 
 def make_trainer(kind: str = "epoch", hooks=None, model=None, data=None, work_dir=".", **kw):
-    from launcher.trainer import EpochTrainer, IterTrainer
+    from launcher.engine.trainer import EpochTrainer, IterTrainer
 
     model = model or ToyModel()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -4,7 +4,7 @@ import signal
 
 import torch
 
-from hooks import HookBase
+from launcher.hooks import HookBase
 
 
 class DumpWeights(HookBase):
@@ -84,11 +84,10 @@ class MetricOnRank0(MLP):
 
 
 def latch_worker(rank, nprocs, port, parent, ready, out_dir):
-    """A worker of launcher.distributed.spawn that only starts, then writes the stop signal it holds (or 0)."""
+    """A worker of launcher.engine.distributed.spawn that only starts, then writes the stop signal it holds (or 0)."""
     import time
 
-    from launcher import distributed
-
+    from launcher.engine import distributed
     distributed.worker_started(rank, parent, ready)
     time.sleep(2.0)  # the parent passes on what it held for this worker
     held = signal.getsignal(signal.SIGTERM).received

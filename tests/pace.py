@@ -5,7 +5,7 @@ import signal
 import time
 from typing import Optional
 
-from hooks import HookBase
+from launcher.hooks import HookBase
 
 
 class Pace(HookBase):

@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from hooks import HookBase
+from launcher.hooks import HookBase
 
 
 def _cmdline(pid: int) -> str:

@@ -58,7 +58,6 @@ def test_instruction_counts_divide_by_the_steps_the_loops_really_take(monkeypatc
     from torch.utils.data import DataLoader
 
     from launcher.data import synthetic
-
     mlp_train = synthetic("train", size=10240, shape=[64], val_fraction=0.2)  # as loop.hand_written builds it
     assert len(DataLoader(mlp_train, batch_size=64)) == instructions.STEPS_PER_EPOCH["mlp"]
     assert "data.train.size=10240" in loop.OVERRIDES and "data.batch_size=64" in loop.OVERRIDES

@@ -115,7 +115,7 @@ def test_main_returns_the_objective_as_a_float(tmp_path):
     from launcher.__main__ import main
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=launcher.CONFIG_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=launcher.runs.config.CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", overrides=[*FAST, "trainer.max_epochs=1"], return_hydra_config=True)
     with read_write(cfg.hydra), open_dict(cfg.hydra):
         cfg.hydra.runtime.output_dir = str(tmp_path)
@@ -146,7 +146,7 @@ BAD_INPUTS = [
     (["hooks=[default,earlystopping]"], ["hooks: there is no option 'earlystopping'; did you mean 'early_stopping'?"]),
     # named after the module of the hook it means: the close name was 'lr_scheduler'
     (["hooks=[default,param_schedule]"], ["hooks: there is no option 'param_schedule'; did you mean 'momentum_schedule' (its "
-                                          "_target_ is hooks.param_schedule.ParamSchedule)?"]),
+                                          "_target_ is launcher.hooks.param_schedule.ParamSchedule)?"]),
     (["model._target_=launcher.models.MLPP"], ["model._target_", "MLPP", "did you mean 'launcher.models.MLP'"]),
     (["model._target_=nopkg.Net"], ["model._target_", "no module named 'nopkg'"]),
     (["+model.widht=3"], ["model", "widht", "accepts: in_features"]),
@@ -181,7 +181,7 @@ BAD_INPUTS = [
      ["Config error: hooks.lr_scheduler.scheduler.step_size=0: step_size should be an integer >= 1"]),  # before training
     (["hooks.lr_scheduler.scheduler._target_=torch.optim.lr_scheduler.ReduceLROnPlateau", "hooks.lr_scheduler.warmup_iters=10"],
      ["hooks.lr_scheduler.warmup_iters=10: a warmup cannot go in front of ReduceLROnPlateau", "set warmup_iters=0"]),
-    (["+hooks._target_=hooks.timer.IterationTimer"], ["hooks._target_: hooks.timer.IterationTimer is not under a hook's name",
+    (["+hooks._target_=launcher.hooks.timer.IterationTimer"], ["hooks._target_: launcher.hooks.timer.IterationTimer is not under a hook's name",
                                                        "a file conf/hooks/<option>.yaml nests its hook"]),
     (["+hooks.mine=3"], ["hooks.mine: 3 is not a hook; each entry of hooks is one hook"]),
     (["trainer.devices=0", "data=arrays", "data.train.path=no.npz", "data.val.path=no.npz"], ["trainer.devices should be an integer of at least 1", "got 0"]),  # before the data
@@ -270,7 +270,7 @@ BAD_INPUTS = [
     (["optimizer.nesterov=null"], ["Config error: optimizer.nesterov: null is not true or false"]),
     # OmegaConf's bool took them as true: the lr held for the epoch
     (["hooks.lr_scheduler.by_epoch=2"], ["Config error: hooks.lr_scheduler.by_epoch: 2 is not true or false "
-                                         "(hooks.lr_scheduler.LRScheduler takes a bool there)"]),
+                                         "(launcher.hooks.lr_scheduler.LRScheduler takes a bool there)"]),
     (["hooks.checkpointer.save_final=yes"], ["Config error: hooks.checkpointer.save_final: 'yes' is not true or false"]),
     # wrote to the dir all the day's runs share (each resume cutting it); a traceback after the build (IsADirectoryError)
     (["hooks.jsonl.filename=../x.jsonl"], ["Config error: hooks.jsonl.filename=../x.jsonl: ", "is outside the run dir",
@@ -432,18 +432,20 @@ def test_bad_input_gives_one_clear_message_and_no_successful_looking_run(overrid
         assert not (d / "checkpoints" / "final.pt").exists()
 
 
-@pytest.mark.parametrize("shadow", ["hooks.py", "hooks/__init__.py", "hooks/mine.py"])
-def test_a_hooks_module_of_the_users_own_is_named_instead_of_a_puzzling_import_error(shadow, tmp_path):
-    """python -m puts the current directory first on sys.path: a project's own hooks.py (or hooks/)
-    would hide the launcher's hooks package."""
+@pytest.mark.parametrize("shadow", ["hooks.py", "hooks/__init__.py"])
+def test_a_hooks_module_of_the_users_own_trains_beside_the_built_in_hooks(shadow, tmp_path):
+    """python -m puts the current directory first on sys.path: a project's own hooks.py (or hooks/) is its own;
+    the built-in hooks are launcher.hooks, so the two never collide. A config still naming the old top-level
+    package (hooks.checkpoint.PeriodicCheckpointer) is told the new name."""
     path = tmp_path / shadow
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("X = 1\n")
-    proc = run_cli([*FAST], tmp_path, timeout=120)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 2 and "Traceback" not in out
-    assert "Config error: 'import hooks' finds" in out and str(tmp_path / "hooks") in out
-    assert "not the launcher's hooks package" in out and "rename your hooks module or package" in out
+    path.write_text("from launcher.hooks import HookBase\n\nclass Mine(HookBase):\n    def after_train(self):\n"
+                    "        print('mine ran')\n")
+    proc = run_cli([*FAST, "+hooks.mine._target_=hooks.Mine"], tmp_path, timeout=120)
+    assert proc.returncode == 0 and "mine ran" in proc.stdout, proc.stderr[-2000:]
+    (tmp_path / "elsewhere").mkdir()
+    proc = run_cli([*FAST, "+hooks.old._target_=hooks.checkpoint.PeriodicCheckpointer"], tmp_path / "elsewhere", timeout=120)
+    assert proc.returncode == 2 and "launcher.hooks" in proc.stderr.splitlines()[-1], proc.stderr[-2000:]
 
 
 def test_a_bug_in_the_users_model_code_is_shown_with_its_traceback_not_as_a_config_error(tmp_path):
@@ -483,7 +485,7 @@ def test_a_misspelt_objective_stops_the_run_at_the_first_validation_with_a_check
 def test_a_run_that_fails_mid_training_says_why_in_its_train_log(tmp_path):
     """The console has Hydra's report; the run dir's log, read later (a SLURM job's), must too."""
     (tmp_path / "boom.py").write_text(
-        "from hooks import HookBase\n\n\nclass Boom(HookBase):\n    def after_step(self):\n"
+        "from launcher.hooks import HookBase\n\n\nclass Boom(HookBase):\n    def after_step(self):\n"
         "        if self.trainer.iter == 3:\n            raise RuntimeError('boom at step 3')\n")
     proc = run_cli([*FAST, "+hooks.boom._target_=boom.Boom"], tmp_path, timeout=120)
     assert proc.returncode == 1 and "RuntimeError: boom at step 3" in proc.stderr
@@ -639,7 +641,7 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {"PYTHONPATH": str(site)}
-    where = subprocess.run([sys.executable, "-c", "import launcher, hooks; print(launcher.CONFIG_DIR); print(hooks.__file__)"],
+    where = subprocess.run([sys.executable, "-c", "import launcher, hooks; print(launcher.runs.config.CONFIG_DIR); print(hooks.__file__)"],
                            cwd=work, env={**os.environ, **env}, capture_output=True, text=True)
     assert where.stdout.splitlines() == [str(site / "launcher" / "conf"), str(site / "hooks" / "__init__.py")]
     proc = run_cli(["trainer.max_epochs=1", *FAST], work, env=env)
@@ -679,7 +681,7 @@ def test_a_nan_loss_ends_a_run_in_one_line_and_a_sweep_with_its_report_not_a_tra
     assert read_run(run_dir)["status"] == "failed"
 
     (tmp_path / "boom.py").write_text(
-        "from hooks import HookBase\n\n\nclass Boom(HookBase):\n    def after_step(self):\n"
+        "from launcher.hooks import HookBase\n\n\nclass Boom(HookBase):\n    def after_step(self):\n"
         "        if self.trainer.iter == 3:\n            raise RuntimeError('boom at step 3')\n")
     sweep = run_cli(["-m", "optimizer.lr=0.05,1e12", "trainer.max_epochs=1", *FAST], tmp_path, timeout=300)
     out = sweep.stdout + sweep.stderr
@@ -776,11 +778,11 @@ def test_sweep_summary_marks_the_best_job_and_keeps_going_past_a_failed_one(tmp_
         assert read_run(d)["status"] == "completed" and (d / "checkpoints" / "final.pt").is_file()
 
     (sweep / "summary.csv").unlink()
-    again = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], capture_output=True, text=True)
+    again = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(sweep)], capture_output=True, text=True)
     assert again.returncode == 0 and "**best**" in again.stdout and (sweep / "summary.csv").is_file()
-    bad = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path / "nope")], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(tmp_path / "nope")], capture_output=True, text=True)
     assert bad.returncode != 0 and "is not a directory" in bad.stderr
-    single = subprocess.run([sys.executable, "-m", "launcher.summary", str(run_dirs(sweep)[0])], capture_output=True, text=True)
+    single = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(run_dirs(sweep)[0])], capture_output=True, text=True)
     assert single.returncode != 0 and "is a single run's dir (its record is run.json there); give a sweep dir" in single.stderr
     assert not (run_dirs(sweep)[0] / "summary.md").exists()
 
@@ -847,7 +849,7 @@ def test_a_second_run_in_a_dir_where_one_is_training_is_refused(tmp_path):
         # a copy of the dir made while it trains (cp -a) is not where it writes: free; the dir by another path is not
         import shutil
 
-        from launcher.rundir import training_here_now
+        from launcher.runs.rundir import training_here_now
 
         shutil.copytree(tmp_path / "run", tmp_path / "copy", symlinks=True)
         (tmp_path / "link").symlink_to(tmp_path / "run")
@@ -926,13 +928,13 @@ def test_launcher_summary_rebuilds_a_sweeps_summary_by_the_sweeps_own_objective(
             "status": "completed", "overrides": [f"seed={job}"], "seconds": 1.0,
             "metrics": {"val/loss": loss, "val/accuracy": accuracy},
             "config": {"objective": "val/loss", "objective_mode": "min"}}))
-    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "Objective: `val/loss` (min); best: job 1 (`seed=1`)" in proc.stdout
     (tmp_path / "multirun.yaml").write_text("objective: val/accuracy\nobjective_mode: max\n")  # the sweep's own config first
-    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(tmp_path)], capture_output=True, text=True)
     assert "Objective: `val/accuracy` (max); best: job 0 (`seed=0`)" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path), "--objective", "val/loss", "--mode", "min"],
+    proc = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(tmp_path), "--objective", "val/loss", "--mode", "min"],
                           capture_output=True, text=True)
     assert "Objective: `val/loss` (min); best: job 1" in proc.stdout  # given on the command line: that one
     # shown, not written: the sweep's own summary keeps its objective (a one-off ranking replaced it)
@@ -1297,7 +1299,7 @@ def test_a_sweep_with_its_own_subdir_names_is_summarized(tmp_path):
 def test_an_attempt_killed_outright_counts_in_the_run_time_up_to_its_last_sign_of_life(tmp_path):
     import datetime
 
-    from launcher.rundir import RunRecord
+    from launcher.runs.rundir import RunRecord
 
     killed = RunRecord(tmp_path, seed=0)
     killed.start()  # then SIGKILL: its record stays "running", with no end or time of its own
@@ -1429,7 +1431,7 @@ def test_a_nan_in_the_config_is_the_same_value_on_a_rerun(cli, tmp_path):
     """NaN is not equal to itself: the same command again, with a NaN in a key that defines the run (a model's option)
     or in a hook's, was refused as "another config (model.scale: nan -> nan)" or warned as a change."""
     (tmp_path / "nanmodel.py").write_text(
-        "from hooks import HookBase\nfrom launcher.models import MLP\n\n\n"
+        "from launcher.hooks import HookBase\nfrom launcher.models import MLP\n\n\n"
         "class Net(MLP):\n    def __init__(self, scale=1.0, **kwargs):\n        super().__init__(**kwargs)\n\n\n"
         "class Keep(HookBase):\n    def __init__(self, value=0.0, priority=None):\n        super().__init__(priority)\n")
     args = ["hydra.run.dir=run", "model._target_=nanmodel.Net", "+model.scale=nan", "+hooks.keep._target_=nanmodel.Keep",

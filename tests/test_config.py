@@ -8,10 +8,10 @@ import torch
 from omegaconf import OmegaConf
 
 import launcher
-from hooks import HookBase
-from launcher.build import ConfigError, build, call
+from launcher.hooks import HookBase
+from launcher.runs.build import ConfigError, build, call
 
-CONF = Path(launcher.CONFIG_DIR)
+CONF = Path(launcher.runs.config.CONFIG_DIR)
 
 
 def options(group: str):
@@ -79,7 +79,7 @@ def test_default_hooks_hold_what_a_run_needs():
 
 
 def test_remove_and_add_a_hook_from_overrides():
-    cfg = launcher.compose(["~hooks.tensorboard", "+hooks.extra._target_=hooks.timer.IterationTimer", "+hooks.extra.warmup=0"])
+    cfg = launcher.compose(["~hooks.tensorboard", "+hooks.extra._target_=launcher.hooks.timer.IterationTimer", "+hooks.extra.warmup=0"])
     assert "tensorboard" not in cfg.hooks
     assert build("hooks.extra", cfg.hooks.extra).warmup == 0
 
@@ -127,7 +127,7 @@ def test_schema_rejects_typos_and_wrong_types_while_composing(override, words):
                                                                       "them out: ~model.widht, ~model.depht)"),
         ({"in_features": 3}, "model: no _target_ given; set model._target_"),
         ({"_taget_": "launcher.models.MLP"}, "model: no _target_ given (model._taget_ is there: a misspelt _target_?)"),
-        ({"_target_": "launcher.trainer.EpochTrainer", "max_epochs": 3, "max_epoch": 3}, "got an unexpected keyword argument 'max_epoch' (leave it out: ~model.max_epoch); launcher.trainer.EpochTrainer accepts: max_epochs, workflow, model, optimizer, data, hooks, device, work_dir"),
+        ({"_target_": "launcher.engine.trainer.EpochTrainer", "max_epochs": 3, "max_epoch": 3}, "got an unexpected keyword argument 'max_epoch' (leave it out: ~model.max_epoch); launcher.engine.trainer.EpochTrainer accepts: max_epochs, workflow, model, optimizer, data, hooks, device, work_dir"),
     ],
 )
 def test_build_errors_are_one_line_and_name_the_key(node, message):

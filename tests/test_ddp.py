@@ -335,7 +335,7 @@ def test_a_sigterm_to_the_launcher_while_it_starts_its_workers_reaches_each_of_t
     resource tracker there unblocked SIGTERM, and the signal was lost: the run trained on to its end."""
     import torch.multiprocessing as mp
 
-    from launcher import distributed
+    from launcher.engine import distributed
     from ddp_probe import latch_worker
 
     start = mp.start_processes
@@ -364,7 +364,7 @@ def test_a_ctrl_c_to_the_launcher_while_it_starts_its_workers_aborts_them(tmp_pa
     was held for them, a Ctrl-C dropped, and the workers trained on while the launcher reported SIGINT."""
     import torch.multiprocessing as mp
 
-    from launcher import distributed
+    from launcher.engine import distributed
     from ddp_probe import latch_worker
 
     start = mp.start_processes
@@ -390,7 +390,7 @@ def test_a_sigterm_to_the_workers_themselves_while_they_start_waits_until_each_h
     (the stop signals are blocked from its start) until it can hold it, instead of dying of it."""
     import torch.multiprocessing as mp
 
-    from launcher import distributed
+    from launcher.engine import distributed
     from ddp_probe import latch_worker
 
     start = mp.start_processes
@@ -410,7 +410,7 @@ def test_a_sigterm_to_the_workers_themselves_while_they_start_waits_until_each_h
 def test_workers_that_fail_to_start_leave_the_signal_handlers_as_they_were(monkeypatch):
     import torch.multiprocessing as mp
 
-    from launcher import distributed
+    from launcher.engine import distributed
     from ddp_probe import latch_worker
 
     def fail(*args, **kwargs):
@@ -614,7 +614,7 @@ def test_torchrun_refuses_a_sweep_with_advice(tmp_path):
 def test_nodes_started_with_different_overrides_are_refused_on_every_rank(tmp_path):
     """Two torchrun nodes (here one process each, on localhost) given another optimizer.lr trained two models in
     silence, each rank stepping with its own rate, and exited 0; another batch size hung in backward()."""
-    from launcher.distributed import free_port
+    from launcher.engine.distributed import free_port
 
     port = free_port()
     nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={rank}",
@@ -726,8 +726,7 @@ def test_precise_bn_averages_the_ranks_statistics_so_every_rank_validates_one_mo
     ({"LAUNCHER_CPUS_PER_TASK": "6", "LOCAL_WORLD_SIZE": "2"}, ("torchrun", 4), 3),  # 2 of the 4 ranks on this machine
 ])
 def test_each_process_takes_the_threads_its_job_was_given_shared_among_its_ranks(env, dist, threads, monkeypatch):
-    from launcher import distributed
-
+    from launcher.engine import distributed
     for key in ("OMP_NUM_THREADS", "SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "LAUNCHER_CPUS_PER_TASK", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
@@ -752,8 +751,8 @@ def test_each_process_takes_the_threads_its_job_was_given_shared_among_its_ranks
 ])
 def test_a_local_sweep_says_when_its_jobs_would_take_more_threads_than_there_are_cores(
         omp, cpus_per_task, max_parallel, jobs, says, ranks, monkeypatch, caplog):
-    from launcher import distributed, local
-
+    from launcher.engine import distributed
+    from launcher.sweep import local
     monkeypatch.setattr(distributed, "usable_cores", lambda: 2)
     monkeypatch.setattr(local, "usable_cores", lambda: 2)
     if omp is None:
@@ -768,8 +767,7 @@ def test_a_local_sweep_says_when_its_jobs_would_take_more_threads_than_there_are
 
 def test_an_omp_num_threads_below_the_jobs_cpus_is_obeyed_and_named(monkeypatch, caplog):
     """A login shell's OMP_NUM_THREADS=1 travels into a SLURM job given 2 CPUs: it wins, and the run says so."""
-    from launcher import distributed
-
+    from launcher.engine import distributed
     before = torch.get_num_threads()
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "2")
@@ -794,7 +792,7 @@ def test_a_sigterm_while_a_rank_joins_the_process_group_interrupts_no_system_cal
     """A SIGTERM (a sweep stopping its jobs, SLURM's preemption) while a rank waited in the rendezvous interrupted the
     retry's sleep, and torch printed the C++ stack of an "Interrupted system call" on the console. Held blocked until
     the join ends (the run only latches it until training), it reaches the handler after."""
-    child = ("import signal, sys\nfrom launcher.distributed import DistEnv, init\ngot = []\n"
+    child = ("import signal, sys\nfrom launcher.engine.distributed import DistEnv, init\ngot = []\n"
              "signal.signal(signal.SIGTERM, lambda s, f: got.append(s))\nprint('ready', flush=True)\n"
              "try:\n    init(DistEnv(1, 1, 2, '127.0.0.1', int(sys.argv[1]), 'spawn'), device='cpu')\n"
              "except Exception as err:\n    print('failed:', type(err).__name__, flush=True)\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hooks.base import HookBase
+from launcher.engine.hook import HookBase
 from conftest import FAST, REPO, read_run, run_cli, run_dirs
 
 EXAMPLE = REPO / "examples" / "text_project"
@@ -52,7 +52,7 @@ def test_a_misspelt_option_of_the_users_own_group_names_their_options_by_searchp
     """Options from a config dir added with hydra.searchpath (or compose's config_dir) were left out of the list:
     "model: there is no option 'bag_of_tokenz'. Available: cnn, mlp", as if the dir had not been found."""
     import launcher
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     want = "there is no option 'bag_of_tokenz'; did you mean 'bag_of_tokens'? Available: bag_of_tokens, cnn, mlp"
     for flags, model in (([], "model=bag_of_tokenz"), (["-m"], "model=bag_of_tokenz,mlp")):
@@ -68,7 +68,7 @@ def test_a_misspelt_option_in_an_experiment_files_defaults_list_names_the_file(p
     """Hydra's error for an experiment's ``override /model: bag_of_tokenz`` names only the primary config: the
     message named the option and not where it was set, though the command line never mentions it."""
     import launcher
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     experiment = project / "conf" / "experiment" / "parity.yaml"
     experiment.write_text(experiment.read_text().replace("override /model: bag_of_tokens", "override /model: bag_of_tokenz"))
@@ -104,7 +104,7 @@ def test_python_api_compose_and_run_without_argv(project, monkeypatch):
 
 def test_compose_refuses_hydras_own_settings_which_would_have_no_effect():
     import launcher
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     for override in ("hydra.run.dir=/tmp/elsewhere", "hydra/launcher=local", "+hydra.job.chdir=true"):
         with pytest.raises(ConfigError, match=r"compose\(\) returns the run's config without Hydra's own settings.*"
@@ -150,7 +150,7 @@ def test_a_ctrl_c_to_a_python_api_run_stops_it_with_a_checkpoint_then_raises_and
     """A Ctrl-C stopped the run and run() returned 'interrupted': a notebook cell or a loop of runs went on to the
     next. Now it raises KeyboardInterrupt once the checkpoint is on disk, naming the absolute dir that resumes it."""
     import launcher
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     monkeypatch.chdir(tmp_path)
     cfg = launcher.compose(["hooks=default", "data=synthetic", "data.train.size=320", "data.batch_size=32", "trainer=iter",
@@ -181,7 +181,7 @@ def test_python_api_runs_started_at_once_get_their_own_default_run_dirs(tmp_path
 
     monkeypatch.chdir(tmp_path)
     made = []
-    threads = [threading.Thread(target=lambda: made.append(launcher.new_run_dir())) for _ in range(8)]
+    threads = [threading.Thread(target=lambda: made.append(launcher.runs.run.new_run_dir())) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
@@ -230,7 +230,7 @@ def test_user_errors_name_module_class_and_keys(project):
     cases = [
         (["model._target_=text_project.model.BagOfTokenz"], "did you mean 'text_project.model.BagOfTokens'"),
         (["+model.widht=3"], "text_project.model.BagOfTokens rejected the config: BagOfTokens.__init__() got an unexpected keyword argument 'widht' (leave it out: drop +model.widht=3); text_project.model.BagOfTokens accepts: vocab, hidden, pad_id"),
-        (["+hooks.bad._target_=text_project.data.ParitySentences"], "hooks.bad._target_: text_project.data.ParitySentences built a ParitySentences, which is not a hooks.HookBase"),
+        (["+hooks.bad._target_=text_project.data.ParitySentences"], "hooks.bad._target_: text_project.data.ParitySentences built a ParitySentences, which is not a launcher.hooks.HookBase"),
     ]
     for overrides, message in cases:
         proc = run_cli(["--config-dir", "conf", "+experiment=parity", *SHORT, *overrides], project)

@@ -14,8 +14,7 @@ import pytest
 import torch
 
 from conftest import FAST, read_run, run_cli, run_dirs
-from launcher import forkserver
-
+from launcher.sweep import forkserver
 TESTS = str(Path(__file__).resolve().parent)
 pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the fork server runs on Linux only")
 
@@ -36,7 +35,7 @@ def test_forked_sweep_jobs_are_processes_of_their_own_and_train_bitwise_as_fresh
     assert [d.name for d in forked] == [d.name for d in fresh] == ["0", "1"]
     for a, b in zip(forked, fresh):
         probe_a, probe_b = (json.loads((d / "process.json").read_text()) for d in (a, b))
-        assert "launcher.forkserver" in probe_a["parent"]  # forked by the sweep's server
+        assert "launcher.sweep.forkserver" in probe_a["parent"]  # forked by the sweep's server
         assert "run_controller" in probe_b["parent"]  # started by its submitit controller
         record = read_run(a)["submitit"]
         assert probe_a["stdin"] == "/dev/null"  # a fresh one has the sweep's
@@ -96,7 +95,7 @@ def _servers_in(cwd: Path) -> list:
     found = []
     for entry in os.listdir("/proc"):
         try:
-            if entry.isdigit() and "launcher.forkserver" in Path(f"/proc/{entry}/cmdline").read_text() \
+            if entry.isdigit() and "launcher.sweep.forkserver" in Path(f"/proc/{entry}/cmdline").read_text() \
                     and os.readlink(f"/proc/{entry}/cwd") == str(cwd):
                 found.append(int(entry))
         except OSError:
@@ -110,7 +109,7 @@ def test_the_fork_server_ends_with_its_sweep(tmp_path):
                     "+hooks.probe._target_=proc_probe.ProcessProbe", *FAST], tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for job in ("0", "1"):  # forked by a server
-        assert "launcher.forkserver" in json.loads((tmp_path / "sweep" / job / "process.json").read_text())["parent"]
+        assert "launcher.sweep.forkserver" in json.loads((tmp_path / "sweep" / job / "process.json").read_text())["parent"]
     assert not (tmp_path / "sweep" / ".submitit" / "fork_server.log").exists()  # its imports said nothing
     deadline = time.monotonic() + 20
     while _servers_in(tmp_path) and time.monotonic() < deadline:
@@ -226,8 +225,7 @@ def test_a_local_sweep_refused_after_its_fork_server_started_leaves_no_sweep_dir
 def test_the_command_line_starts_the_fork_server_before_hydra_composes(monkeypatch):
     """``hydra/launcher=local`` on the command line starts the server as it is read, so its imports overlap
     Hydra's composing; anything else leaves it to the sweep's planning (or to nobody)."""
-    from launcher import local
-
+    from launcher.sweep import local
     for argv, starts in ((["-m", "hydra/launcher=local", "seed=0,1"], True),
                          (["-m", "hydra/launcher=local", "hydra.launcher.fork_server=false"], False),
                          (["-m", "seed=0,1"], False), (["-m", "hydra/launcher=slurm", "seed=0,1"], False)):

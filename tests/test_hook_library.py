@@ -14,14 +14,14 @@ import torch
 from torch import nn
 
 from conftest import ToyData, ToyModel, make_trainer
-from hooks import HookBase
-from hooks.early_stopping import EarlyStopping
-from hooks.checkpoint import PeriodicCheckpointer
-from hooks.ema import EMA
-from hooks.evaluator import Evaluator
-from hooks.lr_scheduler import LRScheduler
-from hooks.optim import OptimizerStep
-from hooks.precise_bn import PreciseBN
+from launcher.hooks import HookBase
+from launcher.hooks.early_stopping import EarlyStopping
+from launcher.hooks.checkpoint import PeriodicCheckpointer
+from launcher.hooks.ema import EMA
+from launcher.hooks.evaluator import Evaluator
+from launcher.hooks.lr_scheduler import LRScheduler
+from launcher.hooks.optim import OptimizerStep
+from launcher.hooks.precise_bn import PreciseBN
 
 
 def test_accumulating_4_micro_batches_of_16_equals_one_batch_of_64():
@@ -40,7 +40,7 @@ def test_accumulating_4_micro_batches_of_16_equals_one_batch_of_64():
 
 def test_a_monitor_given_to_a_schedule_that_steps_on_no_metric_is_said_to_be_unused(caplog):
     """hooks.lr_scheduler.monitor=val/accuracy beside CosineAnnealingLR was ignored without a word."""
-    caplog.set_level(logging.WARNING, logger="hooks.lr_scheduler")
+    caplog.set_level(logging.WARNING, logger="launcher.hooks.lr_scheduler")
     cosine = LRScheduler(functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR), monitor="val/accuracy")
     make_trainer("iter", data=ToyData(n=64, batch=16, val=False), max_iters=4, hooks=[cosine]).train()
     assert [r.getMessage() for r in caplog.records] == [
@@ -115,7 +115,7 @@ def test_with_accumulation_ema_and_momentum_schedule_move_with_the_optimizer_ste
     """The EMA was updated after every micro-batch (decay**N a step, the first weights averaged in N-1 more times) and
     the momentum schedule counted micro-batches: neither was the run on N-times larger batches. A length that is no
     multiple of N dropped its last micro-batches in silence, and the cosine schedule was made one step too long."""
-    from hooks.param_schedule import ParamSchedule
+    from launcher.hooks.param_schedule import ParamSchedule
 
     def hooks(accumulate):
         return [*([OptimizerStep(accumulate=accumulate)] if accumulate > 1 else []), EMA(decay=0.5),
@@ -215,7 +215,7 @@ def test_early_stopping_stops_at_the_right_validation_on_a_scripted_metric(tmp_p
 def test_a_run_resumed_after_early_stopping_decided_to_stop_stops_again_at_once(tmp_path):
     """Killed between the decision and final.pt (or a signal at that very step): the checkpoint holds the
     stopper's count, and the resumed run stops where the uninterrupted one did instead of training on."""
-    from hooks.checkpoint import PeriodicCheckpointer
+    from launcher.hooks.checkpoint import PeriodicCheckpointer
 
     stopper = EarlyStopping(monitor="val/loss", patience=2)
     trainer = make_trainer("epoch", hooks={"early_stopping": stopper, "ckpt": PeriodicCheckpointer(save_final=False)},
@@ -423,19 +423,19 @@ def test_bad_hook_settings_name_the_setting():
 
 
 def test_momentum_schedule_sets_every_group_each_step():
-    from hooks.param_schedule import ParamSchedule
+    from launcher.hooks.param_schedule import ParamSchedule
 
     hook = ParamSchedule(key="momentum", start=0.5, end=0.9, schedule="linear")
     model = ToyModel()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.0)
-    from launcher.trainer import IterTrainer
+    from launcher.engine.trainer import IterTrainer
 
     trainer = IterTrainer(model, opt, ToyData(), hooks=[hook], device="cpu", max_iters=5)
     trainer.train()
     values = [v for v, _ in trainer.storage.history("momentum").values()]
     assert values == pytest.approx([0.5, 0.6, 0.7, 0.8, 0.9])
     assert opt.param_groups[0]["momentum"] == pytest.approx(0.9)
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"key=betas.0: the optimizer \(SGD\) has no 'betas'; the optimizer's settings it "
                                           r"can schedule: momentum, dampening, weight_decay"):
@@ -460,7 +460,7 @@ def test_fp16_step_with_non_finite_gradients_is_skipped_and_counted():
 
 
 def test_progress_bar_is_off_without_a_terminal_and_draws_when_forced(capsys):
-    from hooks.progress import ProgressBar
+    from launcher.hooks.progress import ProgressBar
 
     quiet = ProgressBar()
     make_trainer("iter", hooks=[quiet], max_iters=3).train()
@@ -473,7 +473,7 @@ def test_progress_bar_is_off_without_a_terminal_and_draws_when_forced(capsys):
 
 
 def test_profiler_writes_a_trace_for_tensorboard(tmp_path):
-    from hooks.profiler import Profiler
+    from launcher.hooks.profiler import Profiler
 
     make_trainer("iter", hooks=[Profiler(wait=1, warmup=1, active=2)], max_iters=6, work_dir=tmp_path).train()
     traces = list((tmp_path / "profiler").glob("*.pt.trace.json"))
@@ -513,7 +513,7 @@ def terminal(monkeypatch):
 
 
 def test_progress_bar_keeps_log_lines_off_the_bar_and_shows_the_current_epoch(terminal, monkeypatch):
-    from hooks.progress import ProgressBar
+    from launcher.hooks.progress import ProgressBar
 
     term, handler = terminal
     monkeypatch.setattr(sys, "stdout", term)
@@ -536,8 +536,8 @@ def test_progress_bar_keeps_log_lines_off_the_bar_and_shows_the_current_epoch(te
 
 
 def test_the_bar_under_a_console_line_counts_the_step_that_line_reports(terminal, monkeypatch):
-    from hooks.progress import ProgressBar
-    from hooks.writers import ConsoleWriter
+    from launcher.hooks.progress import ProgressBar
+    from launcher.hooks.writers import ConsoleWriter
 
     term, handler = terminal
     monkeypatch.setattr(sys, "stdout", term)
@@ -554,7 +554,7 @@ def test_the_bar_under_a_console_line_counts_the_step_that_line_reports(terminal
 
 
 def test_progress_bar_gives_the_log_handlers_their_stream_back_when_training_fails(terminal, monkeypatch):
-    from hooks.progress import ProgressBar
+    from launcher.hooks.progress import ProgressBar
 
     class Fail(HookBase):
         def after_step(self) -> None:
@@ -574,9 +574,9 @@ def test_progress_bar_gives_the_log_handlers_their_stream_back_when_training_fai
 @pytest.mark.parametrize("steps", [2, 3])
 def test_a_run_too_short_for_the_profiled_window_says_so_once_and_writes_no_trace(steps, tmp_path, caplog):
     """wait + warmup = 3: with 3 steps torch would record only the time after the last one."""
-    from hooks.profiler import Profiler
+    from launcher.hooks.profiler import Profiler
 
-    caplog.set_level(logging.INFO, logger="hooks.profiler")
+    caplog.set_level(logging.INFO, logger="launcher.hooks.profiler")
     make_trainer("iter", hooks=[Profiler(wait=2, warmup=1, active=2)], max_iters=steps, work_dir=tmp_path).train()
     assert not (tmp_path / "profiler").exists()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -586,9 +586,9 @@ def test_a_run_too_short_for_the_profiled_window_says_so_once_and_writes_no_trac
 
 
 def test_a_run_shorter_than_the_window_traces_the_steps_it_has_and_says_where(tmp_path, caplog):
-    from hooks.profiler import Profiler
+    from launcher.hooks.profiler import Profiler
 
-    caplog.set_level(logging.INFO, logger="hooks.profiler")
+    caplog.set_level(logging.INFO, logger="launcher.hooks.profiler")
     make_trainer("iter", hooks=[Profiler(wait=1, warmup=1, active=3)], max_iters=4, work_dir=tmp_path).train()
     [trace] = (tmp_path / "profiler").glob("*.pt.trace.json")
     steps = set(re.findall(r'"ProfilerStep#(\d+)"', trace.read_text()))
@@ -600,7 +600,7 @@ def test_a_run_shorter_than_the_window_traces_the_steps_it_has_and_says_where(tm
 
 def never_improving(work_dir, kind: str = "epoch", patience: int = 2, evaluator=None, **length):
     """A trainer with early stopping on a val/loss that never improves, checkpointing to ``work_dir``."""
-    from hooks.checkpoint import PeriodicCheckpointer
+    from launcher.hooks.checkpoint import PeriodicCheckpointer
 
     class Flat(HookBase):
         priority = 55
@@ -675,9 +675,9 @@ def test_a_run_stopped_early_and_killed_just_after_its_final_checkpoint_stops_ag
 
 def test_settings_that_mean_nothing_are_refused_as_the_hook_is_made():
     """Each was taken: window=0 failed at the first write (IndexError), min_delta=-1 ran as 1, nan and 0 rates ran."""
-    from hooks.progress import ProgressBar
-    from hooks.timer import IterationTimer
-    from hooks.writers import ConsoleWriter, JSONWriter, TensorBoardWriter
+    from launcher.hooks.progress import ProgressBar
+    from launcher.hooks.timer import IterationTimer
+    from launcher.hooks.writers import ConsoleWriter, JSONWriter, TensorBoardWriter
 
     for make, words in [
         (lambda: ConsoleWriter(window=0), "window should be an integer greater than zero"),
@@ -695,7 +695,7 @@ def test_settings_that_mean_nothing_are_refused_as_the_hook_is_made():
 
 
 def test_a_schedule_that_sets_a_negative_or_nan_lr_is_stopped_before_a_step_takes_it():
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     for factor, shown in ((-1.0, "lr=-0.1"), (float("nan"), "lr=nan")):
         schedule = functools.partial(torch.optim.lr_scheduler.MultiplicativeLR, lr_lambda=lambda epoch, f=factor: f)
@@ -707,7 +707,7 @@ def test_a_schedule_that_sets_a_negative_or_nan_lr_is_stopped_before_a_step_take
 
 
 def test_schedule_arguments_torch_takes_but_that_make_no_schedule_are_refused_naming_the_key():
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     for kwargs, words in (({"T_max": -1}, "scheduler.T_max=-1: T_max should be an integer >= 1"),
                           ({"eta_min": -1.0}, "scheduler.eta_min=-1.0: eta_min should be a number >= 0")):
@@ -768,7 +768,7 @@ def test_early_stopping_stops_at_once_at_a_validation_whose_monitor_is_not_finit
 
 
 def test_a_run_resumed_after_a_non_finite_monitor_stopped_it_stops_again_at_once_for_the_same_reason(tmp_path):
-    from hooks.checkpoint import PeriodicCheckpointer
+    from launcher.hooks.checkpoint import PeriodicCheckpointer
 
     stopper = EarlyStopping(monitor="val/loss", patience=2)
     trainer = make_trainer("epoch", hooks={"early_stopping": stopper, "ckpt": PeriodicCheckpointer(save_final=False)},

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from conftest import ToyData, make_trainer
-from hooks import HookBase
-from hooks.checkpoint import PeriodicCheckpointer
-from hooks.evaluator import Evaluator
-from hooks.lr_scheduler import LRScheduler
-from hooks.timer import IterationTimer
-from hooks.writers import ConsoleWriter, JSONWriter, TensorBoardWriter
+from launcher.hooks import HookBase
+from launcher.hooks.checkpoint import PeriodicCheckpointer
+from launcher.hooks.evaluator import Evaluator
+from launcher.hooks.lr_scheduler import LRScheduler
+from launcher.hooks.timer import IterationTimer
+from launcher.hooks.writers import ConsoleWriter, JSONWriter, TensorBoardWriter
 
 
 def test_cosine_schedule_spans_the_run_when_t_max_is_left_out():
@@ -112,10 +112,10 @@ def test_checkpointer_skips_periodic_saves_within_min_interval_of_the_last_but_n
         tmp_path, monkeypatch, caplog, min_interval):
     import types
 
-    import hooks.checkpoint
+    import launcher.hooks.checkpoint
 
     now = [0.0]
-    monkeypatch.setattr(hooks.checkpoint, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(launcher.hooks.checkpoint, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
 
     class Clock(HookBase):  # every step takes a second: an epoch (4 steps) 4 s
         def after_step(self):
@@ -123,7 +123,7 @@ def test_checkpointer_skips_periodic_saves_within_min_interval_of_the_last_but_n
 
     checkpointer = PeriodicCheckpointer(keep_last=0, min_interval_secs=min_interval)
     trainer = make_trainer("epoch", hooks={"clock": Clock(), "checkpointer": checkpointer}, max_epochs=7, work_dir=tmp_path)
-    with caplog.at_level(logging.INFO, logger="hooks.checkpoint"):
+    with caplog.at_level(logging.INFO, logger="launcher.hooks.checkpoint"):
         trainer.train()
     files = sorted(p.name for p in (tmp_path / "checkpoints").glob("epoch_*.pt"))
     if min_interval:  # 12 s after the start, 12 s after that, and the last epoch's whatever its age
@@ -144,7 +144,7 @@ def test_checkpointer_refuses_a_min_interval_that_is_not_seconds(bad):
 
 
 def test_background_writer_writes_in_order_clears_stale_temporaries_and_reports_a_failed_write(tmp_path):
-    from launcher.checkpoint import BackgroundWriter, load_checkpoint
+    from launcher.engine.checkpoint import BackgroundWriter, load_checkpoint
 
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
@@ -169,7 +169,7 @@ def test_background_writer_reuses_its_memory_and_each_file_holds_exactly_its_own
     # Each checkpoint is serialized over the previous one's bytes: a smaller one after a larger
     # must not carry the larger one's tail, and a view of the old bytes still held elsewhere
     # must neither fail the save nor be written over.
-    from launcher.checkpoint import BackgroundWriter, load_checkpoint, serialize
+    from launcher.engine.checkpoint import BackgroundWriter, load_checkpoint, serialize
 
     states = [{"w": torch.arange(50_000.0), "i": 0}, {"w": torch.arange(10.0), "i": 1},
               {"w": torch.ones(3, 3), "i": 2}, {"w": torch.arange(70_000.0), "i": 3}]
@@ -343,7 +343,7 @@ def test_load_from_takes_a_checkpoint_holding_numpy_arrays_and_refuses_other_obj
 
     import numpy as np
 
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     from conftest import ToyModel
 
@@ -393,7 +393,7 @@ class FractionState(HookBase):
 
 def test_a_hook_state_holding_objects_is_said_at_save_and_resumes_only_with_trust_checkpoint(tmp_path, caplog):
     """Resuming read checkpoints in full (weights_only=False): unpickling a file can run any code in it."""
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     caplog.set_level(logging.WARNING)
     hooks = lambda: {"share": FractionState(), "ckpt": PeriodicCheckpointer(period=2, by_epoch=False, min_interval_secs=0)}
@@ -416,7 +416,7 @@ def test_a_hook_state_holding_objects_is_said_at_save_and_resumes_only_with_trus
 
 def test_a_checkpoint_taken_before_the_first_step_resumes_under_weights_only(tmp_path):
     """Its empty metrics storage holds b"", which torch's pickle protocol writes as a call of ``bytes``."""
-    from launcher.checkpoint import load_checkpoint, objects_beyond_weights, save_checkpoint
+    from launcher.engine.checkpoint import load_checkpoint, objects_beyond_weights, save_checkpoint
 
     state = make_trainer("iter", work_dir=tmp_path).state_dict()
     assert objects_beyond_weights(state) == []
@@ -426,7 +426,7 @@ def test_a_checkpoint_taken_before_the_first_step_resumes_under_weights_only(tmp
 
 def test_only_the_checkpoints_the_launcher_wrote_in_the_run_dir_are_resumed_from(tmp_path):
     """Any *.pt in checkpoints/ was a candidate, a link to a file anywhere too; ``last`` may name a path."""
-    from launcher.files import candidates
+    from launcher.engine.files import candidates
 
     ckpts, outside = tmp_path / "run" / "checkpoints", tmp_path / "elsewhere.pt"
     ckpts.mkdir(parents=True)
@@ -552,7 +552,7 @@ def test_a_signal_while_the_run_is_built_reaches_the_previous_handler_once(build
     import signal
 
     import launcher
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     calls, previous = requeue_handler
     cfg = launcher.compose(["data=synthetic", "data.train.size=320", "data.batch_size=32", "trainer=iter",
@@ -578,13 +578,13 @@ def test_a_signal_as_the_run_ends_leaves_it_recorded_as_it_ended_and_goes_on(sig
     import launcher
     from conftest import read_run
 
-    told = launcher.warn_if_nothing_saved
+    told = launcher.runs.run.warn_if_nothing_saved
 
     def signalled(trainer, since):  # in the window between trainer.train() returning and the record
         os.kill(os.getpid(), getattr(signal, sig))
         return told(trainer, since)
 
-    monkeypatch.setattr(launcher, "warn_if_nothing_saved", signalled)
+    monkeypatch.setattr(launcher.runs.run, "warn_if_nothing_saved", signalled)
     cfg = launcher.compose(["data=synthetic", "data.train.size=64", "data.batch_size=32", "trainer=iter",
                             "trainer.max_iters=4", "hooks=minimal"])
     seen = []  # the handler before the run's, with what run.json said when the signal reached it
@@ -644,7 +644,7 @@ def test_a_failed_runs_record_says_failed_even_where_its_last_metrics_cannot_be_
     import json
 
     import launcher
-    from launcher.trainer import TrainerBase
+    from launcher.engine.trainer import TrainerBase
 
     def unreadable(self, sync=True):
         raise IndexError("array index out of range")
@@ -664,7 +664,7 @@ def test_a_record_the_full_disk_refuses_leaves_the_runs_own_error_to_say_what_ha
     import errno
 
     import launcher
-    from launcher.rundir import RunRecord
+    from launcher.runs.rundir import RunRecord
 
     def full(self, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -679,7 +679,7 @@ def test_a_record_the_full_disk_refuses_leaves_the_runs_own_error_to_say_what_ha
 
 def test_a_metrics_file_with_bytes_that_are_no_text_and_a_checkpoint_that_is_a_directory_do_not_stop_a_resume(tmp_path):
     """A UnicodeDecodeError traceback for the first; "checkpoint .../final.pt does not exist" for the second."""
-    from launcher.files import candidates
+    from launcher.engine.files import candidates
 
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"iter": 1, "a": 1}\n\x00\xff\xfe garbage\n{"iter": 3, "a": 2}\n{"iter": 9, "a": 3}\n')
@@ -692,7 +692,7 @@ def test_a_metrics_file_with_bytes_that_are_no_text_and_a_checkpoint_that_is_a_d
 
 def test_a_checkpoint_write_failure_names_the_file_in_the_way(tmp_path):
     """checkpoints/last made a directory: the error named the checkpoint just written, which was fine."""
-    from launcher.checkpoint import _write_failed, write_checkpoint
+    from launcher.engine.checkpoint import _write_failed, write_checkpoint
 
     (tmp_path / "checkpoints" / "last").mkdir(parents=True)
     path = tmp_path / "checkpoints" / "epoch_0001.pt"

@@ -611,7 +611,7 @@ def test_a_run_trained_on_without_its_checkpointer_says_what_it_leaves_unsaved(t
     builtin = [a for a in command(run_dir, "iter", 0) if "hooks.pace" not in a]
     proc = run_to_end([*builtin, "trainer.max_iters=110", "~hooks.checkpointer"], tmp_path)
     out = proc.stdout + proc.stderr
-    assert "continuing with: trainer.max_iters: 100 -> 110, hooks.checkpointer: <hooks.checkpoint.PeriodicCheckpointer> " \
+    assert "continuing with: trainer.max_iters: 100 -> 110, hooks.checkpointer: <launcher.hooks.checkpoint.PeriodicCheckpointer> " \
         "-> (absent)" in out, out[-3000:]
     assert f"This run resumes from its checkpoints in {run_dir / 'checkpoints'} but has no checkpointer hook " \
         "(hooks.checkpointer): it saves none, so a stop loses what it trains" in out

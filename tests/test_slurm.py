@@ -20,7 +20,6 @@ import torch
 
 from conftest import FAST, read_run, run_dirs
 from launcher import localslurm
-
 TESTS = Path(__file__).resolve().parent
 SLURM = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=10"]
 
@@ -230,7 +229,7 @@ def test_preempted_job_checkpoints_requeues_and_ends_as_if_never_stopped(tmp_pat
             and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     # waiting in the queue to start again: "requeued", not "interrupted" (which asks for a rerun of the sweep)
-    summary = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], env=cluster_env, capture_output=True,
+    summary = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(sweep)], env=cluster_env, capture_output=True,
                              text=True, timeout=120)
     assert "| requeued |" in summary.stdout, summary.stdout + summary.stderr[-2000:]
     experiment.write_text("# @package _global_\nseed: 4\n")
@@ -294,7 +293,7 @@ def test_detached_submission_returns_at_once_with_job_ids_and_sweep_dir(tmp_path
     array = ids.group(1).split("_")[0] + "_"
     assert any(q.startswith(array) for q in queued), (queued, returned_after)  # 25_0, or 25_[0-1%2] while pending
     sweep_dir = tmp_path / sweep.group(1)
-    summary = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep_dir)], capture_output=True, text=True,
+    summary = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(sweep_dir)], capture_output=True, text=True,
                              env=cluster_env)
     assert "seed=0" in summary.stdout and "seed=1" in summary.stdout  # listed before they finish
     # each job writes its run.json, then (its Hydra callback, a moment later) the sweep's summary: wait for both
@@ -359,7 +358,7 @@ def test_the_summary_of_a_detached_sweep_asks_slurm_about_jobs_that_ended_withou
     summary = ""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        done = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(sweep)], capture_output=True, text=True,
                               env=cluster_env, timeout=120)
         assert done.returncode == 0, done.stderr[-3000:]
         summary = done.stdout
@@ -378,10 +377,10 @@ def test_the_summary_of_a_detached_sweep_asks_slurm_about_jobs_that_ended_withou
     # so, and the files keep what SLURM said (they were overwritten with running and pending, without a word)
     unreachable = tmp_path / "unreachable.conf"
     unreachable.write_text(Path(cluster_env["SLURM_CONF"]).read_text() + "SlurmctldPort=1\n")
-    blind = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], capture_output=True, text=True,
+    blind = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(sweep)], capture_output=True, text=True,
                            env={**cluster_env, "SLURM_CONF": str(unreachable)}, timeout=120)
     assert blind.returncode == 0 and "| running |" in blind.stdout and "| pending |" in blind.stdout, blind.stdout
-    assert "launcher.summary: SLURM could not be asked (" in blind.stderr and "the 2 job(s) submitted to it show what " \
+    assert "launcher.sweep.summary: SLURM could not be asked (" in blind.stderr and "the 2 job(s) submitted to it show what " \
         "their own files last recorded" in blind.stderr and "summary.md and summary.csv are left as they were" in blind.stderr
     assert [(r["job"], r["status"]) for r in csv.DictReader((sweep / "summary.csv").open())] == [("0", "failed"), ("1", "cancelled")]
 
@@ -491,7 +490,7 @@ def test_ctrl_c_while_waiting_leaves_the_jobs_running_and_says_how_to_follow_and
     assert proc.returncode == 130, out[-3000:]
     job = read_run(sweep / "0")["submitit"]["job_id"]
     assert f"SIGINT: stopped waiting; the 1 SLURM job(s) go on ({job})" in out
-    assert f"python -m launcher.summary {sweep}" in out and f"scancel {job.split('_')[0]}" in out
+    assert f"python -m launcher.sweep.summary {sweep}" in out and f"scancel {job.split('_')[0]}" in out
     assert "Traceback" not in out
     assert _squeue(job, cluster_env).startswith("RUNNING")  # the job goes on without the terminal
     subprocess.run(["scancel", job.split("_")[0]], env=cluster_env, check=True)
@@ -571,7 +570,7 @@ def test_a_job_stopped_by_scancel_term_stays_interrupted_and_a_one_job_sweep_see
     # cancelled before its run started: what SLURM says of the new submission, not pending for good
     deadline, status = time.monotonic() + 60, ""
     while time.monotonic() < deadline:
-        summary = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], capture_output=True, text=True,
+        summary = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(sweep)], capture_output=True, text=True,
                                  env=cluster_env, timeout=120)
         status = summary.stdout.split("\n| 0 |")[1].split(" | ")[1] if "\n| 0 |" in summary.stdout else summary.stdout
         if status not in ("pending", "running"):
@@ -645,7 +644,7 @@ def test_a_sweep_without_slurm_conf_exported_is_told_to_export_it_and_leaves_no_
     in DNS, and sbatch's "DNS SRV lookup failed" came as a Config error with the launcher's settings listed."""
     import shutil
 
-    from launcher.slurm import DEFAULT_CONFS
+    from launcher.sweep.slurm import DEFAULT_CONFS
 
     if shutil.which("sinfo") is None or any(Path(conf).is_file() for conf in DEFAULT_CONFS):
         pytest.skip("needs SLURM's commands installed and no slurm.conf where they look without SLURM_CONF")
@@ -705,7 +704,7 @@ def test_jobs_slurm_queues_but_will_never_start_are_cancelled_and_named_not_wait
     try:
         deadline, text = time.monotonic() + 30, ""
         while "| stuck |" not in text and time.monotonic() < deadline:  # once the scheduler has looked at it
-            text = subprocess.run([sys.executable, "-m", "launcher.summary", str(detached)], env=cluster_env,
+            text = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(detached)], env=cluster_env,
                                   capture_output=True, text=True, timeout=60).stdout
         assert "| stuck |" in text, text
         assert f"SLURM will not start job {job} as submitted (PartitionConfig" in text and f"scancel {job}" in text
@@ -718,8 +717,7 @@ def test_scontrol_states_end_only_ended_jobs_and_a_purged_task_has_ended(monkeyp
     FAILED one is, and one the controller no longer lists while its siblings run (MinJobAge past) has ended."""
     from submitit.slurm.slurm import SlurmInfoWatcher
 
-    from launcher import slurm
-
+    from launcher.sweep import slurm
     lines = ("JobId=8 ArrayJobId=7 ArrayTaskId=0 JobState=CONFIGURING Reason=None\n"
              "JobId=9 ArrayJobId=7 ArrayTaskId=1 JobState=FAILED Reason=NonZeroExitCode\n"
              "JobId=7 ArrayJobId=7 ArrayTaskId=4-5%2 JobState=PENDING Reason=JobArrayTaskLimit\n")
@@ -736,8 +734,7 @@ def test_scontrol_states_end_only_ended_jobs_and_a_purged_task_has_ended(monkeyp
 def test_a_one_job_sweeps_plain_job_takes_its_state_from_scontrol_and_has_ended_once_purged(monkeypatch):
     from submitit.slurm.slurm import SlurmInfoWatcher
 
-    from launcher import slurm
-
+    from launcher.sweep import slurm
     def scontrol(args, **kwargs):
         if args[-1] == "12":
             return subprocess.CompletedProcess(args, 0, stdout="JobId=12 JobName=x JobState=CANCELLED Reason=None\n", stderr="")
@@ -753,8 +750,7 @@ def test_a_one_job_sweeps_plain_job_takes_its_state_from_scontrol_and_has_ended_
 
 
 def test_the_job_command_holds_signals_and_puts_the_submission_dir_on_sys_path_as_python_m_did(tmp_path):
-    from launcher import slurm
-
+    from launcher.sweep import slurm
     code = slurm._HELD_START.replace("from submitit.core.submission import submitit_main\nsubmitit_main()\n",
                                      "os.kill(os.getpid(), signal.SIGTERM)\nos.kill(os.getpid(), signal.SIGUSR2)\n"
                                      f"print(sys.path[0], os.environ[{slurm.HELD_SIGNAL!r}])\n")

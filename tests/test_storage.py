@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from launcher.storage import EventStorage
+from launcher.engine.storage import EventStorage
 
 
 def test_median_and_mean_over_a_window_and_latest():
@@ -127,7 +127,7 @@ def test_ranks_average_each_value_once_also_across_a_cut_back():
 
 def test_a_scalar_only_this_rank_records_stays_its_own_and_the_others_are_still_averaged(caplog):
     """A hook that records on rank 0 only must not turn every logged value rank-local."""
-    from launcher.distributed import layout_id
+    from launcher.engine.distributed import layout_id
 
     def reduce(values, layout):  # the other rank recorded train/loss = 3.0 and nothing else
         return None if layout != layout_id([("train/loss", 1)]) else (values + 3.0) / 2

@@ -51,8 +51,8 @@ def test_a_local_sweep_says_each_job_as_it_ends_with_its_status_objective_and_ru
     assert listed < said[0] < end and listed < said[1] < end
     accuracy = read_run(done)["metrics"]["val/accuracy"]
     assert lines[said[1]].endswith(f"Job 1 [optimizer.lr=0.1] done: val/accuracy = {accuracy:.4g}; run dir: {done}")
-    assert f"Job 0 [optimizer.lr=-1] failed: ConfigError: optimizer (torch.optim.SGD): ValueError: Invalid learning " \
-           f"rate: -1" in lines[said[0]] and lines[said[0]].endswith(f"; run dir: {failed}")
+    assert "Job 0 [optimizer.lr=-1] failed: ConfigError: optimizer (torch.optim.SGD): ValueError: Invalid learning " \
+           "rate: -1" in lines[said[0]] and lines[said[0]].endswith(f"; run dir: {failed}")
 
 
 COUNT_COMPOSITIONS = """
@@ -110,7 +110,7 @@ def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_t
                       ("model.hidden=[32]", "holds a run made with another config (model.hidden: [256] -> [32])"),
                       ("+hydra.launcher.foo=1", "Config error: hydra.launcher.foo: not an option of hydra/launcher=local"),
                       # a value no run takes, which their runs would only have listed as not applied (exit 0)
-                      ("hooks.jsonl.period=0", "Config error: hooks.jsonl (hooks.writers.JSONWriter): ValueError")):
+                      ("hooks.jsonl.period=0", "Config error: hooks.jsonl (launcher.hooks.writers.JSONWriter): ValueError")):
         refused = run_cli(["-m", "hydra/launcher=local", "seed=0,1", "trainer.max_epochs=1", bad, f"hydra.sweep.dir={sweep}",
                            *FAST], tmp_path)
         assert refused.returncode == 2 and says in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
@@ -119,7 +119,7 @@ def test_a_local_sweep_rerun_runs_no_job_for_finished_runs_unless_it_lengthens_t
     basic = run_cli(["-m", "seed=0,1", "trainer.max_epochs=1", "trainer.resume=false", f"hydra.sweep.dir={sweep}", *FAST],
                     tmp_path)  # Hydra's basic launcher too (it ran each job, refused in turn: the summary said failed)
     assert basic.returncode == 2 and "(sweep job 0: " in basic.stderr and "| failed |" not in (sweep / "summary.md").read_text()
-    from launcher.summary import record_failure
+    from launcher.sweep.summary import record_failure
 
     record_failure(sweep / "0", "ConfigError: refused", ["seed=0"])  # a refused attempt's mark, as a job's run leaves it
     logs = {j: (sweep / str(j) / "train.log").read_text() for j in (0, 1)}
@@ -305,7 +305,7 @@ def test_a_subdir_named_by_values_takes_a_value_added_in_front_and_the_summary_n
     assert "Sweep of 3 job(s): 3 done" in proc.stdout
     want = [(0, "optimizer.lr=0.05"), (1, "optimizer.lr=0.1"), (2, "optimizer.lr=0.2")]
     assert _summary_jobs(sweep) == want
-    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(sweep)], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0 and _summary_jobs(sweep) == want, proc.stderr[-2000:]
 
 
@@ -322,12 +322,12 @@ def test_runs_an_earlier_sweep_left_in_the_sweep_dir_are_named_apart_not_counted
     assert "optimizer.lr=0.001" not in proc.stdout.splitlines()[-1]  # never the best: not one of this sweep's jobs
     want = [(0, "optimizer.lr=0.01"), (1, "optimizer.lr=0.1")]
     left = "lr0.001" if subdir else "2"
-    for _ in range(2):  # as the sweep wrote it, and as python -m launcher.summary writes it again
+    for _ in range(2):  # as the sweep wrote it, and as python -m launcher.sweep.summary writes it again
         assert _summary_jobs(sweep) == want
         assert f"Not in this sweep (runs an earlier sweep in this dir left, not counted above): {left}" in \
             (sweep / "summary.md").read_text()
         assert "optimizer.lr=0.001" not in (sweep / "summary.csv").read_text()
-        assert subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], cwd=tmp_path).returncode == 0
+        assert subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(sweep)], cwd=tmp_path).returncode == 0
     assert read_run(sweep / left)["status"] == "completed"  # left as it was
 
 
@@ -340,7 +340,7 @@ def test_a_refused_sweep_does_not_take_the_jobs_of_the_sweep_it_was_refused_in(l
     assert run_cli([*base, "optimizer.lr=0.1,0.01"], tmp_path).returncode == 0
     refused = run_cli([*base, f"hydra/launcher={launcher}", "optimizer.lr=0.1", "model.hidden=[32]"], tmp_path)
     assert refused.returncode == 2 and "another config" in refused.stderr, refused.stderr[-2000:]
-    assert subprocess.run([sys.executable, "-m", "launcher.summary", str(sweep)], cwd=tmp_path).returncode == 0
+    assert subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(sweep)], cwd=tmp_path).returncode == 0
     assert _summary_jobs(sweep) == [(0, "optimizer.lr=0.1"), (1, "optimizer.lr=0.01")]
     assert "Not in this sweep" not in (sweep / "summary.md").read_text()
 
@@ -568,7 +568,7 @@ def test_failed_jobs_of_a_parallel_sweep_are_each_named_at_the_end_and_lose_no_o
     # the sweep dir moved (mv, rsync): the jobs' submitit logs, recorded by their absolute paths, are found in it
     import shutil
 
-    from launcher.summary import jobs
+    from launcher.sweep.summary import jobs
 
     moved = tmp_path / "moved sweep"
     shutil.move(str(run_dirs(tmp_path / "outputs" / "multirun")[0].parent), moved)
@@ -682,8 +682,8 @@ def test_a_local_sweep_killed_with_its_process_group_stops_its_jobs_with_checkpo
 
 def test_run_time_sums_the_attempts_and_leaves_out_the_gaps_between_them(tmp_path, monkeypatch):
     """The summary's seconds: attempts of 10 s and 5 s an hour apart, a killed one between them, make 15 s."""
-    from launcher import rundir
-    from launcher.summary import jobs
+    from launcher.runs import rundir
+    from launcher.sweep.summary import jobs
 
     clock = [datetime.datetime(2026, 12, 3, 12, 0, tzinfo=datetime.timezone.utc)]
 
@@ -717,8 +717,7 @@ def test_an_attempt_marked_failed_after_it_was_killed_keeps_its_run_time(tmp_pat
     sign of life stays in the run's total, as it does when the next attempt finds the record still running."""
     import time
 
-    from launcher import rundir
-
+    from launcher.runs import rundir
     job = tmp_path / "0"
     job.mkdir()
     start = datetime.datetime.now().astimezone() - datetime.timedelta(seconds=30)
@@ -736,7 +735,7 @@ def test_ctrl_z_stops_a_local_sweeps_jobs_with_it_and_fg_lets_them_finish(tmp_pa
     import signal
     import time
 
-    from launcher.local import _stat
+    from launcher.sweep.local import _stat
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
     sweep = tmp_path / "sweep"
@@ -776,7 +775,7 @@ def _tree(pid: int) -> list:
 
 
 def test_the_summary_shows_the_objective_it_ranks_by_when_it_is_neither_a_train_nor_a_val_metric(tmp_path):
-    from launcher.summary import write_summary
+    from launcher.sweep.summary import write_summary
 
     for job, value in enumerate([0.25, 0.75]):
         (tmp_path / str(job)).mkdir()
@@ -795,7 +794,7 @@ def test_the_summary_shows_the_objective_it_ranks_by_when_it_is_neither_a_train_
 
 def test_a_job_whose_objective_is_nan_is_never_the_best(tmp_path):
     """max() cannot compare a NaN: it returned the diverged job as best when it came first."""
-    from launcher.summary import write_summary
+    from launcher.sweep.summary import write_summary
 
     for job, value in enumerate([float("nan"), 0.5, 0.7, float("nan")]):
         (tmp_path / str(job)).mkdir()
@@ -1052,7 +1051,7 @@ def test_a_lone_run_signalled_as_it_ends_exits_as_it_finished(tmp_path):
 
 def test_a_sweep_whose_finished_jobs_lack_the_objective_says_so_in_its_end_line(tmp_path):
     """"Sweep of 2 job(s): 2 done; summary: ..." left out why no job was best (said only in each job's log)."""
-    from launcher.summary import done_report, jobs
+    from launcher.sweep.summary import done_report, jobs
 
     for job in ("0", "1"):
         (tmp_path / job).mkdir()
@@ -1066,7 +1065,7 @@ def test_a_sweep_whose_finished_jobs_lack_the_objective_says_so_in_its_end_line(
 
 
 def test_the_summary_keeps_a_failed_runs_time_and_metrics_and_names_a_misspelled_objective(tmp_path):
-    from launcher.summary import jobs, record_failure
+    from launcher.sweep.summary import jobs, record_failure
 
     for job, status in (("0", "completed"), ("1", "failed")):
         (tmp_path / job).mkdir()
@@ -1075,23 +1074,23 @@ def test_the_summary_keeps_a_failed_runs_time_and_metrics_and_names_a_misspelled
     record_failure(tmp_path / "1", "FloatingPointError: Loss became infinite or NaN at iteration 7 (log: x)", ["seed=1"])
     rows = jobs(tmp_path)
     assert (rows[1]["status"], rows[1]["seconds"], rows[1]["metrics"]) == ("failed", 12.5, {"val/accuracy": 0.5})
-    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path), "--objective", "val/acc"],
+    proc = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(tmp_path), "--objective", "val/acc"],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "--objective val/acc is no metric the jobs recorded; did you mean val/accuracy?" \
         in proc.stderr
     assert not (tmp_path / "summary.md").exists()
-    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(tmp_path)], capture_output=True, text=True)
     assert "(log: x)" in proc.stdout and "(log: x) (log:" not in proc.stdout
     # another metric, no --mode: ranked by the sweep's own direction, it marked the highest loss the best
     (tmp_path / "0" / "run.json").write_text(json.dumps({
         "status": "completed", "overrides": ["seed=0"], "metrics": {"val/accuracy": 0.9, "train/loss": 0.1}}))
     (tmp_path / "1" / "run.json").write_text(json.dumps({
         "status": "completed", "overrides": ["seed=1"], "metrics": {"val/accuracy": 0.5, "train/loss": 2.0}}))
-    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path), "--objective", "train/loss"],
+    proc = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(tmp_path), "--objective", "train/loss"],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "--objective train/loss is not the sweep's objective (val/accuracy, max), so its " \
         "direction is not known: add --mode min or --mode max" in proc.stderr, proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(tmp_path), "--objective", "train/loss", "--mode",
+    proc = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(tmp_path), "--objective", "train/loss", "--mode",
                            "min"], capture_output=True, text=True)
     assert proc.returncode == 0 and "best: job 0" in proc.stdout, proc.stdout
 
@@ -1105,8 +1104,8 @@ def test_a_dead_job_is_interrupted_only_on_its_own_attempts_record(tmp_path):
 
     from omegaconf import OmegaConf
 
-    from launcher.local import JobDied, JobInterrupted
-    from launcher.plugins import record_dead_job
+    from launcher.sweep.local import JobDied, JobInterrupted
+    from launcher.sweep.plugins import record_dead_job
 
     config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"name": "launcher"}},
                                "objective": "val/accuracy", "objective_mode": "max"})
@@ -1132,7 +1131,7 @@ def test_the_summary_reads_a_job_whose_process_died_unrecorded_as_failed_not_run
     import datetime
     import socket
 
-    from launcher.summary import jobs
+    from launcher.sweep.summary import jobs
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -1181,7 +1180,7 @@ def test_a_ctrl_c_that_aborts_a_basic_sweep_still_leaves_its_summary(tmp_path):
 
 
 def test_the_summary_of_a_dir_holding_several_sweeps_names_them_instead_of_merging_their_jobs(tmp_path):
-    """``launcher.summary outputs/multirun/<date>`` listed each sweep's job 0, 1, ... together as one sweep's,
+    """``launcher.sweep.summary outputs/multirun/<date>`` listed each sweep's job 0, 1, ... together as one sweep's,
     marked one best among them, and wrote summary files into the date dir."""
     day = tmp_path / "multirun" / "2026-12-05"
     for sweep in ("10-00-00", "11-00-00"):
@@ -1191,17 +1190,17 @@ def test_the_summary_of_a_dir_holding_several_sweeps_names_them_instead_of_mergi
                                                                     "metrics": {"val/accuracy": 0.5}}))
         (day / sweep / "multirun.yaml").write_text("objective: val/accuracy\nobjective_mode: max\n")
     for given in (day, tmp_path / "multirun"):
-        proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(given)], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(given)], capture_output=True, text=True)
         assert proc.returncode == 1 and f"{given} holds 2 sweeps, not one; give one of them: {day / '10-00-00'}, " \
             f"{day / '11-00-00'}" in proc.stderr, proc.stderr
         assert not (given / "summary.md").exists()
     shutil.rmtree(day / "11-00-00")
-    proc = subprocess.run([sys.executable, "-m", "launcher.summary", str(day)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "launcher.sweep.summary", str(day)], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith(f"# Sweep {day / '10-00-00'}"), proc.stderr
 
 
 def test_the_sweep_dir_check_compares_numbers_as_numbers_and_keys_without_their_plus():
-    from launcher.plugins import _swept_values
+    from launcher.sweep.plugins import _swept_values
 
     old = _swept_values(["+optimizer.lr=0.1", "seed=0", "trainer.max_epochs=3"], {"+optimizer.lr", "seed"})
     assert old == _swept_values(["++optimizer.lr=1e-1", "seed=0"], {"++optimizer.lr", "seed"}) == {"optimizer.lr": 0.1, "seed": 0}
@@ -1212,9 +1211,9 @@ def test_the_sweep_dir_check_compares_numbers_as_numbers_and_keys_without_their_
 
 
 def test_a_summary_written_while_a_job_ends_is_written_again_not_left_stale(tmp_path, monkeypatch):
-    """`launcher.summary` run while the last job ends: that job writes its summary between this one's read of
+    """`launcher.sweep.summary` run while the last job ends: that job writes its summary between this one's read of
     the records and its write, which would leave the sweep's summary saying running for good."""
-    import launcher.summary as summary
+    import launcher.sweep.summary as summary
 
     (tmp_path / "0").mkdir()
     record = {"status": "running", "overrides": ["seed=0"], "host": "another-host", "start_time": "2026-12-05T05:00:00+00:00"}
@@ -1236,7 +1235,7 @@ def test_a_summary_written_while_a_job_ends_is_written_again_not_left_stale(tmp_
 
 
 def test_a_sweeps_own_process_and_the_summary_command_do_not_import_torch(tmp_path):
-    """The process that dispatches a sweep (local or SLURM) and ``python -m launcher.summary`` never train:
+    """The process that dispatches a sweep (local or SLURM) and ``python -m launcher.sweep.summary`` never train:
     importing torch there cost each sweep and each summary over a second. The summary reads a sweep whose jobs
     ran, failed, run now and died, and records a dead job, as a live sweep's process does."""
     import socket
@@ -1250,8 +1249,8 @@ def test_a_sweeps_own_process_and_the_summary_command_do_not_import_torch(tmp_pa
     for job, record in records.items():
         (tmp_path / job).mkdir()
         (tmp_path / job / "run.json").write_text(json.dumps(record))
-    code = ("import sys; from pathlib import Path; import launcher.__main__, launcher.plugins, launcher.local, launcher.slurm; "
-            "from launcher import summary; from launcher.rundir import mark_failed; "
+    code = ("import sys; from pathlib import Path; import launcher.__main__, launcher.sweep.plugins, launcher.sweep.local, launcher.sweep.slurm; "
+            "from launcher.sweep import summary; from launcher.runs.rundir import mark_failed; "
             f"rows = summary.write_summary(Path({str(tmp_path)!r}), 'val/accuracy', 'max'); "
             f"mark_failed(Path({str(tmp_path / '2')!r}), 'JobDied: killed', exit_code=137); "
             "print([r['status'] for r in rows]); sys.exit('torch' in sys.modules)")
@@ -1271,8 +1270,7 @@ def test_a_composed_local_job_takes_its_config_once_and_a_requeued_one_composes_
     from hydra_plugins.hydra_submitit_launcher import submitit_launcher
     from omegaconf import OmegaConf
 
-    from launcher import local
-
+    from launcher.sweep import local
     class Loader:
         def __init__(self):
             self.calls = []  # an attribute: the loader is pickled with the job

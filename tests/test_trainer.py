@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from conftest import ToyData, ToyModel, make_trainer
-from hooks import HookBase, Priority
-from hooks.checkpoint import PeriodicCheckpointer
+from launcher.hooks import HookBase, Priority
+from launcher.hooks.checkpoint import PeriodicCheckpointer
 
 
 class Recorder(HookBase):
@@ -149,7 +149,7 @@ def test_rows_written_between_epochs_carry_the_epoch_just_trained(tmp_path):
     as the Evaluator's validations after an epoch are."""
     import json
 
-    from hooks.writers import JSONWriter
+    from launcher.hooks.writers import JSONWriter
 
     trainer = make_trainer("epoch", hooks={"jsonl": JSONWriter(period=1, flush_secs=0)}, work_dir=tmp_path, max_epochs=4,
                            workflow=[["train", 2], ["val", 1]])
@@ -198,7 +198,7 @@ def test_a_hook_failing_in_after_train_fails_the_run_and_the_other_hooks_still_e
 def test_a_checkpoint_written_by_another_number_of_processes_is_refused_naming_load_from(tmp_path):
     """Resumed under another world size (trainer.devices 2 -> 1, torchrun's or SLURM's task count changed), the run
     went on with half the global batch and another epoch length, and ended "completed" short of its steps."""
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     first = make_trainer("epoch", hooks={"checkpointer": PeriodicCheckpointer()}, work_dir=tmp_path / "run")
     first.train()
@@ -302,7 +302,7 @@ def test_model_returning_something_else_is_named_in_the_error():
      r"a list of 3 \(a tensor of shape \[4, 64\], a tensor of shape \[4\], a tensor of shape \[4\]\)"),
 ])
 def test_a_built_in_model_given_batches_that_are_no_pair_says_what_it_takes(batch, given):
-    from launcher.errors import ModelInputError, RunError
+    from launcher.engine.errors import ModelInputError, RunError
     from launcher.models import MLP
 
     with pytest.raises(ModelInputError, match=r"MLP takes batches of \(inputs, labels\); the data loader gave "
@@ -341,7 +341,7 @@ def test_random_states_round_trip_in_plain_types_and_as_checkpoints_before_2026_
 
     import numpy as np
 
-    from launcher.trainer import get_rng_state, set_rng_state
+    from launcher.engine.trainer import get_rng_state, set_rng_state
 
     def draws():
         return random.random(), float(np.random.rand()), torch.rand(()).item()
@@ -436,14 +436,14 @@ def test_a_method_named_like_another_engines_event_is_warned_about(caplog):
 
 
 def test_a_forward_that_takes_inputs_and_labels_apart_is_refused_before_training(tmp_path, monkeypatch):
-    from launcher.trainer import EpochTrainer
+    from launcher.engine.trainer import EpochTrainer
 
     monkeypatch.chdir(tmp_path)
     class TwoArgs(ToyModel):
         def forward(self, x, y):
             return super().forward((x, y))
 
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"^model._target_: .*TwoArgs.forward\(x, y\) cannot take what the trainer "
                                           r"passes: model\(batch\)"):
@@ -476,7 +476,7 @@ def test_a_hook_whose_state_does_not_load_is_named_with_the_checkpoint(tmp_path)
         def load_state_dict(self, state):
             self.n = state["count"]
 
-    from launcher.trainer import HookStateError
+    from launcher.engine.trainer import HookStateError
 
     make_trainer("epoch", hooks={"counter": Counter("total"), "ckpt": PeriodicCheckpointer()}, work_dir=tmp_path, max_epochs=1).train()
     trainer = make_trainer("epoch", hooks={"counter": Counter("count"), "ckpt": PeriodicCheckpointer()}, work_dir=tmp_path, max_epochs=2)
@@ -492,7 +492,6 @@ def stream_trainer(kind, promise=None, **kw):
     options = {"size": 80, "shape": [4], "num_classes": 2, "val_fraction": 0.2}  # 64 train samples
     stream = NoisyStream(**options) if promise is None else SizedNoisyStream(promise=promise, **options)
     from launcher.data import synthetic
-
     return make_trainer(kind, data=DataLoaders(stream, synthetic(split="val", **options), batch_size=8), **kw)
 
 
@@ -507,7 +506,7 @@ def test_an_iter_trainer_takes_a_stream_of_unknown_length_and_ends_an_epoch_wher
 
 
 def test_an_epoch_trainer_refuses_a_stream_of_unknown_length_naming_what_to_do():
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"^data.train: NoisyStream is an IterableDataset without __len__, and "
                                           r"trainer=epoch needs an epoch's length .*give it a __len__.*or use trainer=iter"):
@@ -546,7 +545,7 @@ def test_a_batch_whose_samples_do_not_stack_is_one_error_naming_the_batch_and_th
     """Torch's collate error came as a 60-line traceback naming neither data.train nor the batch; with workers its
     words were "Trying to resize storage that is not resizable"."""
     from launcher.data import DataLoaders
-    from launcher.errors import BatchCollateError, RunError
+    from launcher.engine.errors import BatchCollateError, RunError
     from noisy_data import RaggedAt
 
     options = {"size": 80, "shape": [4], "num_classes": 2, "val_fraction": 0.2}
@@ -565,7 +564,7 @@ def test_a_batch_whose_samples_do_not_stack_is_one_error_naming_the_batch_and_th
 def test_a_val_batch_whose_samples_do_not_stack_names_data_val_and_the_batch(tmp_path, workers):
     """The val loader's collate error came as torch's long traceback, naming neither data.val nor the batch."""
     from launcher.data import DataLoaders
-    from launcher.errors import BatchCollateError
+    from launcher.engine.errors import BatchCollateError
     from noisy_data import NoisySynthetic, RaggedAt
 
     options = {"size": 80, "shape": [4], "num_classes": 2, "val_fraction": 0.5}
@@ -582,9 +581,9 @@ def test_a_val_batch_whose_samples_do_not_stack_names_data_val_and_the_batch(tmp
 def test_a_train_batch_that_cannot_be_loaded_at_a_runs_first_step_fails_it_without_a_checkpoint(tmp_path):
     """Later in a run such a batch stops it with a checkpoint of the training so far (see test_cli); before any step
     there is nothing to keep, and a large model's checkpoint of its initial weights would only cost its write."""
-    from hooks.checkpoint import PeriodicCheckpointer
+    from launcher.hooks.checkpoint import PeriodicCheckpointer
     from launcher.data import DataLoaders
-    from launcher.errors import DataError
+    from launcher.engine.errors import DataError
     from noisy_data import MissingAt, NoisySynthetic
 
     options = {"size": 80, "shape": [4], "num_classes": 2, "val_fraction": 0.5}
@@ -605,7 +604,7 @@ def test_a_val_worker_that_dies_is_named_as_data_val_without_a_line_of_the_users
     with a checkpoint; there is no line of the user's to name, and none of the launcher's is named instead. (It dies at
     its first sample: one that dies while the main process takes a batch from it may surface as ConnectionResetError.)"""
     from launcher.data import DataLoaders
-    from launcher.errors import DataError
+    from launcher.engine.errors import DataError
     from noisy_data import DiesAt, NoisySynthetic
 
     options = {"size": 80, "shape": [4], "num_classes": 2, "val_fraction": 0.5}
@@ -624,10 +623,10 @@ def test_val_data_that_yields_no_usable_batch_stops_the_run_with_a_checkpoint_an
     run stops at that boundary with a checkpoint, as for val data that does not fit the model."""
     from torch.utils.data import DataLoader, IterableDataset
 
-    from hooks.checkpoint import PeriodicCheckpointer
-    from hooks.ema import EMA
-    from hooks.evaluator import Evaluator
-    from launcher.errors import BatchCollateError, ConfigError
+    from launcher.hooks.checkpoint import PeriodicCheckpointer
+    from launcher.hooks.ema import EMA
+    from launcher.hooks.evaluator import Evaluator
+    from launcher.engine.errors import BatchCollateError, ConfigError
     from noisy_data import RaggedAt
 
     class Empty(IterableDataset):
@@ -665,7 +664,7 @@ def test_val_data_that_yields_no_usable_batch_stops_the_run_with_a_checkpoint_an
 def test_a_workflow_val_phase_after_the_evaluator_validated_the_same_weights_is_skipped(tmp_path):
     """With trainer.workflow=[[train,1],[val,1]] and the evaluator hook, every epoch's weights were validated twice,
     and early stopping and ReduceLROnPlateau counted each twice. A resumed run skips as the uninterrupted one does."""
-    from hooks.evaluator import Evaluator
+    from launcher.hooks.evaluator import Evaluator
 
     class Count(HookBase):
         def __init__(self):
@@ -675,7 +674,7 @@ def test_a_workflow_val_phase_after_the_evaluator_validated_the_same_weights_is_
         def after_val(self):
             self.at.append(self.trainer.steps_done)
 
-    from hooks.checkpoint import PeriodicCheckpointer
+    from launcher.hooks.checkpoint import PeriodicCheckpointer
 
     count = Count()
     trainer = make_trainer("epoch", hooks={"evaluator": Evaluator(period=2), "count": count,
@@ -713,8 +712,8 @@ def test_precise_bn_leaves_a_streams_epoch_and_every_random_state_as_training_ha
 
     import numpy as np
 
-    from hooks.evaluator import Evaluator
-    from hooks.precise_bn import PreciseBN
+    from launcher.hooks.evaluator import Evaluator
+    from launcher.hooks.precise_bn import PreciseBN
 
     class BNModel(ToyModel):
         def __init__(self):
@@ -762,8 +761,8 @@ def test_a_stopiteration_raised_inside_a_step_is_not_taken_for_the_streams_end()
 def test_a_schedule_by_epoch_over_a_stream_of_unknown_length_needs_no_count_unless_it_takes_one():
     import functools
 
-    from hooks.lr_scheduler import LRScheduler
-    from launcher.errors import ConfigError
+    from launcher.hooks.lr_scheduler import LRScheduler
+    from launcher.engine.errors import ConfigError
 
     step = LRScheduler(functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5), by_epoch=True)
     trainer = stream_trainer("iter", hooks={"lr_scheduler": step}, max_iters=20)  # 8 batches a pass: 2 passes end
@@ -776,7 +775,7 @@ def test_a_schedule_by_epoch_over_a_stream_of_unknown_length_needs_no_count_unle
 
 
 def test_a_streams_workers_draw_their_own_seeds_on_each_rank_and_epoch():
-    from launcher.data import StreamLoader
+    from launcher.engine.loaders import StreamLoader
     from noisy_data import NoisyStream
 
     def seed(rank, epoch):
@@ -790,7 +789,6 @@ def test_a_streams_workers_draw_their_own_seeds_on_each_rank_and_epoch():
 def test_worker_options_without_workers_are_named_as_having_no_effect(caplog):
     """data.persistent_workers=true with num_workers=0 was accepted without a word, as if it kept workers."""
     from launcher.data import DataLoaders, synthetic
-
     with caplog.at_level("WARNING", logger="launcher.data"):
         DataLoaders(synthetic(split="train", size=16, shape=[4]), persistent_workers=True, prefetch_factor=4)
         DataLoaders(synthetic(split="train", size=16, shape=[4]), num_workers=1, persistent_workers=True)
@@ -815,7 +813,7 @@ class _Unsaveable(HookBase):
 def test_a_hook_state_a_checkpoint_cannot_hold_is_named_before_training_or_at_the_save(after, tmp_path):
     """torch.save's AttributeError, raised an epoch into the run, named no hook (pickling happens on the checkpointer's
     side, not in the hook's state_dict); a state that pickle refuses from the start is now refused before training."""
-    from launcher.errors import HookStateError, RunError
+    from launcher.engine.errors import HookStateError, RunError
 
     trainer = make_trainer("epoch", hooks={"mine": _Unsaveable(after), "ckpt": PeriodicCheckpointer(min_interval_secs=0)},
                            work_dir=tmp_path,
@@ -857,7 +855,7 @@ def test_a_hook_renamed_since_the_checkpoint_is_named_and_one_that_held_no_state
     first = make_trainer("iter", hooks={"cnt": _Counter(), "late": HookBase()}, max_iters=4)
     first.train()
     state = first.state_dict()
-    caplog.set_level(logging.WARNING, logger="launcher.trainer")
+    caplog.set_level(logging.WARNING, logger="launcher.engine.trainer")
     renamed = make_trainer("iter", hooks={"cnt2": _Counter(), "late": _StateGainedSince()}, max_iters=4)
     renamed.load_state_dict(state)
     hooks = {h.name: h for h in renamed._hooks}
@@ -890,7 +888,7 @@ def test_a_model_whose_layers_are_defined_in_another_order_resumes_each_ones_opt
     """The optimizer's state (SGD's momentum) loaded by position: after swapping two same-shaped layers' lines the
     resume gave a's momentum to b, silently, and the run ended elsewhere than an uninterrupted one. An optimizer
     given named parameters keeps torch's own param_names in step."""
-    from launcher.trainer import IterTrainer
+    from launcher.engine.trainer import IterTrainer
 
     def trainer(swapped):
         torch.manual_seed(0)
@@ -923,7 +921,7 @@ def test_a_checkpoint_of_a_model_with_other_parameters_names_each_side_once():
 
 def test_a_non_finite_val_metric_is_warned_of_once(tmp_path, caplog):
     """val/loss nan went by in silence: the run finished, completed, with its objective NaN."""
-    from hooks.evaluator import Evaluator
+    from launcher.hooks.evaluator import Evaluator
 
     class NaNInEval(ToyModel):
         def forward(self, batch):
@@ -948,12 +946,12 @@ def test_an_evaluator_whose_period_the_run_never_reaches_is_named_before_trainin
     """It was found at the end, as "objective 'val/accuracy' is not among the run's metrics", with advice on what the
     model's forward returns in eval mode: the model was blamed for the evaluator's settings."""
     import launcher
-    from hooks.evaluator import Evaluator
+    from launcher.hooks.evaluator import Evaluator
 
     trainer = make_trainer("epoch", hooks={"evaluator": Evaluator(period=period, by_epoch=by_epoch, at_end=False)},
                            work_dir=tmp_path, max_epochs=2)
     with caplog.at_level(logging.WARNING, logger="launcher"):
-        warned = launcher.warn_if_objective_never_recorded(trainer, "val/accuracy")
+        warned = launcher.runs.objective.warn_if_objective_never_recorded(trainer, "val/accuracy")
     assert warned == (said is not None)
     if said:
         assert f"objective 'val/accuracy' will not be recorded: this run never validates, as {said}" in caplog.text
@@ -961,7 +959,7 @@ def test_an_evaluator_whose_period_the_run_never_reaches_is_named_before_trainin
 
 def test_no_val_set_names_the_data_object_that_returned_none_rather_than_data_val(tmp_path, caplog):
     """A data object of the user's own whose val_loader() returned None was said to have data.val null."""
-    from hooks.evaluator import Evaluator
+    from launcher.hooks.evaluator import Evaluator
     from launcher.data import DataLoaders
     from noisy_data import NoisySynthetic
 

@@ -1,7 +1,7 @@
 """A user hook: how many tokens per second the run trains on."""
 import time
 
-from hooks import HookBase, Priority
+from launcher.hooks import HookBase, Priority
 
 
 class TokenThroughput(HookBase):

@@ -1,5 +1,4 @@
 """Counts of each token -> an MLP: enough to learn parity of one token's count."""
-import torch
 import torch.nn.functional as F
 from torch import nn
 

@@ -1,7 +1,7 @@
 """TextTrainer: the launcher's EpochTrainer, with only the building of its loaders changed."""
 from functools import partial
 
-from launcher.trainer import EpochTrainer
+from launcher.engine.trainer import EpochTrainer
 from text_project.data import pad_batch
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.files import atomic_write, candidates, in_run_dir, readable_archive, resume_off
+from launcher.engine.files import atomic_write, candidates, in_run_dir, readable_archive, resume_off
 
 
 SWEEP_COMMAND_ENV = "LAUNCHER_SWEEP_COMMAND"  # set by ``python -m launcher -m ...`` for its job processes
@@ -360,7 +360,7 @@ def mark_failed(run_dir: Path, error: str, status: str = "failed", exit_code: in
 def _process_state(pid: int) -> Tuple[Optional[str], Optional[float]]:
     """Process ``pid``'s state letter (Z: ended, not yet reaped) and start (seconds since the epoch),
     from Linux's /proc; Nones elsewhere."""
-    from launcher.signals import process_stat
+    from launcher.engine.signals import process_stat
 
     fields = process_stat(pid)
     try:
@@ -426,7 +426,7 @@ def another_run_here(run_dir: Path, who: str, stop: str) -> str:
 
 class RunDirLock:
     """The run dir held by this process while its run works there: ``flock`` on ``<run dir>/.run.lock``, which
-    names the holder. A second run is refused (:class:`~launcher.errors.RunDirBusy`) before it writes or removes
+    names the holder. A second run is refused (:class:`~launcher.engine.errors.RunDirBusy`) before it writes or removes
     anything there. The kernel lets go when the process dies, however it dies (a resume after a SIGKILL finds the
     dir free), and processes forked from it (DataLoader workers) do not hold it; the file goes when the run ends."""
 
@@ -504,7 +504,7 @@ class RunDirLock:
         return None, None
 
     def _refuse(self, holder: Tuple[Optional[int], Optional[str]]) -> None:
-        from launcher.errors import RunDirBusy
+        from launcher.engine.errors import RunDirBusy
 
         pid, host = holder
         if pid is None:
@@ -519,7 +519,7 @@ class RunDirLock:
 def _training_in_slurm_job(data: Mapping[str, Any]) -> Optional[str]:
     """For a record saying ``running`` on another host: why its SLURM job is training there now (or will again:
     requeued), or None (no SLURM job, this process's own, ended, or SLURM cannot be asked)."""
-    from launcher.summary import _SLURM_ACTIVE, slurm_states
+    from launcher.runs.slurmstate import SLURM_ACTIVE, slurm_states
 
     job = data.get("submitit") or {}
     job_id = str(job.get("job_id") or "")
@@ -529,7 +529,7 @@ def _training_in_slurm_job(data: Mapping[str, Any]) -> Optional[str]:
     if own is not None and str(own.get("job_id")) == job_id:
         return None
     state = slurm_states([job_id]).get(job_id)
-    if state not in _SLURM_ACTIVE:
+    if state not in SLURM_ACTIVE:
         return None
     return (f"SLURM job {job_id} on {data.get('host')}, {state} says squeue, started {data.get('start_time')}, "
             f"attempt {data.get('attempt')}")
@@ -765,7 +765,7 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
     that define the run when those differ, or when ``trainer.resume=false`` would start a new run over
     the dir's checkpoints, before anything in the run dir is touched.
     """
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     saved = candidates(Path(run_dir) / "checkpoints")
     if not saved and finished_result(run_dir) is None:
@@ -792,7 +792,7 @@ def check_world_size(run_dir: Path, coming: int) -> None:
     """Refuse, before anything in the run dir is touched, to train on a run of another number of processes than
     ``coming`` (its global batch and epoch length would differ): the world size its ``run.json`` recorded (records
     from before 2026-12-07 have none: the checkpoint's own check refuses it as the run resumes)."""
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     try:
         recorded = json.loads((Path(run_dir) / "run.json").read_text()).get("world_size")
@@ -890,7 +890,7 @@ def check_resume_source(checkpoint: Any, run_dir: Path, cfg: Any) -> List[Tuple[
     run dir's own, a config that defines another experiment than the checkpoint's run (its batches, schedule
     and length would silently be this config's); return the other changes. A checkpoint outside a run dir
     that recorded its config is not checked."""
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     path = Path(os.path.abspath(str(checkpoint)))  # not resolved: a checkpoints/ linked elsewhere is still its run's
     if not path.is_file():

@@ -41,12 +41,10 @@ import itertools
 import logging
 import math
 import os
-import random
 import re
 import sys
 import time
 import weakref
-from array import array
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -54,18 +52,19 @@ import torch
 from torch.utils.data import IterableDataset
 from torch import nn
 
-from hooks.base import EVENTS, HookBase, is_number
-from launcher import distributed
-from launcher.data import DeadWorkerWatch, is_sized
-from launcher.checkpoint import TRUST_RISK, UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
-from launcher.errors import (BatchCollateError, CheckpointWriteError, ConfigError, HookStateError, ModelInputError,  # noqa: F401
+from launcher.engine.hook import EVENTS, HookBase, is_number
+from launcher.engine import distributed
+from launcher.engine.loaders import DeadWorkerWatch, is_sized
+from launcher.engine.checkpoint import TRUST_RISK, UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
+from launcher.engine.errors import (BatchCollateError, CheckpointWriteError, ConfigError, HookStateError, ModelInputError,  # noqa: F401
                              ModelOutputError, NonFiniteLoss, RunError, DataError, describe, what_to_mend)
 
 # Errors a hook (or a validation) finds at a step's, epoch's or validation's end in the config or the model's
 # eval output: the training so far is whole, so the run stops there with a checkpoint (TrainerBase._stop_for).
 # the last two: a batch the val loader could not load (the train loader's: see TrainerBase.train_epoch)
 STOPS_AT_BOUNDARY = (ConfigError, ModelOutputError, BatchCollateError, DataError)
-from launcher.storage import EventStorage, to_le_bytes, unpack_le
+from launcher.engine.rng import get_rng_state, set_rng_state
+from launcher.engine.storage import EventStorage
 
 logger = logging.getLogger(__name__)
 
@@ -466,6 +465,7 @@ class TrainerBase:
         self._dead_workers = DeadWorkerWatch(lambda err: this._worker_died(err))  # told where the run can stop
         self._validating = False
         self.meta: Dict[str, Any] = {}  # about the run, for hooks: e.g. {"overrides": [...], "seed": 0}
+        self.rerun_hint = "the same command"  # how to run this run again in its dir, for advice (the run layer's)
         self.train_loader = self.build_train_loader()
         self.val_loader = self.build_val_loader()
         # Batches in an epoch; None for a stream of unknown length (an IterableDataset without __len__),
@@ -793,12 +793,10 @@ class TrainerBase:
         if self._deferred is not None:  # stopped for it, as for a signal: the checkpoint to resume from is written
             err, self._deferred = self._deferred, None
             self.status = "failed"
-            from launcher.rundir import same_command
-
             if self.is_main:
                 logger.warning("Stopped at iteration %d for the %s below, with a checkpoint: mend %s and run %s to train "
                                "on from there", self.iter, "config error" if isinstance(err, ConfigError) else "error",
-                               what_to_mend(err), same_command(self.work_dir))
+                               what_to_mend(err), self.rerun_hint)
             raise err
         return self.final_metrics()
 
@@ -865,13 +863,11 @@ class TrainerBase:
             saved = not isinstance(first, CheckpointWriteError) and final.is_file() and \
                 final.stat().st_mtime >= self._train_started - 1  # (file times may lag the clock by a tick)
             if self.status in ("completed", "stopped") and self.is_main and saved:
-                from launcher.rundir import same_command  # the validation at the end, say: the training itself is whole
-
                 what = what_to_mend(first) if isinstance(first, STOPS_AT_BOUNDARY) or first_hook is None else \
                     f"hooks.{first_hook.name} ({_qualified(type(first_hook))})"
                 logger.warning("Trained to iteration %d, its final checkpoint saved; what the run does at its end failed for "
                                "the error below: mend %s and run %s to finish it from there", self.iter,
-                               what, same_command(self.work_dir))
+                               what, self.rerun_hint)
             self.status = "failed"
             raise first
 
@@ -1009,7 +1005,7 @@ class TrainerBase:
     def _epoch_batches(self) -> Iterator:
         """An iterator over the current epoch's batches, past the ``inner_iter`` already trained on."""
         loader = self.train_loader
-        if hasattr(loader, "set_epoch"):  # launcher.data.EpochLoader: skips without loading
+        if hasattr(loader, "set_epoch"):  # launcher.engine.loaders.EpochLoader: skips without loading
             loader.set_epoch(self.epoch, self.inner_iter)
             batches = self._watched(iter(loader))
             if isinstance(getattr(loader, "dataset", None), IterableDataset):
@@ -1045,7 +1041,7 @@ class TrainerBase:
         """A DataLoader worker died (the OOM killer, a crash) while this process was not waiting for a batch: the
         step (or validation batch) under way ends whole, and the run stops at the next boundary with a checkpoint,
         as for a batch that could not be loaded. Under DDP, and once training is over, the fetch that needs the dead
-        worker's batch raises it (:class:`launcher.data.DeadWorkerWatch`)."""
+        worker's batch raises it (:class:`launcher.engine.loaders.DeadWorkerWatch`)."""
         if self.dist is not None or self.status != "running" or self._deferred is not None:
             return
         if self._validating:
@@ -1365,40 +1361,6 @@ def _set_loader_rng_state(loader: Any, state: Mapping[str, Any]) -> None:
     if len(generators) == len(state["generators"]):  # else another loader than the checkpoint's: its own draws
         for generator, saved in zip(generators, state["generators"]):
             generator.set_state(torch.frombuffer(bytearray(saved), dtype=torch.uint8))
-
-
-def get_rng_state() -> Dict[str, Any]:
-    """Python, NumPy, torch CPU and every CUDA device's generator states.
-
-    Plain types only (bytes, ints, floats, tensors), so ``torch.load`` reads a checkpoint with
-    its default ``weights_only=True``; and bytes rather than small tensors, which ``torch.save``
-    writes as a file record each (tens of µs apiece, paid while training waits).
-    """
-    import numpy as np
-
-    version, words, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        # "Q" rather than "q": the same bytes for these non-negative words, without "q"'s slow per-item parse
-        "python": (version, to_le_bytes(array("Q", words)), gauss),
-        "numpy": (kind, keys.astype("<u4").tobytes(), int(pos), int(has_gauss), float(cached)),
-        "torch": torch.get_rng_state().numpy().tobytes(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore :func:`get_rng_state`'s states; also the tensors and arrays that checkpoints before 2026-12-03 hold."""
-    import numpy as np
-
-    version, words, gauss = state["python"]
-    random.setstate((version, tuple(unpack_le(words, "q")), gauss))
-    kind, keys, *rest = state["numpy"]
-    np.random.set_state((kind, np.frombuffer(keys, dtype="<u4") if isinstance(keys, bytes) else keys, *rest))
-    cpu = state["torch"]
-    torch.set_rng_state(torch.frombuffer(bytearray(cpu), dtype=torch.uint8) if isinstance(cpu, bytes) else cpu)
-    if state.get("cuda") and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 class IterTrainer(TrainerBase):

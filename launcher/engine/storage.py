@@ -186,7 +186,7 @@ class EventStorage:
     def __init__(self, start_iter: int = 0, max_length: int = 1000, reduce: Optional[Reducer] = None,
                  gather: Optional[Callable[[Any], List[Any]]] = None) -> None:
         self.iter = start_iter
-        # Under DDP: averages the values put since the last read over the ranks (launcher.distributed).
+        # Under DDP: averages the values put since the last read over the ranks (launcher.engine.distributed).
         # Every rank reads at the same points (writers at their period, the end), so the ranks meet there.
         self._reduce = reduce
         # Under DDP: every rank's value of an object (all_gather_object), to find the scalars all ranks
@@ -278,7 +278,7 @@ class EventStorage:
             return
         chunks = [self._history[k].take_unsynced() for k in keys]
         flat = torch.tensor([v for chunk in chunks for v in chunk], dtype=torch.float64)
-        from launcher.distributed import layout_id
+        from launcher.engine.distributed import layout_id
 
         layout = [(k, len(c)) for k, c in zip(keys, chunks)]
         averaged = self._reduce(flat, layout_id(layout))

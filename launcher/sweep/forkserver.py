@@ -18,7 +18,7 @@ any failure to reach the server also falls back to a fresh process.
 Three sides:
 
 * the sweep (:class:`ForkServer`): starts the server, hands each job's controller a connection to it;
-* the server (:func:`serve`, ``python -m launcher.forkserver FD``): forks a task per request, reaps
+* the server (:func:`serve`, ``python -m launcher.sweep.forkserver FD``): forks a task per request, reaps
   them, reports each exit status on the connection that asked;
 * the controller (:func:`popen`): a ``subprocess.Popen`` stand-in for submitit's ``Controller``,
   returning a :class:`ForkedTask` (``pid``, ``poll``, ``wait``, ``send_signal``) or, failing that, a real
@@ -53,9 +53,9 @@ PRELOAD = (  # what a job of the default task imports, the slow ones first
     "hydra", "omegaconf", "submitit", "submitit.core.submission", "hydra_plugins.hydra_submitit_launcher.submitit_launcher",
     *(f"hydra._internal.core_plugins.{name}" for name in ("basic_launcher", "basic_sweeper", "file_config_source",
                                                           "importlib_resources_config_source", "structured_config_source")),
-    "hydra._internal.logging_config", "launcher", "launcher.build", "launcher.trainer", "launcher.data", "launcher.models",
-    "launcher.plugins", "launcher.local", "launcher.rundir", "launcher.signals", "launcher.summary", "hooks", "hooks.checkpoint",
-    "hooks.evaluator", "hooks.lr_scheduler", "hooks.timer", "hooks.writers", "hooks.progress", "hooks.optim",
+    "hydra._internal.logging_config", "launcher", "launcher.runs.build", "launcher.engine.trainer", "launcher.data", "launcher.models",
+    "launcher.sweep.plugins", "launcher.sweep.local", "launcher.runs.rundir", "launcher.engine.signals", "launcher.sweep.summary", "launcher.sweep.callback",
+    *(f"launcher.hooks.{name}" for name in ("checkpoint", "evaluator", "lr_scheduler", "timer", "writers", "progress", "optim")),
 )
 REFUSED_CUDA = 3  # the server's exit status when its imports loaded the CUDA driver
 REFUSED_THREAD = 4  # ... when they started a Python thread (forking a process with threads can deadlock its child)
@@ -88,7 +88,7 @@ def signalled_when_parent_dies(parent: int, signum: int = signal.SIGTERM) -> boo
 # -- the sweep's side --------------------------------------------------------------------------------
 
 class ForkServer:
-    """Started by the sweep (:class:`launcher.local.CappedLocalLauncher`); :meth:`connect` for each job.
+    """Started by the sweep (:class:`launcher.sweep.local.CappedLocalLauncher`); :meth:`connect` for each job.
 
     The server exits once the sweep has closed it (:meth:`close`, or the sweep's process ended) and the
     last controller connected to it has gone: jobs still running when the sweep dies keep theirs while they
@@ -106,7 +106,7 @@ class ForkServer:
         self._saved = 0  # bytes of it copied into the log
         self.connected = False  # whether a controller has been given a connection to it
         try:
-            self.process = subprocess.Popen([sys.executable, "-m", "launcher.forkserver", str(theirs.fileno())],
+            self.process = subprocess.Popen([sys.executable, "-m", "launcher.sweep.forkserver", str(theirs.fileno())],
                                             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=self._output,
                                             stderr=self._output, start_new_session=True)
         except BaseException:
@@ -650,7 +650,7 @@ def run_controller(folder: str) -> None:
 
     submitit's exits 0 whatever became of its job, so a job killed before it wrote its result could not
     be told from one that merely ended. This one exits with the job's status, 128 + n for signal n (as
-    a shell reports it): the sweep names the signal. Started by :class:`launcher.local.CappedLocalLauncher`
+    a shell reports it): the sweep names the signal. Started by :class:`launcher.sweep.local.CappedLocalLauncher`
     with :func:`controller_command`. It does not outlive the sweep's process (:data:`SWEEP_PID_ENV`): when that dies
     (killed with its process group) the job is stopped as the sweep would stop it, with SIGTERM until it has ended.
     """

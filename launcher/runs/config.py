@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -24,6 +25,18 @@ class ObjectiveMode(Enum):
 
     max = "max"
     min = "min"
+
+
+def _config_dir() -> str:
+    """``conf/`` beside the package in a source checkout, or ``launcher/conf`` in a wheel."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "conf", here.parent / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return str(candidate)
+    raise FileNotFoundError(f"launcher: no conf/config.yaml next to {here}; the installation is incomplete")
+
+
+CONFIG_DIR = _config_dir()
 
 
 @dataclass
@@ -50,14 +63,14 @@ class TrainerConf:
 
 @dataclass
 class EpochTrainerConf(TrainerConf):
-    _target_: str = "launcher.trainer.EpochTrainer"
+    _target_: str = "launcher.engine.trainer.EpochTrainer"
     max_epochs: int = 20  # training epochs
     workflow: List[Any] = field(default_factory=lambda: [["train", 1]])  # [[phase, epochs], ...]; phase: train|val
 
 
 @dataclass
 class IterTrainerConf(TrainerConf):
-    _target_: str = "launcher.trainer.IterTrainer"
+    _target_: str = "launcher.engine.trainer.IterTrainer"
     max_iters: int = 1000  # optimizer steps
 
 
@@ -69,13 +82,13 @@ class HookConf:
 
 @dataclass
 class IterationTimerConf(HookConf):
-    _target_: str = "hooks.timer.IterationTimer"
+    _target_: str = "launcher.hooks.timer.IterationTimer"
     warmup: int = 3  # first steps left out of the reported speed
 
 
 @dataclass
 class LRSchedulerConf(HookConf):
-    _target_: str = "hooks.lr_scheduler.LRScheduler"
+    _target_: str = "launcher.hooks.lr_scheduler.LRScheduler"
     scheduler: Any = MISSING  # a _partial_ torch.optim.lr_scheduler config; its horizon is filled in when left out
     by_epoch: Any = False  # step once per epoch instead of once per iteration
     monitor: str = "val/loss"  # metric for ReduceLROnPlateau
@@ -87,7 +100,7 @@ class LRSchedulerConf(HookConf):
 
 @dataclass
 class EvaluatorConf(HookConf):
-    _target_: str = "hooks.evaluator.Evaluator"
+    _target_: str = "launcher.hooks.evaluator.Evaluator"
     period: int = 1  # validate every `period` epochs (iterations when by_epoch is false)
     by_epoch: Any = True
     at_end: Any = True  # validate after training unless the last validation is current
@@ -95,7 +108,7 @@ class EvaluatorConf(HookConf):
 
 @dataclass
 class PeriodicCheckpointerConf(HookConf):
-    _target_: str = "hooks.checkpoint.PeriodicCheckpointer"
+    _target_: str = "launcher.hooks.checkpoint.PeriodicCheckpointer"
     period: int = 1  # save every `period` epochs (iterations when by_epoch is false)
     by_epoch: Any = True
     keep_last: int = 3  # periodic checkpoints kept; 0 keeps all
@@ -111,26 +124,26 @@ class WriterConf(HookConf):
 
 @dataclass
 class ConsoleWriterConf(WriterConf):
-    _target_: str = "hooks.writers.ConsoleWriter"
+    _target_: str = "launcher.hooks.writers.ConsoleWriter"
 
 
 @dataclass
 class JSONWriterConf(WriterConf):
-    _target_: str = "hooks.writers.JSONWriter"
+    _target_: str = "launcher.hooks.writers.JSONWriter"
     filename: str = "metrics.jsonl"  # inside the run dir
     flush_secs: float = 1.0  # rows reach the file at least this often (and at each validation, checkpoint, end)
 
 
 @dataclass
 class TensorBoardWriterConf(WriterConf):
-    _target_: str = "hooks.writers.TensorBoardWriter"
+    _target_: str = "launcher.hooks.writers.TensorBoardWriter"
     log_dir: str = "."  # relative to the run dir
     flush_secs: float = 1.0  # events reach the file at least this often (and at each validation, checkpoint, end)
 
 
 @dataclass
 class OptimizerStepConf(HookConf):
-    _target_: str = "hooks.optim.OptimizerStep"
+    _target_: str = "launcher.hooks.optim.OptimizerStep"
     accumulate: int = 1  # micro-batches per optimizer step
     clip_grad_norm: Optional[float] = None  # clip the total gradient norm to this
     norm_type: float = 2.0
@@ -142,7 +155,7 @@ class OptimizerStepConf(HookConf):
 
 @dataclass
 class EMAConf(HookConf):
-    _target_: str = "hooks.ema.EMA"
+    _target_: str = "launcher.hooks.ema.EMA"
     decay: float = 0.99
     eval_with_ema: Any = True  # validate with the EMA weights
     final_weights_ema: Any = True  # end the run (final.pt) with the EMA weights
@@ -151,7 +164,7 @@ class EMAConf(HookConf):
 
 @dataclass
 class EarlyStoppingConf(HookConf):
-    _target_: str = "hooks.early_stopping.EarlyStopping"
+    _target_: str = "launcher.hooks.early_stopping.EarlyStopping"
     monitor: str = "val/loss"
     mode: str = "min"  # min | max
     patience: int = 5  # validations without improvement before stopping
@@ -161,14 +174,14 @@ class EarlyStoppingConf(HookConf):
 
 @dataclass
 class ProgressBarConf(HookConf):
-    _target_: str = "hooks.progress.ProgressBar"
+    _target_: str = "launcher.hooks.progress.ProgressBar"
     refresh_per_second: float = 4.0
     force: Any = False  # also when stdout is not a terminal
 
 
 @dataclass
 class ProfilerConf(HookConf):
-    _target_: str = "hooks.profiler.Profiler"
+    _target_: str = "launcher.hooks.profiler.Profiler"
     wait: int = 5  # steps skipped first
     warmup: int = 2  # steps profiled but discarded
     active: int = 5  # steps recorded
@@ -179,13 +192,13 @@ class ProfilerConf(HookConf):
 
 @dataclass
 class PreciseBNConf(HookConf):
-    _target_: str = "hooks.precise_bn.PreciseBN"
+    _target_: str = "launcher.hooks.precise_bn.PreciseBN"
     num_batches: int = 20  # training batches to average BatchNorm statistics over
 
 
 @dataclass
 class ParamScheduleConf(HookConf):
-    _target_: str = "hooks.param_schedule.ParamSchedule"
+    _target_: str = "launcher.hooks.param_schedule.ParamSchedule"
     key: str = "momentum"  # momentum | weight_decay | betas.0 | betas.1
     start: float = 0.85
     end: float = 0.95

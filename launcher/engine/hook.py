@@ -71,6 +71,10 @@ class HookBase:
     priority: int = Priority.NORMAL
     trainer: Any = None  # weakref.proxy to the trainer, set by register_hooks
     name: str = ""  # the key its state is checkpointed under (the config key, e.g. "checkpointer")
+    # What the run's checks ask of a hook without importing it: it validates (with ``period``, ``by_epoch`` and
+    # ``at_end`` attributes, as Evaluator), or it saves the checkpoints a rerun resumes from (as PeriodicCheckpointer).
+    validates: bool = False
+    saves_checkpoints: bool = False
 
     def __init__(self, priority: Optional[int] = None) -> None:
         if priority is not None:

@@ -23,7 +23,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from launcher.errors import ConfigError
+from launcher.engine.errors import ConfigError
 
 
 
@@ -99,6 +99,8 @@ def why_not_importable(target: str) -> str:
             i -= 1
         except Exception as e:  # the module exists but raised while importing
             return f"importing {'.'.join(parts[:i])!r} raised {type(e).__name__}: {e}"
+    if module is None and parts[0] == "hooks" and len(parts) > 1:  # the built-in hooks' package before it moved
+        return f"no module named 'hooks': the built-in hooks are launcher.hooks ({'.'.join(['launcher', *parts])})"
     if module is None:
         return f"no module named {parts[0]!r} (is it installed, or on PYTHONPATH?)"
     obj: Any = module
@@ -535,7 +537,7 @@ def _config_repo(overrides: Sequence[str]) -> Any:
 
 def _option_by_target(group: str, name: str, options: Sequence[str], overrides: Sequence[str]) -> Optional[Tuple[str, str]]:
     """``(option, its _target_)`` for the option of ``group`` whose ``_target_`` has ``name`` for its module or its
-    class (``param_schedule``: the option ``momentum_schedule`` builds ``hooks.param_schedule.ParamSchedule``), else None."""
+    class (``param_schedule``: the option ``momentum_schedule`` builds ``launcher.hooks.param_schedule.ParamSchedule``), else None."""
     from omegaconf import OmegaConf
 
     def targets(node: Any) -> Iterator[str]:

@@ -1,5 +1,5 @@
 """Durable small-file writes and the run dir's checkpoint list, with the standard library alone (no torch:
-a sweep's own process and ``python -m launcher.summary`` import this without paying for torch)."""
+a sweep's own process and ``python -m launcher.sweep.summary`` import this without paying for torch)."""
 from __future__ import annotations
 
 import contextlib

@@ -1,6 +1,6 @@
 """Sweep summary: ``summary.csv`` and ``summary.md`` in a sweep dir, one row per job, the best marked.
 
-    python -m launcher.summary outputs/multirun/<date>/<time> [--objective val/accuracy] [--mode max]
+    python -m launcher.sweep.summary outputs/multirun/<date>/<time> [--objective val/accuracy] [--mode max]
 
 Also written by a Hydra callback (``hydra.callbacks.sweep_summary`` in ``conf/config.yaml``) after
 every job of a multirun, so it is current while the sweep runs and after a job fails.
@@ -15,13 +15,13 @@ import json
 import logging
 import math
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import OmegaConf
 
-from launcher.files import atomic_write
+from launcher.engine.files import atomic_write
+from launcher.runs.slurmstate import SLURM_ACTIVE, never_starts, slurm_states
 
 FAILURE = "failure.json"  # in a job dir: its last attempt in a sweep failed (error, overrides); gone once one succeeds
 STATUS = {"completed": "done", "stopped": "done", "failed": "failed", "aborted": "failed",
@@ -65,7 +65,7 @@ def _job_dirs(root: Path, depth: int = 3) -> List[Tuple[int, Path]]:
 
 def job_number(job_dir: Path) -> Optional[int]:
     """The number the latest sweep to take ``job_dir`` gave its job: the sweep's record (``submitted.json``, written
-    as the sweep starts, see :func:`launcher.plugins.mark_pending`) or Hydra's (``.hydra/hydra.yaml``, written as the
+    as the sweep starts, see :func:`launcher.sweep.plugins.mark_pending`) or Hydra's (``.hydra/hydra.yaml``, written as the
     job runs), whichever is newer; a sweep run again with a value added in front numbers a finished job anew without
     running it."""
     number: Optional[int] = None
@@ -131,7 +131,7 @@ def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str,
                        stderr=_here(submitted.get("stderr"), sweep_dir), stdout=_here(submitted.get("stdout"), sweep_dir))
         row["slurm_job"] = _slurm_job(record, submitted, row["status"])
         if row["status"] == "running" and not row["slurm_job"] and _died_here(d, record):
-            from launcher.rundir import _attempt_seconds
+            from launcher.runs.rundir import _attempt_seconds
 
             # its time runs to its last sign of life (metrics.jsonl, checkpoints/last), as a rerun would count it
             row.update(status="failed", seconds=round(_attempt_seconds(record, d), 3) if "seconds" in record else None,
@@ -187,7 +187,7 @@ def _died_here(job_dir: Path, record: Dict[str, Any]) -> bool:
     import os
     import socket
 
-    from launcher.rundir import training_here_now
+    from launcher.runs.rundir import training_here_now
 
     if record.get("host") != socket.gethostname() or record.get("pid") in (os.getpid(), os.getppid()) or \
             (record.get("submitit") or {}).get("cluster") == "slurm":
@@ -202,13 +202,6 @@ def _status_now(job_dir: Path) -> str:
         return STATUS.get(json.loads((job_dir / "run.json").read_text()).get("status", ""), "pending")
     except (OSError, ValueError, AttributeError):
         return "pending"
-
-
-# SLURM states of a job that is still queued or running (or about to be again); any other is an end
-_SLURM_ACTIVE = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "REQUEUE_FED": "pending",
-                 "REQUEUE_HOLD": "pending", "RESV_DEL_HOLD": "pending", "SUSPENDED": "pending", "STOPPED": "pending",
-                 "RESIZING": "running", "RUNNING": "running", "COMPLETING": "running", "SIGNALING": "running",
-                 "STAGE_OUT": "running"}
 
 
 def _submitted_since(job_dir: Path, record: Dict[str, Any], submitted: Dict[str, Any]) -> bool:
@@ -235,64 +228,6 @@ def _slurm_job(record: Dict[str, Any], submitted: Dict[str, Any], status: str) -
     return None
 
 
-# Why a pending job waits, where waiting does not end it: what the job asks its partition, account or QOS never
-# gives (SLURM's job reason codes; any reason with "PerJob" is a per-job limit too). A cluster with
-# EnforcePartLimits refuses such a job at sbatch; one without queues it for ever.
-NEVER_STARTS = {
-    "PartitionConfig": "asks for more than a node of its partition has, or than the partition allows",
-    "PartitionNodeLimit": "asks for more nodes than its partition allows",
-    "PartitionTimeLimit": "asks for more time than its partition allows",
-    "BadConstraints": "has constraints no node satisfies",
-    "InvalidAccount": "names an account that is not valid",
-    "InvalidQOS": "names a QOS that is not valid",
-    "AccountNotAllowed": "names an account that may not use the partition",
-    "QOSNotAllowed": "names a QOS that may not use the partition",
-    "DependencyNeverSatisfied": "depends on a job that cannot end as required",
-}
-
-
-def never_starts(reason: str) -> Optional[str]:
-    """What a pending job's SLURM ``reason`` means where waiting will not start it, else None."""
-    if reason in NEVER_STARTS:
-        return NEVER_STARTS[reason]
-    if "PerJob" in reason or reason.startswith("QOSMin"):
-        return "asks for more than a per-job limit of its account or QOS allows"
-    return None
-
-
-def slurm_states(job_ids: List[str], reasons: Optional[Dict[str, str]] = None,
-                 unasked: Optional[List[str]] = None) -> Dict[str, str]:
-    """SLURM's state of each job (``123``, or ``123_4`` for an array task): ``GONE`` for one the controller
-    no longer knows (it forgets ended jobs after ``MinJobAge``, 5 minutes by default); ``{}`` where SLURM
-    cannot be asked (no ``squeue`` here, the controller down), with why appended to ``unasked``. ``reasons``:
-    filled with each listed job's reason (why it is pending, say)."""
-    import subprocess
-
-    try:
-        proc = subprocess.run(["squeue", "--noheader", "--array", "--states=all", "--jobs", ",".join(job_ids),
-                               "--format=%i|%T|%r"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as err:
-        if unasked is not None:
-            unasked.append(f"squeue: {err}")
-        return {}
-    if proc.returncode != 0:  # every job forgotten; anything else tells nothing
-        if "Invalid job id" in proc.stderr:
-            return {j: "GONE" for j in job_ids}
-        if unasked is not None:
-            said = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
-            unasked.append(said[-1] if said else f"squeue exited {proc.returncode}")
-        return {}
-    known = {}
-    for line in proc.stdout.splitlines():
-        job, _, rest = line.strip().partition("|")
-        state, _, reason = rest.partition("|")
-        if job and state:
-            known[job] = state
-            if reasons is not None:
-                reasons[job] = reason
-    return {j: known.get(j, "GONE") for j in job_ids}
-
-
 def _settle_with_slurm(rows: List[Dict[str, Any]]) -> None:
     """A SLURM job that ended without its run recording the end: cancelled while queued, failed before its
     run started (a node failure, an error in the job's Python start-up), or killed while running (out of
@@ -316,12 +251,12 @@ def _settle_with_slurm(rows: List[Dict[str, Any]]) -> None:
                           f"scancel {r['slurm_job']}, then rerun the sweep with hydra.launcher options the cluster can give")
             continue
         if r["status"] == "interrupted":
-            if state in _SLURM_ACTIVE and _status_now(Path(r["dir"])) == "interrupted":
-                r["status"] = "requeued" if _SLURM_ACTIVE[state] == "pending" else "running"  # SLURM starts it again
+            if state in SLURM_ACTIVE and _status_now(Path(r["dir"])) == "interrupted":
+                r["status"] = "requeued" if SLURM_ACTIVE[state] == "pending" else "running"  # SLURM starts it again
             continue  # otherwise it waits for a rerun of the sweep
-        if state is None or state in _SLURM_ACTIVE:
+        if state is None or state in SLURM_ACTIVE:
             if state is not None and r["status"] == "pending":
-                r["status"] = _SLURM_ACTIVE[state]  # running: its Python is starting
+                r["status"] = SLURM_ACTIVE[state]  # running: its Python is starting
             continue
         if _status_now(Path(r["dir"])) != r["as_read"]:
             continue  # the run recorded itself since it was read: the next refresh reads it
@@ -350,7 +285,7 @@ def record_failure(job_dir: Path, error: str, overrides: Any) -> None:
     """``failure.json`` in ``job_dir``: its last attempt failed with ``error`` (see :func:`jobs`)."""
     try:
         Path(job_dir).mkdir(parents=True, exist_ok=True)
-        from launcher.rundir import RunRecord
+        from launcher.runs.rundir import RunRecord
 
         # this attempt's submitit logs: run.json may keep an earlier attempt's (a rerun that trained nothing keeps it)
         failure = {"error": error, "overrides": list(overrides), "submitit": RunRecord.submitit_job()}
@@ -384,7 +319,7 @@ def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = 
     files as they are where SLURM could not be asked of jobs submitted to it (rows with ``unasked``): they may
     hold what SLURM said when it could (cancelled, failed), which the jobs' own files do not.
 
-    Several processes write them (each job as it ends, ``python -m launcher.summary``): one whose jobs'
+    Several processes write them (each job as it ends, ``python -m launcher.sweep.summary``): one whose jobs'
     records changed while it read them (a job ended, and wrote its own summary, in between) reads them
     again and writes once more, so the files never end older than the newest record."""
     mode = getattr(mode, "value", mode)  # the config's ObjectiveMode enum, or a string
@@ -475,7 +410,7 @@ def _error_lines(path: str, job: int, n: int) -> List[str]:
 
 def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) -> str:
     """One screen at the end of a sweep: each failed job, its overrides, its log and its error's last lines."""
-    from launcher.rundir import same_command
+    from launcher.runs.rundir import same_command
 
     failed = [r for r in rows if r["status"] == "failed"]
     if not failed:
@@ -500,8 +435,8 @@ def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) 
 def _stopped_with_a_checkpoint(job_dir: Path) -> Optional[str]:
     """What to mend ("the config", "the model") of a job that stopped for an error found at a boundary (a value or a
     model output that only validation shows) with a checkpoint to train on from; None for any other failure."""
-    from launcher.files import candidates
-    from launcher.rundir import refused_key
+    from launcher.engine.files import candidates
+    from launcher.runs.rundir import refused_key
 
     model = str(_read_json(job_dir / "run.json").get("error") or "").startswith("ModelOutputError")
     what = "the config" if refused_key(job_dir) else "the model" if model else None
@@ -585,8 +520,6 @@ def job_end_line(num: int, overrides: Sequence[str], job_dir: Path, objective: s
 
 
 from hydra.core.utils import JobReturn, JobStatus
-from hydra.experimental.callback import Callback
-from hydra.types import RunMode
 
 logger = logging.getLogger("launcher")
 
@@ -607,100 +540,6 @@ class ReportedFailure(JobReturn):  # type: ignore[misc]
         self._return_value = value
 
 
-class SweepSummary(Callback):  # type: ignore[misc]
-    """Hydra callback: refresh the sweep summary after each job of a multirun and at its end."""
-
-    def _write(self, config: Any) -> None:
-        if config.hydra.mode != RunMode.MULTIRUN:
-            return
-        write_summary(Path(config.hydra.sweep.dir), config.get("objective", "val/accuracy"), config.get("objective_mode", "max"))
-
-    def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
-        if config.hydra.mode == RunMode.MULTIRUN:
-            self._record_failure(config, job_return)
-        self._write(config)
-        if config.hydra.mode == RunMode.MULTIRUN and job_return.status == JobStatus.FAILED:
-            err = job_return._return_value
-            last = str(err).strip().splitlines()[-1] if str(err).strip() else ""
-            import traceback
-
-            from launcher.errors import ConfigError, RunError, mark_reported
-
-            # a ConfigError's message is the whole story (key, value, what is accepted), and a RunError's (a NaN
-            # loss: the launcher's own frames); other errors get their last frames
-            trace = "" if isinstance(err, (ConfigError, RunError)) else \
-                "\n" + "".join(traceback.format_exception(type(err), err, err.__traceback__)[-6:]).rstrip()
-            logger.error("Sweep job %s failed (%s): %s: %s; log: %s%s", config.hydra.job.num,
-                         " ".join(OmegaConf.to_container(config.hydra.overrides.task, resolve=False)), type(err).__name__, last,
-                         Path(config.hydra.runtime.output_dir) / "train.log", trace)
-            mark_reported(err, config.hydra.job.num)
-            job_return.__class__ = ReportedFailure  # the sweeper raises it without Hydra's own line about it
-
-    @staticmethod
-    def _record_failure(config: Any, job_return: Any) -> None:
-        """``failure.json`` in the job dir after a failed job, removed after one that succeeds: run.json
-        cannot always say (a rerun refused for another config's run dir leaves that run's record as it was)."""
-        path = Path(config.hydra.runtime.output_dir) / FAILURE
-        if job_return.status != JobStatus.FAILED:
-            path.unlink(missing_ok=True)
-            return
-        err = job_return._return_value
-        record_failure(path.parent, f"{type(err).__name__}: {err}", OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
-
-    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        # Hydra's sweeper raises at the first failed job, so on_multirun_end never runs then: the
-        # end-of-sweep report runs at exit, after the sweep in every case.
-        import atexit
-
-        from launcher.errors import ConfigError, output_dir_refused
-        from launcher.plugins import plan_sweep
-
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        over = None
-        if str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher"):  # its jobs run in this process
-            from launcher.plugins import stop_basic_sweep_on_signal
-
-            over = stop_basic_sweep_on_signal(sweep_dir)
-        self._over = over
-        report = atexit.register(self._report, sweep_dir, config.get("objective", "val/accuracy"),
-                                 config.get("objective_mode", "max"), attempts_so_far(sweep_dir), time.time_ns(), over)
-        try:
-            plan_sweep(config)  # before any job runs
-        except ConfigError as err:  # Hydra turns a callback's exception into a warning: exit here, as for a config error
-            atexit.unregister(report)  # a sweep refused: its dir (if an earlier run left one) is not this sweep's report
-            print(f"Config error: {err}", file=sys.stderr)
-            sys.exit(2)
-        except OSError:  # its jobs' dirs could not be marked: where the sweep dir cannot be made, say that in one line
-            try:
-                sweep_dir.mkdir(parents=True, exist_ok=True)  # as Hydra's sweeper would next
-            except OSError as refused:
-                atexit.unregister(report)
-                print(f"Config error: {output_dir_refused(refused)}", file=sys.stderr)
-                sys.exit(2)
-            raise
-
-    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        if getattr(self, "_over", None) is not None:
-            self._over()
-        self._write(config)
-
-    @staticmethod
-    def _report(sweep_dir: Path, objective: str, mode: str, attempts_before: Optional[Dict[str, int]] = None,
-                started_ns: Optional[int] = None, over: Optional[Callable[[], None]] = None) -> None:
-        if over is not None:  # a basic sweep's: it is over (a signal that stopped it cannot cut this short)
-            over()
-        if not sweep_dir.is_dir():
-            return
-        rows = write_summary(sweep_dir, objective, mode)
-        report = failure_report(rows, sweep_dir)
-        if rows:  # the counts and the best job, also of a sweep with failures (then the failures' screen below it)
-            sys.stdout.write(done_report(rows, sweep_dir, objective, mode, attempts_before, started_ns) + "\n")
-            sys.stdout.flush()
-        if report:
-            sys.stderr.write(report + "\n")
-            sys.stderr.flush()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description="Write summary.csv and summary.md for a sweep dir.")
     parser.add_argument("sweep_dir", type=Path)
@@ -708,20 +547,20 @@ def main() -> None:
     parser.add_argument("--mode", choices=("min", "max"), default=None, help="default: the sweep's objective_mode (given with --objective of another metric)")
     args = parser.parse_args()
     if not args.sweep_dir.is_dir():
-        raise SystemExit(f"launcher.summary: {args.sweep_dir} is not a directory (expected outputs/multirun/<date>/<time>)")
+        raise SystemExit(f"launcher.sweep.summary: {args.sweep_dir} is not a directory (expected outputs/multirun/<date>/<time>)")
     if not (args.sweep_dir / "multirun.yaml").is_file():  # a date dir, or outputs/multirun: several sweeps below
         sweeps = sorted(p.parent for p in args.sweep_dir.glob("*/multirun.yaml")) or \
             sorted(p.parent for p in args.sweep_dir.glob("*/*/multirun.yaml"))
         if len(sweeps) > 1:  # their jobs 0, 1, ... would be listed together, as one sweep's
             shown = ", ".join(str(p) for p in sweeps[-5:])
-            raise SystemExit(f"launcher.summary: {args.sweep_dir} holds {len(sweeps)} sweeps, not one; give one of them: "
+            raise SystemExit(f"launcher.sweep.summary: {args.sweep_dir} holds {len(sweeps)} sweeps, not one; give one of them: "
                              f"{'..., ' if len(sweeps) > 5 else ''}{shown}")
         if sweeps:
             args.sweep_dir = sweeps[0]
     if not jobs(args.sweep_dir):
         what = "a single run's dir (its record is run.json there)" if (args.sweep_dir / "run.json").is_file() else \
             "not a sweep dir: it holds no job dirs (0/, 1/, ...)"
-        raise SystemExit(f"launcher.summary: {args.sweep_dir} is {what}; give a sweep dir, e.g. outputs/multirun/<date>/<time>")
+        raise SystemExit(f"launcher.sweep.summary: {args.sweep_dir} is {what}; give a sweep dir, e.g. outputs/multirun/<date>/<time>")
     objective, mode = sweep_objective(args.sweep_dir)
     if args.objective:
         recorded = sorted({k for row in jobs(args.sweep_dir) for k in row["metrics"]})
@@ -729,10 +568,10 @@ def main() -> None:
             import difflib
 
             close = difflib.get_close_matches(args.objective, recorded, n=1)
-            raise SystemExit(f"launcher.summary: --objective {args.objective} is no metric the jobs recorded"
+            raise SystemExit(f"launcher.sweep.summary: --objective {args.objective} is no metric the jobs recorded"
                              + (f"; did you mean {close[0]}?" if close else "") + f" They recorded: {', '.join(recorded)}")
         if args.mode is None and args.objective != objective:  # the sweep's mode is its objective's: it could rank the worst best
-            raise SystemExit(f"launcher.summary: --objective {args.objective} is not the sweep's objective ({objective}, "
+            raise SystemExit(f"launcher.sweep.summary: --objective {args.objective} is not the sweep's objective ({objective}, "
                              f"{mode}), so its direction is not known: add --mode min or --mode max")
     if (args.objective or objective, args.mode or mode) != (objective, mode):  # ranked another way: shown, not kept
         earlier: List[str] = []
@@ -743,7 +582,7 @@ def main() -> None:
     unasked = [r for r in rows if r.get("unasked")]
     if unasked:  # shown as the jobs' files have it, and the files left with what SLURM said last time
         print(render(args.sweep_dir, rows, objective, mode)[1], end="")
-        print(f"launcher.summary: SLURM could not be asked ({unasked[0]['unasked']}): the {len(unasked)} job(s) submitted "
+        print(f"launcher.sweep.summary: SLURM could not be asked ({unasked[0]['unasked']}): the {len(unasked)} job(s) submitted "
               f"to it show what their own files last recorded (a pending one may have run since, a running one ended); "
               f"summary.md and summary.csv are left as they were. Run this again once squeue answers", file=sys.stderr)
         return

@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from launcher.errors import CheckpointWriteError, HookStateError
-from launcher.files import atomic_write, candidates, fsync_dir, readable_archive, resume_off, write_file  # noqa: F401 -- re-exported
+from launcher.engine.errors import CheckpointWriteError, HookStateError
+from launcher.engine.files import atomic_write, candidates, fsync_dir, readable_archive, resume_off, write_file  # noqa: F401 -- re-exported
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +131,7 @@ class BackgroundWriter:
         self._error: Optional[CheckpointWriteError] = None  # a failed background write's, raised by the next call
         self._ready: set = set()  # directories made and cleared of a killed writer's temporary files
         self._buffer: Optional[io.BytesIO] = None
+        self.rerun_hint = "the same command"  # how to run the run again, for the advice of a failed write
 
     def write(self, state: Dict[str, Any], path: PathLike, then_remove: Sequence[Path] = (), background: bool = True) -> Path:
         # the previous write still going (a slow disk): this checkpoint in new memory, serialized while it goes on
@@ -144,7 +145,7 @@ class BackgroundWriter:
             if not background:
                 write_checkpoint(data, path)
         except OSError as err:
-            raise _write_failed(f"writing checkpoint {path}", path.parent, err) from err
+            raise _write_failed(f"writing checkpoint {path}", path.parent, err, self.rerun_hint) from err
         if not background:
             data.release()
             self._remove(then_remove)
@@ -168,7 +169,7 @@ class BackgroundWriter:
             write_file(probe, b"", sync=False)
             probe.unlink()
         except OSError as err:
-            raise _write_failed(f"writing checkpoints in {directory}", directory, err) from err
+            raise _write_failed(f"writing checkpoints in {directory}", directory, err, self.rerun_hint) from err
         self._ready.add(directory)
 
     REUSE_LIMIT = 1 << 30  # bytes: memory kept between saves for at most this big a checkpoint
@@ -187,13 +188,12 @@ class BackgroundWriter:
             self._buffer = None
         return data
 
-    @staticmethod
-    def _remove(paths: Sequence[Path]) -> None:
+    def _remove(self, paths: Sequence[Path]) -> None:
         for old in paths:  # retention: only once the new file is safe
             try:
                 old.unlink(missing_ok=True)
             except OSError as err:
-                raise _write_failed(f"removing the old checkpoint {old}", old.parent, err) from err
+                raise _write_failed(f"removing the old checkpoint {old}", old.parent, err, self.rerun_hint) from err
 
     def _work(self) -> None:
         while True:
@@ -206,13 +206,13 @@ class BackgroundWriter:
                 try:
                     write_checkpoint(data, path)
                 except BaseException as err:
-                    raise _write_failed(f"writing checkpoint {path}", path.parent, err) from err
+                    raise _write_failed(f"writing checkpoint {path}", path.parent, err, self.rerun_hint) from err
                 data.release()
                 self._remove(then_remove)
             except CheckpointWriteError as err:
                 self._error = err
             except BaseException as err:  # noqa: B036 -- never lost: the next write or wait raises it
-                self._error = _write_failed("writing a checkpoint", path.parent, err)
+                self._error = _write_failed("writing a checkpoint", path.parent, err, self.rerun_hint)
                 self._error.__cause__ = err
             finally:
                 self._jobs.task_done()
@@ -237,13 +237,10 @@ class BackgroundWriter:
                 self._thread = None
 
 
-def _write_failed(what: str, directory: Path, err: BaseException) -> CheckpointWriteError:
+def _write_failed(what: str, directory: Path, err: BaseException, rerun_hint: str = "the same command") -> CheckpointWriteError:
     """The error of a failed checkpoint write (or retention), naming the file, the reason and the way on."""
-    from launcher.files import candidates
-    from launcher.rundir import same_command
-
     earlier = bool(candidates(directory))
-    rerun = f"run {same_command(directory.parent)} to " + ("resume from the newest" if earlier else "start it again")
+    rerun = f"run {rerun_hint} to " + ("resume from the newest" if earlier else "start it again")
     if isinstance(err, OSError):
         where = err.filename2 or err.filename  # the file in the way: checkpoints/last made a directory, say
         why = f"{type(err).__name__}: {err.strerror or err}" + (f": {where}" if where and str(where) not in what else "")
@@ -405,7 +402,7 @@ def brief(err: BaseException) -> str:
 def load_newest_valid(directory: PathLike, map_location: Any = "cpu", trust: bool = False) -> Optional[Tuple[Path, Dict[str, Any]]]:
     """The newest checkpoint in ``directory`` that loads, skipping bad ones with a warning naming both files.
 
-    Only the files this launcher wrote there (:func:`~launcher.files.candidates`), each read with
+    Only the files this launcher wrote there (:func:`~launcher.engine.files.candidates`), each read with
     ``weights_only=True``. One that holds Python objects raises :class:`UntrustedCheckpointError` (unless ``trust``:
     see :func:`load_checkpoint`), as an older one would lose the training since; one that is not even a
     ``torch.save`` archive (a raw pickle) is no file this launcher wrote: skipped as unreadable, never unpickled.

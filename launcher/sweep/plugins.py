@@ -1,46 +1,57 @@
-"""Our Hydra launcher plugins: ``hydra/launcher=local`` (:mod:`launcher.local`) and
-``hydra/launcher=slurm_detached`` (:mod:`launcher.slurm`), subclasses of hydra-submitit-launcher's.
+"""Our Hydra launcher plugins: ``hydra/launcher=local`` (:mod:`launcher.sweep.local`) and
+``hydra/launcher=slurm_detached`` (:mod:`launcher.sweep.slurm`), subclasses of hydra-submitit-launcher's.
 
 Hydra takes launchers only from the ``hydra_plugins`` namespace package, which an editable install of
 this project cannot add to. So ``python -m launcher`` calls :func:`register` before a multirun: each
 module is made importable as the ``hydra_plugins.<name>`` module its config's ``_target_`` names (the
 class's ``__module__``), and the class is registered with Hydra's plugin registry. The jobs are pickled
 as the plugin's plain classes (each class's ``__reduce__``; the SLURM jobs as
-:class:`launcher.slurm.SlurmJob`, importable without registering), so a job process needs none of this.
+:class:`launcher.sweep.slurm.SlurmJob`, importable without registering), so a job process needs none of this.
 """
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-MODULES = ("launcher.sweeper", "launcher.local", "launcher.slurm")
+from hydra.errors import CompactHydraException
+
+from launcher.engine.signals import EXIT_INTERRUPTED
 
 
-def register(modules: Sequence[str] = MODULES) -> None:
-    import hydra_plugins
-    from hydra.core.plugins import Plugins
+class JobDied(CompactHydraException):
+    """A sweep job's process ended without a result: killed (SIGKILL, the OOM killer) or exited at once.
 
-    Plugins.instance()  # first: its look for plugins executes their modules anew, which ours subclass
-    for module_name in modules:
-        module = importlib.import_module(module_name)
-        for cls in module.PLUGINS:
-            sys.modules[cls.__module__] = module
-            setattr(hydra_plugins, cls.__module__.rpartition(".")[2], module)
-            Plugins.instance().register(cls)
+    Hydra prints a CompactHydraException as its message alone: the sweep's last screen says the rest."""
+
+
+class JobInterrupted(CompactHydraException):
+    """A sweep job's run stopped itself on a signal sent to it alone (``scancel --signal=TERM``, ``kill``), with a
+    checkpoint: not a failure, and not done; a rerun of the sweep resumes it."""
+
+    sweep_dir: Optional[Path] = None
+
+    def exit_code(self) -> int:
+        """The sweep's: 75 (rerun to resume) unless one of its jobs failed, which Hydra's sweeper, raising at
+        the first job that did not succeed, may not have reached."""
+        from launcher.sweep.summary import jobs
+
+        try:
+            failed = self.sweep_dir is None or any(row["status"] == "failed" for row in jobs(self.sweep_dir))
+        except OSError:
+            failed = True
+        return 1 if failed else EXIT_INTERRUPTED
 
 
 def stop_sweep(signal_name: str, sweep_dir: Any) -> None:
     """End a sweep stopped by a signal: say how to resume it, and exit 75 (the report at exit lists its jobs)."""
     import logging
 
-    from launcher.rundir import override_for_shell
-    from launcher.signals import EXIT_INTERRUPTED
+    from launcher.runs.rundir import override_for_shell
+    from launcher.engine.signals import EXIT_INTERRUPTED
 
     logging.getLogger("launcher").warning(
         "Sweep stopped by %s. Run the same command with %s to resume it: finished jobs are not run again, stopped ones "
@@ -58,7 +69,7 @@ def stop_basic_sweep_on_signal(sweep_dir: Any) -> Callable[[], None]:
     import signal
     import threading
 
-    from launcher.signals import SignalLatch
+    from launcher.engine.signals import SignalLatch
 
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
@@ -106,38 +117,14 @@ def job_dir(config: Any, overrides: Sequence[str], idx: int, config_loader: Any)
 BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hydra_plugins.launcher_sweeper.PlannedSweeper")
 
 
-def plan_sweep(config: Any) -> None:
-    """Before a sweep of Hydra's basic sweeper starts (its jobs are all known then): raise :class:`ConfigError`
-    when a ``hydra.sweep.subdir`` of one's own gives two jobs one run dir (the second would train on from the
-    first's run, or be refused, and its result overwrite the first's); else mark each job not started yet as
-    pending in its dir (``submitted.json``), so the summary lists it even if the sweep stops before it."""
-    _checked.clear()  # an earlier sweep's, in this process
+def begin_sweep() -> None:
+    """Forget an earlier sweep's jobs (in this process) and mark when this one started (see :func:`mark_pending`)."""
+    _checked.clear()
     _dirs.clear()
-    _sweep["started_ns"] = time.time_ns()  # this sweep's mark in its jobs' dirs (mark_pending)
-    sweep_dir = Path(str(config.hydra.sweep.dir))
-    forks = False
-    local = str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher")
-    if local:
-        from launcher.local import check_cpus_per_task, check_fork_server, check_max_parallel, check_one_task, fork_server
-
-        check_max_parallel(config.hydra.launcher.get("max_parallel"))  # before any job dir or summary is written
-        check_cpus_per_task(config.hydra.launcher.get("cpus_per_task"))
-        check_fork_server(config.hydra.launcher.get("fork_server", True))
-        check_one_task(config.hydra.launcher)
-        forks = config.hydra.launcher.get("fork_server", True)
-        if forks:  # importing torch while the jobs are composed (started already, where the command line said so)
-            fork_server(sweep_dir / ".submitit" / "fork_server.log")
-    target = str(config.hydra.launcher.get("_target_", ""))
-    if target.endswith((".AttachedSlurmLauncher", ".DetachedSlurmLauncher")):
-        from launcher.slurm import check_requests
-
-        check_requests(config.hydra.launcher, "slurm" if target.endswith(".AttachedSlurmLauncher") else "slurm_detached")
-    if not forks and "launcher.local" in sys.modules:  # started as the command line was read, and not wanted
-        sys.modules["launcher.local"].stop_fork_server()
-    _check_jobs(config, keep=local or target.endswith((".AttachedSlurmLauncher", ".DetachedSlurmLauncher")))  # the jobs take the configs composed to check them
+    _sweep["started_ns"] = time.time_ns()
 
 
-def _check_jobs(config: Any, keep: bool = False) -> None:
+def check_jobs(config: Any, keep: bool = False) -> None:
     """:func:`plan_sweep` for the basic sweeper's jobs: refused, or marked pending. ``keep``: the configs
     composed to check them are kept for the jobs (:func:`take_composed`)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -145,7 +132,7 @@ def _check_jobs(config: Any, keep: bool = False) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     if config.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:
         return
@@ -187,9 +174,9 @@ def refuse_what_runs_would_refuse(config: Any, loader: Any, jobs: Sequence[Tuple
     ``(number, overrides, dir, finished record or None, (objective, changes not applied) or None)``."""
     import logging
 
-    from launcher.errors import ConfigError
-    from launcher.files import candidates as saved_checkpoints
-    from launcher.rundir import finished_result
+    from launcher.engine.errors import ConfigError
+    from launcher.engine.files import candidates as saved_checkpoints
+    from launcher.runs.rundir import finished_result
 
     runs = [(idx, overrides, path, finished_result(path)) for idx, overrides, path in jobs]
     runs = [run for run in runs if run[3] is not None or saved_checkpoints(run[2] / "checkpoints")]
@@ -224,9 +211,9 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
     (or was to run) other values of the swept keys. Jobs are numbered by their place in the sweep, so a
     rerun with a value added or changed would give job 2 the dir of another job 2, be refused there and
     train the shifted ones again; rerunning the same sweep (to resume it) always fits."""
-    from launcher.errors import ConfigError
-    from launcher.rundir import refused_key
-    from launcher.summary import recorded_overrides
+    from launcher.engine.errors import ConfigError
+    from launcher.runs.rundir import refused_key
+    from launcher.sweep.summary import recorded_overrides
 
     for path, idx in job_dirs.items():
         recorded = recorded_overrides(path)
@@ -276,8 +263,8 @@ def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader
     the order of the jobs; at most ``COMPOSE_AHEAD`` jobs (each takes ~0.08 s), so of a key with more values
     than that (seeds, say) the rest are checked as their jobs start. ``keep``: the configs are kept for
     :func:`take_composed`."""
-    from launcher.build import composition_message
-    from launcher.errors import ConfigError
+    from launcher.runs.build import composition_message
+    from launcher.engine.errors import ConfigError
 
     todo = {idx: set(overrides) for idx, overrides in enumerate(jobs)}
     for _ in range(COMPOSE_AHEAD):
@@ -329,8 +316,8 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
 
     from hydra.core.utils import JobReturn, JobStatus
 
-    from launcher.rundir import describe_changes
-    from launcher.summary import FAILURE
+    from launcher.runs.rundir import describe_changes
+    from launcher.sweep.summary import FAILURE
 
     config, loader = launcher.config, launcher.hydra_context.config_loader
     log = logging.getLogger("launcher")
@@ -365,8 +352,7 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
     else:
         going_on.extend(going)
     if unknown:  # as a finished run's rerun says it
-        from launcher import warn_if_objective_unknown
-
+        from launcher.runs.objective import warn_if_objective_unknown
         objective, metrics = unknown[min(unknown)]
         warn_if_objective_unknown(objective, metrics, f"the metrics of finished sweep job(s) {number_ranges(sorted(unknown))}",
                                   "They return NaN")
@@ -389,7 +375,7 @@ def say_going_on(jobs: Sequence[Tuple[int, Path]]) -> None:
     runs stopped before their end (interrupted, failed, killed), or finished and are lengthened; each named with the
     newest checkpoint in its dir, which its run resumes from (each job's log says it too; the sweep's console did
     not). A job without one is left out: its run starts over, or says why it cannot train on."""
-    from launcher.files import candidates
+    from launcher.engine.files import candidates
 
     import logging
 
@@ -424,10 +410,10 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
 
     from omegaconf import open_dict, read_write
 
-    from launcher import check_trainer_config, check_values_not_applied, nothing_to_train_on
-    from launcher.errors import ConfigError
-    from launcher.files import candidates
-    from launcher.rundir import REPORTED, check_rerun, check_world_size, lengthens, split_additions
+    from launcher.runs.run import check_trainer_config, check_values_not_applied, nothing_to_train_on
+    from launcher.engine.errors import ConfigError
+    from launcher.engine.files import candidates
+    from launcher.runs.rundir import REPORTED, check_rerun, check_world_size, lengthens, split_additions
 
     composed = _checked.get(id(config), {}).get(tuple(overrides))  # the sweep's check composed it already
     try:
@@ -496,7 +482,7 @@ def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]
     yet: the summary lists the job as pending until it starts, also after the sweep is stopped before reaching it.
     A dir that has a record (a run, an earlier submission to SLURM) is marked by :func:`mark_taken` once the
     sweep is known to run."""
-    from launcher.files import atomic_write
+    from launcher.engine.files import atomic_write
 
     sweep = _sweep.setdefault("started_ns", time.time_ns())
     for offset, (path, overrides) in enumerate(zip(job_dirs, job_overrides)):
@@ -520,7 +506,7 @@ def mark_taken(jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> None:
     once nothing can refuse the sweep. The file keeps what it held and its time (that of a SLURM submission, which
     a rerun waiting for the job reads; ``numbered_ns`` says when it was numbered); not fsynced, and a dir that
     refuses the write (another user's) keeps its old mark."""
-    from launcher.files import atomic_write
+    from launcher.engine.files import atomic_write
 
     sweep = _sweep.setdefault("started_ns", time.time_ns())
     for idx, overrides, path in jobs:
@@ -551,7 +537,7 @@ def explain_launcher_error(err: BaseException, launcher: str, params: Optional[D
     ``params``, what the jobs asked and what a node has). Anything else is returned as it is."""
     import re
 
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     text = str(err)
     unknown = re.match(r"Unknown argument '(\w+)' for executor '\w+' in parameter '\w+'\. Valid arguments: ([^\n]*)", text)
@@ -576,13 +562,13 @@ def explain_launcher_error(err: BaseException, launcher: str, params: Optional[D
         return ConfigError(f"hydra.launcher.{name}={value}: submitit takes {kind} ({expected}) for it with "
                            f"hydra/launcher={launcher}" + (" (minutes)" if name.endswith("_min") else ""))
     if type(err).__name__ == "FailedJobError" and "sbatch" in text:
-        from launcher.slurm import asked_of, what_a_node_has
+        from launcher.runs.slurmstate import asked_of, what_a_node_has
 
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         errors = [line[len("sbatch: error:"):].strip() for line in lines if line.startswith("sbatch: error:")]
         said = "; ".join(errors or [line.partition("sbatch: ")[2] or line for line in lines])
         if re.search(r"Unable to contact slurm controller|Socket timed out|Connection refused", said):
-            from launcher.errors import ClusterUnreachable
+            from launcher.engine.errors import ClusterUnreachable
 
             return ClusterUnreachable(f"hydra/launcher={launcher}: SLURM's controller did not answer sbatch ({said}): "
                                       f"no job was submitted. Once `sinfo` answers, the same command submits the sweep")
@@ -615,7 +601,7 @@ def forget_pending(sweep_dir: Path) -> None:
     """Unmark the jobs of ``sweep_dir`` marked pending (:func:`mark_pending`) that never started, where the sweep
     could launch none (an option submitit refuses, sbatch refusing the jobs): else the summary lists them
     pending for good. A job submitted to SLURM (its id recorded) stays."""
-    from launcher.summary import _job_dirs
+    from launcher.sweep.summary import _job_dirs
 
     if not Path(sweep_dir).is_dir():
         return
@@ -641,12 +627,11 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
 
     from hydra.core.utils import JobStatus
 
-    from launcher.errors import mark_reported
-    from launcher.local import JobDied, JobInterrupted
-    from launcher.rundir import mark_failed, same_sweep
-    from launcher.summary import ReportedFailure, record_failure
+    from launcher.engine.errors import mark_reported
+    from launcher.runs.rundir import mark_failed, same_sweep
+    from launcher.sweep.summary import ReportedFailure, record_failure
 
-    from launcher.signals import EXIT_INTERRUPTED
+    from launcher.engine.signals import EXIT_INTERRUPTED
 
     try:
         record = json.loads((job_dir / "run.json").read_text())
@@ -685,9 +670,8 @@ def record_cancelled(config: Any, job_dir: Path, overrides: Sequence[str], idx: 
 
     from hydra.core.utils import JobStatus
 
-    from launcher.local import JobInterrupted
-    from launcher.rundir import same_sweep
-    from launcher.summary import ReportedFailure
+    from launcher.runs.rundir import same_sweep
+    from launcher.sweep.summary import ReportedFailure
 
     stopped = JobInterrupted(f"Sweep job {idx} ({' '.join(overrides)}): SLURM job {slurm_job} was cancelled before its "
                              f"run started: rerun {same_sweep(config)} to run it")
@@ -698,7 +682,7 @@ def record_cancelled(config: Any, job_dir: Path, overrides: Sequence[str], idx: 
 
 
 def _write_summary(config: Any) -> None:
-    from launcher.summary import write_summary
+    from launcher.sweep.summary import write_summary
 
     try:
         write_summary(Path(str(config.hydra.sweep.dir)), config.get("objective", "val/accuracy"),

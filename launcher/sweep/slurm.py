@@ -2,11 +2,11 @@
 
 The submission is hydra-submitit-launcher's own; only the wait for the results is left out.
 
-Registered with Hydra by :func:`launcher.plugins.register` (see there); the jobs receive a
+Registered with Hydra by :func:`launcher.sweep.plugins.register` (see there); the jobs receive a
 :class:`SlurmJob` (the plugin's ``SlurmLauncher`` but for its exit status), which runs them exactly
 as the ``slurm`` option does. Each job
 dir gets ``submitted.json`` (its SLURM job id, overrides and log files) so that
-``python -m launcher.summary <sweep dir>`` lists the jobs as pending before they start.
+``python -m launcher.sweep.summary <sweep dir>`` lists the jobs as pending before they start.
 """
 from __future__ import annotations
 
@@ -25,12 +25,13 @@ from unittest import mock
 from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
-from launcher.files import atomic_write
-from launcher.plugins import (Finished, as_plain, finished_jobs, launcher_errors_explained, record_cancelled, record_dead_job,
+from launcher.engine.files import atomic_write
+from launcher.sweep.plugins import (Finished, as_plain, finished_jobs, launcher_errors_explained, record_cancelled, record_dead_job,
                               say_going_on)
-from launcher.plugins import _sweep
-from launcher.plugins import job_dir as plugin_job_dir
-from launcher.summary import cancelled_before_its_run, never_starts, slurm_states
+from launcher.sweep.plugins import _sweep
+from launcher.sweep.plugins import job_dir as plugin_job_dir
+from launcher.runs.slurmstate import asked_of, has_accounting, never_starts, slurm_states, what_a_node_has
+from launcher.sweep.summary import cancelled_before_its_run
 
 log = logging.getLogger("launcher")
 
@@ -56,7 +57,7 @@ class SlurmJob(SlurmLauncher):
 
     def __call__(self, sweep_overrides: List[str], job_dir_key: str, job_num: int, job_id: str,
                  singleton_state: Dict[type, Any], composed: Any = None) -> JobReturn:
-        from launcher.signals import SignalLatch
+        from launcher.engine.signals import SignalLatch
 
         if self.composed is None and composed is not None:  # pickled apart: a sweep of many jobs holds bytes, not configs
             import pickle
@@ -148,8 +149,8 @@ def exit_failed_at_exit() -> None:
 def submit_unfinished(submit: Any, done: Dict[int, Any], submitted: List[Tuple[Any, int, List[str]]],
                        queued: Optional[Dict[int, Tuple[str, int]]] = None,
                       attached: Optional[List[Tuple[Any, int, List[str]]]] = None, tasks: int = 1) -> Any:
-    """``Executor.map_array`` (``submit``) less the jobs in ``done`` (:func:`launcher.plugins.finished_jobs`), which
-    get a :class:`launcher.plugins.Finished` in their place, and less those ``queued`` in SLURM already
+    """``Executor.map_array`` (``submit``) less the jobs in ``done`` (:func:`launcher.sweep.plugins.finished_jobs`), which
+    get a :class:`launcher.sweep.plugins.Finished` in their place, and less those ``queued`` in SLURM already
     (:func:`queued_jobs`): with ``attached``, the sweep waits for those (a submitit job of their id, appended
     there, with the tasks it was submitted with, else ``tasks``), else they are left alone. Appends ``(job, job number, overrides)`` to ``submitted`` for each job
     submitted."""
@@ -193,7 +194,7 @@ def compose_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]]) -> List[
     20 kB, where the config object takes ten times that): a sweep of thousands of jobs holds them all until sbatch."""
     import pickle
 
-    from launcher.plugins import take_composed
+    from launcher.sweep.plugins import take_composed
 
     if len(job_overrides) > 20:  # about 0.08 s each
         log.info("Composing the configs of %d jobs to submit them with (about %.0f s)", len(job_overrides),
@@ -214,15 +215,15 @@ def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_j
                 waits: bool = False) -> Dict[int, Tuple[str, int]]:
     """``{job number: (SLURM job id, its tasks)}`` of this sweep's jobs that SLURM holds already, queued or running
     (an earlier submission of the same sweep: a rerun after Ctrl-C, or a second ``slurm_detached`` submission),
-    which a rerun must not submit twice. A job queued for good (:func:`launcher.summary.never_starts`) is
+    which a rerun must not submit twice. A job queued for good (:func:`launcher.sweep.summary.never_starts`) is
     cancelled instead, and submitted anew. Raises :class:`ConfigError` for one queued with other overrides, and
     where ``squeue`` cannot say (it failed: a duplicate would be submitted blind). ``waits``: the sweep waits
     for them (said so)."""
     import subprocess
 
-    from launcher.errors import ConfigError
-    from launcher.plugins import number_ranges
-    from launcher.summary import _SLURM_ACTIVE
+    from launcher.engine.errors import ConfigError
+    from launcher.sweep.plugins import number_ranges
+    from launcher.runs.slurmstate import SLURM_ACTIVE
 
     known: Dict[int, Tuple[str, List[str], int]] = {}
     settings: Dict[int, Dict[str, Any]] = {}  # the hydra.launcher settings each was submitted with
@@ -253,7 +254,7 @@ def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_j
     stuck: List[str] = []
     for idx, (job, overrides, tasks) in known.items():
         state = states.get(job)
-        if state not in _SLURM_ACTIVE:
+        if state not in SLURM_ACTIVE:
             continue
         if state == "PENDING" and never_starts(reasons.get(job, "")):
             stuck.append(job)
@@ -304,7 +305,7 @@ def _warn_settings_not_applied(queued: Dict[int, Tuple[str, int]], settings: Dic
                 was[k].append(str(then.get(k, "<unset>")))
     if not jobs:
         return
-    from launcher.plugins import number_ranges
+    from launcher.sweep.plugins import number_ranges
 
     ids = [queued[i][0] for i in jobs]
     log.warning("hydra.launcher changed since sweep job(s) %s were submitted (%s): SLURM holds them with the settings "
@@ -330,7 +331,7 @@ def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str
         info = {"job": idx, "job_id": job.job_id, "overrides": list(overrides), "tasks": job.num_tasks,
                 "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr), "attempt": attempt,
                 "launcher": settings}
-        if "started_ns" in _sweep:  # the sweep it is a job of (see launcher.plugins.mark_pending)
+        if "started_ns" in _sweep:  # the sweep it is a job of (see launcher.sweep.plugins.mark_pending)
             info["sweep"] = _sweep["started_ns"]
         try:
             job_dir.mkdir(parents=True, exist_ok=True)
@@ -342,7 +343,7 @@ def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str
 
 def done_and_queued(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
                     waits: bool = False) -> Tuple[Dict[int, Any], Dict[int, Tuple[str, int]]]:
-    """The jobs of this sweep that finished (:func:`launcher.plugins.finished_jobs`) and those SLURM holds already
+    """The jobs of this sweep that finished (:func:`launcher.sweep.plugins.finished_jobs`) and those SLURM holds already
     (:func:`queued_jobs`), neither submitted again; says which of the others train on from a checkpoint, leaving
     out the ones SLURM holds (not submitted; with ``waits``, said as waited for)."""
     going_on: List[Tuple[int, Path]] = []
@@ -379,7 +380,7 @@ class DetachedSlurmLauncher(SlurmLauncher):
             log.info("Submitted %d job(s) to SLURM: %s", len(submitted), ", ".join(str(j.job_id) for j, _, _ in submitted))
         else:
             log.info("Nothing submitted to SLURM: every job of the sweep had finished or is queued already")
-        log.info("Sweep dir: %s (python -m launcher.summary %s shows their progress)", sweep_dir, sweep_dir)
+        log.info("Sweep dir: %s (python -m launcher.sweep.summary %s shows their progress)", sweep_dir, sweep_dir)
         return returns
 
     def __reduce__(self) -> Any:
@@ -400,7 +401,7 @@ class AttachedSlurmLauncher(SlurmLauncher):
 
         from submitit.core.core import Executor
 
-        from launcher.signals import handlers
+        from launcher.engine.signals import handlers
 
         import submitit
         from submitit.core.utils import UncompletedJobError
@@ -529,9 +530,9 @@ class AttachedSlurmLauncher(SlurmLauncher):
             sweep_dir = Path(str(self.config.hydra.sweep.dir))
             running = [str(j.job_id) for j, _, _ in jobs + attached]
             arrays = sorted({i.split("_")[0] for i in running})
-            from launcher.rundir import same_sweep
+            from launcher.runs.rundir import same_sweep
 
-            log.warning("%s: stopped waiting; the %d SLURM job(s) go on (%s). Follow them: python -m launcher.summary %s; "
+            log.warning("%s: stopped waiting; the %d SLURM job(s) go on (%s). Follow them: python -m launcher.sweep.summary %s; "
                         "wait for them again: rerun %s (jobs SLURM holds are not submitted again); stop them: scancel %s "
                         "(each then writes a checkpoint, as on preemption)", name, len(running),
                         ", ".join(running) or "none submitted yet", sweep_dir, same_sweep(self.config),
@@ -551,7 +552,7 @@ _WHAT = {"timeout_min": "minutes of walltime", "mem_gb": "GB of memory per node"
 def check_requests(params: Dict[str, Any], launcher: str) -> None:
     """Raise :class:`ConfigError` for a SLURM request below what it can be (``timeout_min=-5``, which ``sbatch``
     takes as a walltime of 8000 years; ``cpus_per_task=0``): submitit checks the types, not the values."""
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     for key, least in _AT_LEAST.items():
         value = params.get(key)
@@ -572,7 +573,7 @@ def check_slurm_config(launcher: str) -> None:
     ``sbatch``'s words about DNS SRV lookups after. A configless cluster (its config from DNS) passes: ``sinfo`` answers."""
     import subprocess
 
-    from launcher.errors import ConfigError
+    from launcher.engine.errors import ConfigError
 
     if os.environ.get("SLURM_CONF") or any(os.path.isfile(path) for path in DEFAULT_CONFS):
         return
@@ -584,53 +585,6 @@ def check_slurm_config(launcher: str) -> None:
         raise ConfigError(f"hydra/launcher={launcher}: SLURM finds no config here: export SLURM_CONF=<the cluster's "
                           f"slurm.conf> (python -m launcher.localslurm start prints it for the local cluster); "
                           f"{DEFAULT_CONFS[0]} does not exist and sinfo says: Could not establish a configuration source")
-
-
-def asked_of(params: Dict[str, Any]) -> str:
-    """What a SLURM launcher's jobs ask of the cluster: ``nodes=1, tasks_per_node=1, cpus_per_task=4, ...``."""
-    keys = ("partition", "nodes", "tasks_per_node", "cpus_per_task", "gpus_per_node", "gres", "mem_gb", "timeout_min",
-            "constraint", "account", "qos")
-    return ", ".join(f"{k}={params[k]}" for k in keys if params.get(k) is not None)
-
-
-def what_a_node_has(partition: Optional[str]) -> str:
-    """``a node of partition debug has 2 CPUs, 22.5 GB of memory and no time limit`` (the default partition's
-    where ``partition`` is None; the partitions there are where it is not one), from ``sinfo``; '' where
-    ``sinfo`` does not answer."""
-    import subprocess
-
-    try:
-        out = subprocess.run(["sinfo", "--noheader", "--format=%P|%c|%m|%l|%G"], capture_output=True, text=True,
-                             timeout=30).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    rows = [line.split("|") for line in out if line.count("|") == 4]
-    if not rows:
-        return ""
-    if partition:
-        row = next((r for r in rows if r[0].rstrip("*") == partition), None)
-        if row is None:
-            return f"partitions here: {', '.join(dict.fromkeys(r[0].rstrip('*') for r in rows))}"
-    else:
-        row = next((r for r in rows if r[0].endswith("*")), rows[0])
-    name, cpus, mem, limit, gres = row
-    try:
-        memory = f"{int(mem.rstrip('+')) / 1024:.1f} GB"
-    except ValueError:
-        memory = f"{mem} MB"
-    time_limit = "no time limit" if limit in ("infinite", "UNLIMITED") else f"a time limit of {limit}"
-    gpus = "" if gres in ("(null)", "") else f", GRES {gres}"
-    return f"a node of partition {name.rstrip('*')} has {cpus} CPUs, {memory} of memory{gpus} and {time_limit}"
-
-
-def has_accounting() -> bool:
-    """Whether ``sacct`` answers here (it fails where the cluster keeps no accounting)."""
-    import subprocess
-
-    try:
-        return subprocess.run(["sacct", "-n", "-X", "-j", "1"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
 
 
 # States in which a job has ended, and those submitit waits in; any other (CONFIGURING, SUSPENDED, STOPPED,

@@ -1,13 +1,13 @@
 """``hydra/launcher=local``: hydra-submitit-launcher's local launcher, one process per job, at most
 ``max_parallel`` jobs at a time (default: one per usable CPU core), each forked from the sweep's fork
-server (:mod:`launcher.forkserver`; ``fork_server: false`` starts each afresh).
+server (:mod:`launcher.sweep.forkserver`; ``fork_server: false`` starts each afresh).
 
 More jobs at once than cores only contend for them: 8 jobs of ~11 s on 2 cores took 0.92x of the
 sequential launcher's time all at once and 0.69x two at a time. The next job starts as soon as one
 ends. Every job runs whatever became of the others: a failed job, or one whose process died without
 a result (SIGKILL, the OOM killer), is recorded as failed and loses no other's result. Each job's dir
 gets ``submitted.json`` when the sweep starts, so a job not started yet reads as pending.
-Registered with Hydra by :func:`launcher.plugins.register`.
+Registered with Hydra by :func:`launcher.sweep.plugins.register`.
 """
 from __future__ import annotations
 
@@ -24,17 +24,16 @@ from unittest import mock
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra.errors import CompactHydraException
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
 from omegaconf import OmegaConf
 
-from launcher import forkserver
-from launcher.distributed import CPUS_ENV, omp_threads, usable_cores
-from launcher.errors import ConfigError
-from launcher.plugins import (BASIC_SWEEPERS, as_plain, finished_jobs, job_dir, launcher_errors_explained, mark_pending,
+from launcher.sweep import forkserver
+from launcher.engine.distributed import CPUS_ENV, omp_threads, usable_cores
+from launcher.engine.errors import ConfigError
+from launcher.sweep.plugins import (BASIC_SWEEPERS, as_plain, finished_jobs, job_dir, launcher_errors_explained, mark_pending,
                               record_dead_job, stop_sweep, take_composed)
-from launcher.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
-from launcher.summary import job_end_line
+from launcher.engine.signals import EXIT_INTERRUPTED, handlers, process_stat, suspend_along
+from launcher.sweep.summary import job_end_line
 
 log = logging.getLogger("launcher")
 
@@ -139,32 +138,8 @@ class StopJobsOnSignal:
         stop_sweep(name, self.sweep_dir)
 
 
-class JobDied(CompactHydraException):
-    """A sweep job's process ended without a result: killed (SIGKILL, the OOM killer) or exited at once.
-
-    Hydra prints a CompactHydraException as its message alone: the sweep's last screen says the rest."""
-
-
-class JobInterrupted(CompactHydraException):
-    """A sweep job's run stopped itself on a signal sent to it alone (``scancel --signal=TERM``, ``kill``), with a
-    checkpoint: not a failure, and not done; a rerun of the sweep resumes it."""
-
-    sweep_dir: Optional[Path] = None
-
-    def exit_code(self) -> int:
-        """The sweep's: 75 (rerun to resume) unless one of its jobs failed, which Hydra's sweeper, raising at
-        the first job that did not succeed, may not have reached."""
-        from launcher.summary import jobs
-
-        try:
-            failed = self.sweep_dir is None or any(row["status"] == "failed" for row in jobs(self.sweep_dir))
-        except OSError:
-            failed = True
-        return 1 if failed else EXIT_INTERRUPTED
-
-
 def how_it_died(exit_code: Optional[int]) -> str:
-    """What a job's controller exit status (:func:`launcher.forkserver.run_controller`) says of a job that left no result."""
+    """What a job's controller exit status (:func:`launcher.sweep.forkserver.run_controller`) says of a job that left no result."""
     if exit_code is not None and exit_code > 128:
         number = exit_code - 128
         try:
@@ -278,9 +253,9 @@ _server: List[Optional[forkserver.ForkServer]] = []  # this sweep process's fork
 
 
 def fork_server(log_file: Optional[Path] = None) -> Optional[forkserver.ForkServer]:
-    """This sweep process's fork server (:mod:`launcher.forkserver`), started by the first to ask (as the
+    """This sweep process's fork server (:mod:`launcher.sweep.forkserver`), started by the first to ask (as the
     command line is read, :func:`start_fork_server_early`, or as the sweep is planned,
-    :func:`launcher.plugins.plan_sweep`), so that it imports torch while Hydra composes the jobs, and used by
+    :func:`launcher.sweep.plugins.plan_sweep`), so that it imports torch while Hydra composes the jobs, and used by
     every ``launch`` of the sweep; what its imports print is kept in ``log_file``. None where it cannot run."""
     if not _server and forkserver.supported():
         try:
@@ -335,7 +310,7 @@ def wait_for_controller(job: Any) -> None:
 
 class ComposedJob(LocalLauncher):
     """A local sweep job as its process receives it: the plugin's launcher, with the job's config as the sweep
-    composed it before it started (:func:`launcher.plugins.check_each_value_composes`), which the job then
+    composed it before it started (:func:`launcher.sweep.plugins.check_each_value_composes`), which the job then
     does not compose again (0.1 s of each job's start). Pickled by :meth:`CappedLocalLauncher.__reduce__`."""
 
     composed: Any = None  # the job's config
@@ -425,9 +400,9 @@ class CappedLocalLauncher(LocalLauncher):
             # In a session of its own: Ctrl-C in the terminal then reaches this process alone, which
             # stops each job with SIGTERM and waits for its checkpoint (submitit's controller, reached
             # too, would send its job a second SIGINT and a SIGKILL a second later, cutting it short).
-            # And :func:`launcher.forkserver.run_controller` stands in for submitit's controller, to learn how
+            # And :func:`launcher.sweep.forkserver.run_controller` stands in for submitit's controller, to learn how
             # the job ended and to have its task forked by the sweep's fork server.
-            # Each job's share of the cores (launcher.distributed.threads_for): torch's default, every core for
+            # Each job's share of the cores (launcher.engine.distributed.threads_for): torch's default, every core for
             # each of max_parallel jobs, had 2 jobs on 2 cores spin-waiting for each other's cores (20-90x slower)
             kwargs["env"] = {**(kwargs.get("env") or os.environ), CPUS_ENV: str(self.threads)}
             if isinstance(args, list) and args[1:3] == ["-m", "submitit.local._local"]:
