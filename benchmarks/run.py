@@ -1,7 +1,7 @@
-"""The benchmark suite: every comparison side by side, tables printed and written into README.md.
+"""The benchmark suite: every comparison side by side, tables printed and written into docs/benchmarks.md.
 
-    python benchmarks/run.py            # full sizes; rewrites README.md's results section
-    python benchmarks/run.py --quick    # tiny sizes, a smoke run (what the tests do); README untouched
+    python benchmarks/run.py            # full sizes; rewrites the results section of docs/benchmarks.md
+    python benchmarks/run.py --quick    # tiny sizes, a smoke run (what the tests do); writes nothing
 
 Each benchmark interleaves its contenders and reports medians, so the ratios hold on a shared,
 noisy machine; single figures still move by a few percent between invocations.
@@ -54,24 +54,25 @@ def run(quick: bool) -> str:
     return "\n\n".join(sections + [stamp])
 
 
-def write_readme(text: str, readme: Path) -> None:
-    content = readme.read_text()
+def write_tables(text: str, page: Path) -> None:
+    content = page.read_text()
     if START not in content or END not in content:
-        raise SystemExit(f"{readme} has no {START} ... {END} section to rewrite")
+        raise SystemExit(f"{page} has no {START} ... {END} section to rewrite")
     head, rest = content.split(START, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{START}\n{text}\n{END}{tail}")
+    page.write_text(f"{head}{START}\n{text}\n{END}{tail}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat; does not touch README.md")
-    parser.add_argument("--readme", type=Path, default=HERE.parent / "README.md")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat; writes nothing")
+    parser.add_argument("--page", type=Path, default=HERE.parent / "docs" / "benchmarks.md",
+                        help="the Markdown file whose results section is rewritten")
     args = parser.parse_args()
     text = run(args.quick)
     print(text)
     if not args.quick:
-        write_readme(text, args.readme)
+        write_tables(text, args.page)
 
 
 if __name__ == "__main__":

@@ -71,3 +71,17 @@ def test_instruction_parts_run_in_the_order_the_table_names_them(tmp_path, monke
     proc = subprocess.run([sys.executable, script, "--parts-child", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == list(instructions.PART_NAMES)
+
+
+def test_full_run_rewrites_only_the_results_section_of_docs_benchmarks(tmp_path, monkeypatch):
+    """`python benchmarks/run.py` writes its tables into docs/benchmarks.md between the markers, and keeps the
+    page's text around them."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import run
+
+    page = tmp_path / "benchmarks.md"
+    page.write_text((REPO / "docs" / "benchmarks.md").read_text())
+    head, rest = page.read_text().split(run.START, 1)
+    tail = rest.split(run.END, 1)[1]
+    run.write_tables("| new | table |", page)
+    assert page.read_text() == f"{head}{run.START}\n| new | table |\n{run.END}{tail}"

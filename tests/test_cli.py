@@ -1335,7 +1335,7 @@ def test_resuming_another_runs_checkpoint_under_a_config_defining_another_run_is
 
 def test_a_rerun_that_turns_data_workers_on_says_the_run_is_no_longer_bitwise_the_uninterrupted_one(cli, tmp_path):
     """"continuing with: data.num_workers: 0 -> 1" read as still exact; with workers a dataset's random augmentation
-    draws from the workers' seeds, not the run's stream (README: Checkpoints)."""
+    draws from the workers' seeds, not the run's stream (docs/contracts.md)."""
     assert cli(*FAST, "trainer.max_epochs=1", "hydra.run.dir=run").returncode == 0
     proc = cli(*FAST, "trainer.max_epochs=2", "data.num_workers=1", "hydra.run.dir=run")
     out = proc.stdout + proc.stderr

@@ -96,7 +96,7 @@ def test_every_rank_ends_with_identical_weights_equal_to_one_process(ddp_runs):
     final = torch.load(root / "spawn" / "checkpoints" / "final.pt", map_location="cpu")  # weights_only=True reads it
     assert_bitwise(final["model"], spawn0)  # checkpoints hold the plain model, loadable without DDP
     assert len(final["rng_ranks"]) == 2
-    # The same global batches; only the order of float additions differs (README: DDP).
+    # The same global batches; only the order of float additions differs (docs/ddp.md).
     single = weights(root / "single" / "weights_rank0.pt")
     for k in single:
         torch.testing.assert_close(spawn0[k], single[k], rtol=0, atol=1e-6)

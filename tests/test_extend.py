@@ -240,7 +240,7 @@ def test_user_errors_name_module_class_and_keys(project):
 def test_a_model_that_is_no_module_or_has_nothing_to_train_is_named_and_a_model_without_the_objective_is_told_how(tmp_path):
     """A model class that is not an nn.Module failed with a traceback (AttributeError: no 'parameters'), and one
     without parameters as the optimizer's error ("optimizer got an empty parameter list"); a model that returns
-    no val/accuracy left the user to find out from the README what eval mode's forward returns."""
+    no val/accuracy left the user to find out from the docs what eval mode's forward returns."""
     (tmp_path / "mymodel.py").write_text(
         "import torch\n"
         "class NotModule:\n    def __init__(self, **kw):\n        pass\n"
