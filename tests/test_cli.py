@@ -517,7 +517,7 @@ def test_load_from_never_unpickles_code_and_says_how_to_load_a_trusted_file(tmp_
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in out
     assert not marker.exists()  # the file's code never ran
-    line = next(l for l in out.splitlines() if "Config error" in l)
+    line = next(ln for ln in out.splitlines() if "Config error" in ln)
     assert "trainer.load_from" in line and str(weights) in line and "io.open" in line and "weights_only=False" in line
     (run_dir,) = run_dirs(tmp_path / "outputs")
     assert read_run(run_dir)["status"] == "failed"

@@ -396,7 +396,9 @@ def test_a_hook_state_holding_objects_is_said_at_save_and_resumes_only_with_trus
     from launcher.engine.errors import ConfigError
 
     caplog.set_level(logging.WARNING)
-    hooks = lambda: {"share": FractionState(), "ckpt": PeriodicCheckpointer(period=2, by_epoch=False, min_interval_secs=0)}
+    def hooks():
+        return {"share": FractionState(), "ckpt": PeriodicCheckpointer(period=2, by_epoch=False, min_interval_secs=0)}
+
     make_trainer("iter", hooks=hooks(), max_iters=6, work_dir=tmp_path).train()
     said = [r.getMessage() for r in caplog.records if "holds Python objects" in r.getMessage()]
     assert len(said) == 1 and "hook share (test_hooks.FractionState)" in said[0] and "fractions.Fraction" in said[0] \

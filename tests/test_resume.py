@@ -477,13 +477,13 @@ def test_a_payload_in_one_hooks_state_is_refused_unless_trainer_trust_checkpoint
     proc = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in out and not marker.exists(), out[-3000:]
-    (line,) = [l for l in out.splitlines() if "Config error" in l]
+    (line,) = [ln for ln in out.splitlines() if "Config error" in ln]
     assert f"trainer.resume: '{final}' holds Python objects (io.open)" in line and "run any code" in line \
         and "trainer.trust_checkpoint=true" in line
     assert (run_dir / "run.json").read_bytes() == record  # the finished run's record stands
     proc = run_to_end([*cmd, "trainer.trust_checkpoint=true"], tmp_path)  # the opt-in: loaded in full
     assert marker.exists() and f"Loading {final} in full with its Python objects (io.open)" in proc.stdout + proc.stderr
-    changes = [l for l in (proc.stdout + proc.stderr).splitlines() if "started with other settings" in l]
+    changes = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "started with other settings" in ln]
     assert changes and "trust_checkpoint" not in changes[0]  # how this command reads files: no change of the run
 
 
@@ -496,7 +496,7 @@ def test_a_downloaded_checkpoint_given_as_trainer_resume_never_runs_its_code(tmp
                           capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in out and not marker.exists(), out[-3000:]
-    (line,) = [l for l in out.splitlines() if "Config error" in l]
+    (line,) = [ln for ln in out.splitlines() if "Config error" in ln]
     assert f"trainer.resume: '{downloaded}' holds Python objects (io.open)" in line and "trainer.trust_checkpoint=true" in line
 
 

@@ -98,7 +98,7 @@ def test_hooks_hold_the_trainer_weakly_so_no_cycle_keeps_it_alive():
     finally:
         gc.enable()
     with pytest.raises(ReferenceError):
-        hook.trainer.iter
+        hook.trainer.iter  # noqa: B018 -- the access raises
 
 
 def test_iter_trainer_counts_steps_and_fires_epoch_events_at_full_passes():
