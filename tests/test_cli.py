@@ -641,9 +641,13 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {"PYTHONPATH": str(site)}
-    where = subprocess.run([sys.executable, "-c", "import launcher, hooks; print(launcher.runs.config.CONFIG_DIR); print(hooks.__file__)"],
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "launcher/hooks/checkpoint.py" in names and not any(n.startswith("hooks/") for n in names)  # no top-level name taken
+    where = subprocess.run([sys.executable, "-c", "import launcher.hooks, launcher.runs.config as c; print(c.CONFIG_DIR); "
+                            "print(launcher.hooks.__file__); import importlib.util; print(importlib.util.find_spec('hooks'))"],
                            cwd=work, env={**os.environ, **env}, capture_output=True, text=True)
-    assert where.stdout.splitlines() == [str(site / "launcher" / "conf"), str(site / "hooks" / "__init__.py")]
+    assert where.stdout.splitlines() == [str(site / "launcher" / "conf"), str(site / "launcher" / "hooks" / "__init__.py"),
+                                         "None"], where.stderr[-2000:]
     proc = run_cli(["trainer.max_epochs=1", *FAST], work, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = run_dirs(work / "outputs")
