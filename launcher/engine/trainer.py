@@ -303,8 +303,8 @@ def _batch_misfit(model: nn.Module, batch: Any, err: BaseException) -> Optional[
         return None
     given = describe(dict(batch) if isinstance(batch, Mapping) else batch)
     return ModelInputError(
-        f"{type(model).__name__}.forward failed on the first batch: {type(err).__name__}: {text.splitlines()[0].rstrip(':')}; "
-        f"here {given}: forward takes the whole batch, unpacks it (x, y = batch) and returns the loss")
+        f"{type(model).__name__}.forward failed on the first batch: {type(err).__name__}: {text.splitlines()[0].rstrip(':')}. "
+        f"model(batch) gets the batch as loaded, here {given}: forward takes the whole batch, unpacks it (x, y = batch) and returns the loss")
 
 
 def _describe_output(out: Any, mode: str = "train") -> str:
@@ -669,7 +669,8 @@ class TrainerBase:
         """Refuse a checkpoint of no training run, of another model or optimizer, or of another number of processes."""
         if not isinstance(state.get("model"), Mapping) or "iter" not in state:
             raise ConfigError(f"trainer.resume: {str(path)!r} is not a training checkpoint (it holds "
-                              f"{', '.join(map(str, list(state)[:6])) or 'nothing'}); to start from its weights, use trainer.load_from")
+                              f"{', '.join(map(str, list(state)[:6])) or 'nothing'}; a checkpoint holds model, optimizer, iter, ...); "
+                              f"to start from its weights, use trainer.load_from")
         weights_mismatch = self._weights_mismatch(state.get("model", {}), "there")
         mismatch = weights_mismatch or self._optimizer_mismatch(state)
         if mismatch:
