@@ -923,8 +923,8 @@ class TrainerBase:
         if self.dist is not None or self.iter == self.started_at:
             raise err
         if not getattr(self.train_loader, "num_workers", 0):
-            logger.warning("The random state saved is the one after the failed batch began loading (data.num_workers=0 "
-                           "draws from the run's generators): random augmentation from there may differ")
+            logger.warning("The random state saved is the one after the failed batch began loading (data.num_workers=0): "
+                           "random augmentation from there may differ from a run that never met it")
         self._stop_for(err, (), None)
 
     def _say_once(self, key: str, message: str, *args: Any, level: int = logging.WARNING) -> None:
