@@ -280,7 +280,7 @@ def test_model_returning_something_else_is_named_in_the_error():
 
     with pytest.raises(TypeError, match=r"RawLogits.forward returned a tensor of shape \[4, 2\] in train mode; the trainer "
                                         r"accepts .* \(outputs such as logits\? in train mode forward computes the loss "
-                                        r"from the batch; README: 'Model contract'\)"):
+                                        r"from the batch; docs/contracts.md\)"):
         make_trainer("iter", model=RawLogits(), data=ToyData(n=40, batch=4)).train()
 
     class PerSample(ToyModel):
@@ -861,8 +861,8 @@ def test_a_hook_renamed_since_the_checkpoint_is_named_and_one_that_held_no_state
     hooks = {h.name: h for h in renamed._hooks}
     assert hooks["cnt2"].count == 0 and not hasattr(hooks["late"], "count")
     assert [r.getMessage() for r in caplog.records] == [
-        "The checkpoint holds the state of hook(s) cnt, which this run does not have, and this run's hook(s) cnt2 have "
-        "none there: if one was renamed, it starts afresh (its state stays under its old name, which resumes it)"]
+        "The checkpoint holds the state of hook(s) cnt, which this run lacks, and this run's hook(s) cnt2 have "
+        "none there: a renamed hook starts afresh (its old name resumes it)"]
     caplog.clear()
     same = make_trainer("iter", hooks={"cnt": _Counter()}, max_iters=4)  # one removed: said by the config's changes
     same.load_state_dict(state)

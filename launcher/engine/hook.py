@@ -1,9 +1,7 @@
 """HookBase: one task of a training run (timing, logging, checkpointing...) as a set of events.
 
-Every event is a no-op here; a hook overrides only the events it needs, and the trainer
-calls a hook only for the events it overrides. A hook that needs an event only in some
-settings sets it to ``None`` on the instance before it is registered (the checkpointer's
-``self.after_step = None`` when it saves by epoch): the trainer then never calls it.
+Every event is a no-op here, and the trainer calls a hook only for the events it overrides and has not set to
+``None`` on the instance before registration (the checkpointer's ``self.after_step = None`` when saving by epoch).
 
 Order: lower ``priority`` runs first; hooks of equal priority keep registration order.
 
@@ -60,19 +58,14 @@ EVENTS = (
 
 
 class HookBase:
-    """Base class of every hook.
-
-    ``self.trainer`` is a ``weakref.proxy`` to the trainer, set when the hook is
-    registered, so neither keeps the other alive. In every ``*_step`` event
-    ``self.trainer.iter`` is the iteration being run (0-based) and
-    ``self.trainer.storage.iter`` equals it.
-    """
+    """Base class of every hook. ``self.trainer`` is a ``weakref.proxy`` set at registration, so neither keeps the
+    other alive; in the ``*_step`` events ``trainer.iter`` (and ``trainer.storage.iter``) is the step's 0-based index."""
 
     priority: int = Priority.NORMAL
     trainer: Any = None  # weakref.proxy to the trainer, set by register_hooks
     name: str = ""  # the key its state is checkpointed under (the config key, e.g. "checkpointer")
-    # What the run's checks ask of a hook without importing it: it validates (with ``period``, ``by_epoch`` and
-    # ``at_end`` attributes, as Evaluator), or it saves the checkpoints a rerun resumes from (as PeriodicCheckpointer).
+    # asked by the run's checks without importing the hook: it validates (with period, by_epoch and at_end, as
+    # Evaluator), or it saves the checkpoints a rerun resumes from (as PeriodicCheckpointer)
     validates: bool = False
     saves_checkpoints: bool = False
 
@@ -101,17 +94,14 @@ class HookBase:
         """Called after each training iteration (after the optimizer step)."""
 
     def before_val(self) -> None:
-        """Called before each validation pass. Here and in ``after_val``, ``self.trainer.epoch`` is the number of
-        epochs completed, whether the evaluator validates (at an epoch's end or within one) or a workflow's val
-        phase does."""
+        """Called before each validation pass; here and in ``after_val``, ``trainer.epoch`` is the epochs completed."""
 
     def after_val(self) -> None:
         """Called after each validation pass; its metrics are in the storage as ``val/*``."""
 
     def val_failed(self) -> None:
-        """Called instead of ``after_val`` when the validation pass raised (val data that does not fit the
-        model, a forward that fails in eval mode): undo what ``before_val`` did to the model (weights swapped
-        in), as the run may still save a checkpoint to resume from before the error goes on."""
+        """Called instead of ``after_val`` when the validation pass raised: undo what ``before_val`` did to the model
+        (weights swapped in), as the run may still save a checkpoint before the error goes on."""
 
     def state_dict(self) -> Dict[str, Any]:
         """What this hook needs to continue exactly after a resume."""
@@ -122,22 +112,21 @@ class HookBase:
 
 
 def iterations_per_step(trainer: Any) -> int:
-    """Iterations (micro-batches) per optimizer step: the gradient accumulation of the hook that owns the step
-    (``hooks.optimizer_step.accumulate``), else 1. What follows the optimizer steps (a schedule, an EMA) moves
-    once per this many iterations, as in the same run on batches this many times larger."""
+    """Iterations per optimizer step: ``hooks.optimizer_step.accumulate``, else 1 (a schedule or an EMA moves once
+    per this many iterations)."""
     owner = getattr(trainer, "_step_hook", None)
     accumulate = getattr(owner, "accumulate", 1)
     return accumulate if isinstance(accumulate, int) and accumulate > 1 else 1
 
 
 def is_number(value: Any) -> bool:
-    """A real number, not true/false (a bool is an int to Python: ``window=true`` is not a window of 1)."""
+    """A real number, not true/false (``window=true`` is not a window of 1)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def run_file_name(owner: str, key: str, value: Any, example: str) -> str:
-    """``value``, the name of a file the hook writes in the run dir, or a ValueError naming ``key``: one that names no
-    file (``''``, ``/``: an IsADirectoryError once the run had started) or one of the launcher's own files there."""
+    """``value``, the name of a file the hook writes in the run dir; a ValueError naming ``key`` for one that names no
+    file (``''``, ``/``) or one of the launcher's own files there."""
     import posixpath
 
     text = value if isinstance(value, str) else None

@@ -1,12 +1,7 @@
-"""The loaders the trainers draw batches from: exact-resume batch samplers, per-batch seeding of workers, the
-stream of an iteration-based run, the val loader's shard, and the watch on dead DataLoader workers.
-
-Shuffling uses ``DistributedSampler`` (with one replica when not distributed): a permutation fixed by ``seed`` and
-the epoch, so the order of every epoch is reproducible. With ``num_workers > 0`` the worker that loads a training
-batch first reseeds ``torch``, ``random`` and ``numpy``'s global generators from (``seed``, rank, epoch, batch
-number), so random augmentation in a dataset's ``__getitem__`` is the same whichever worker loads the batch, and a
-run resumed mid-epoch draws exactly what an uninterrupted one would. The main process is never reseeded: without
-workers the run's own random state, which checkpoints hold, covers the loading.
+"""The loaders the trainers draw batches from, made for exact resume: an epoch's order follows (``seed``, epoch);
+a worker reseeds ``torch``, ``random`` and ``numpy`` from (``seed``, rank, epoch, batch number) before each training
+batch, so augmentation does not depend on which worker loads it; the main process is never reseeded (the run's
+random state, in its checkpoints, covers loading without workers). Also the val shard and the dead-worker watch.
 """
 from __future__ import annotations
 
@@ -37,12 +32,8 @@ def batch_seed(*key: int) -> int:
 
 
 class SkippingBatchSampler(BatchSampler):
-    """``BatchSampler`` that can start past the first ``skip`` batches of an epoch.
-
-    Skipping walks index lists only; no sample is loaded, so resuming at 90% of an epoch
-    costs about as much as starting one. Each batch comes as a ``SeededBatch`` whose seed
-    follows ``key`` (the loader's seed, rank and epoch) and the batch's number in the epoch.
-    """
+    """``BatchSampler`` that starts past the first ``skip`` batches of an epoch without loading them; with a ``key``
+    (seed, rank, epoch) each batch is a ``SeededBatch`` seeded by it and the batch's number."""
 
     skip = 0
     key: tuple = ()  # empty: plain batches (no workers to seed; nothing added to the step)
@@ -63,12 +54,8 @@ class SkippingBatchSampler(BatchSampler):
 
 
 class BatchSeededDataset(Dataset):
-    """A dataset whose loading of a ``SeededBatch`` in a DataLoader worker starts from the batch's seed.
-
-    A worker's generators otherwise run on from whatever that worker loaded before, which a
-    resumed run, skipping batches, cannot reproduce. The main process is left alone: its RNG
-    state is the run's, restored from the checkpoint.
-    """
+    """A dataset whose loading of a ``SeededBatch`` in a DataLoader worker starts from the batch's seed (a worker's
+    generators would otherwise run on from what it loaded before, which a resumed run cannot reproduce)."""
 
     def __init__(self, dataset: Dataset) -> None:
         self.dataset = dataset
@@ -99,18 +86,11 @@ class BatchSeededDataset(Dataset):
 
 
 class EpochLoader(DataLoader):
-    """A ``DataLoader`` whose epoch order and worker seeds follow ``(seed, epoch)`` only.
-
-    ``set_epoch(epoch, skip_batches)`` before each ``iter()``: the sampler reshuffles for the
-    epoch, the first ``skip_batches`` are passed over, and the generator that hands workers
-    their base seed is re-seeded, so a run resumed mid-epoch sees exactly the batches (and
-    worker seeds) it would have seen without the interruption. Workers also reseed before
-    each batch (``BatchSeededDataset``), so random augmentation does not depend on which
-    worker loads a batch or on what it loaded before.
-    """
+    """A ``DataLoader`` whose epoch order and worker seeds follow ``(seed, epoch)`` only: ``set_epoch(epoch,
+    skip_batches)`` before each ``iter()`` reshuffles, skips the batches done, and reseeds the workers' base seed."""
 
     def __init__(self, dataset: Dataset, batch_size: int, sampler: Sampler, drop_last: bool, seed: int, **kwargs: Any):
-        workers = kwargs.get("num_workers", 0) > 0  # without workers the run's own RNG state covers the loading
+        workers = kwargs.get("num_workers", 0) > 0
         super().__init__(
             BatchSeededDataset(dataset) if workers else dataset,
             batch_sampler=SkippingBatchSampler(sampler, batch_size, drop_last),
@@ -131,24 +111,19 @@ class EpochLoader(DataLoader):
         self.generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
 
 
-# torch's words for a DataLoader worker that died: "is killed by signal: ...", "exited unexpectedly ..."
-_DEAD_WORKER = "DataLoader worker (pid"
+_DEAD_WORKER = "DataLoader worker (pid"  # torch's words for a worker that died
 
 
 class DeadWorkerWatch:
-    """A DataLoader worker that dies while the run trains (the OOM killer's SIGKILL, a crash in native code), told to
-    ``on_death`` rather than raised wherever the training process happens to be.
-
-    torch's SIGCHLD handler raises the dead worker's ``RuntimeError`` at whatever line the main thread runs when the
-    signal comes: in a step's backward, between two parameters of an optimizer step, in a checkpoint's write. Wrapped
-    by this handler, it is raised only where the process waits for a batch (in a watched iterator's ``__next__``), as
-    for a worker that dies before its first batch; elsewhere ``on_death(err)`` is called, and the work under way ends
-    whole. (The loader finds the dead worker at the fetch of its batch either way.) Main thread only.
+    """Wraps torch's SIGCHLD handler, which raises a dead worker's ``RuntimeError`` at whatever line runs (inside a
+    backward, an optimizer step, a checkpoint's write): it is raised only where the process waits for a batch (a
+    watched iterator's ``__next__``); elsewhere ``on_death(err)`` is told, and the work under way ends whole.
+    Main thread only.
     """
 
     def __init__(self, on_death: Callable[[RuntimeError], None]) -> None:
         self.on_death = on_death
-        self.previous: Any = None  # the handler wrapped: torch's, installed by the first iterator with workers
+        self.previous: Any = None  # torch's handler, installed by the first iterator with workers
         self._fetches: set = set()  # the code of the watched iterators' __next__
 
     def watch(self, batches: Any) -> None:
@@ -195,17 +170,10 @@ def is_sized(obj: Any) -> bool:
 
 
 class StreamLoader(DataLoader):
-    """A ``DataLoader`` over an ``IterableDataset``: an epoch is one pass over the stream.
-
-    The stream orders (and shards) itself; ``set_epoch(epoch, skip_batches)`` before each
-    ``iter()`` passes the epoch on to the dataset's own ``set_epoch`` where it has one (as
-    webdataset's and Hugging Face's streams do), seeds the workers from (``seed``, epoch), and
-    has the next iterator read and drop the first ``skip_batches``: a stream cannot skip without
-    reading. Without workers the stream is read in the main process; the run's random state is
-    put back after the skipped batches, so a stream that draws its augmentation from it per
-    sample resumes exactly. Workers are seeded from (``seed``, rank, epoch). A stream whose own state depends on those draws (a shuffle buffer
-    fed from ``random``) resumes exactly with workers, which draw from their own seeds.
-    """
+    """A ``DataLoader`` over an ``IterableDataset``, an epoch being one pass. ``set_epoch(epoch, skip_batches)``
+    passes the epoch to the dataset's own ``set_epoch``, seeds the workers from (``seed``, rank, epoch), and has the
+    next iterator read and drop ``skip_batches`` (a stream cannot skip otherwise); without workers the run's random
+    state is put back after them, so a stream drawing augmentation from it resumes exactly."""
 
     def __init__(self, dataset: IterableDataset, batch_size: int, drop_last: bool, seed: int, rank: int = 0, **kwargs: Any):
         super().__init__(dataset, batch_size=batch_size, drop_last=drop_last, generator=torch.Generator(), **kwargs)
@@ -237,14 +205,8 @@ class StreamLoader(DataLoader):
 
 
 class ValLoader(DataLoader):
-    """A ``DataLoader`` for validation that never draws from torch's global generator.
-
-    Each ``iter()`` of a DataLoader draws its workers' base seed from its ``generator``, by default the
-    global one, which training's dropout draws from too. Persistent workers draw only at a process's
-    first validation, so a resumed process would draw once more than an uninterrupted one, and the
-    extra validation at the end of a run later lengthened would shift its draws. Here every
-    validation starts from ``seed``: its workers draw the same each time.
-    """
+    """A ``DataLoader`` for validation whose workers' base seed comes from ``seed`` at each ``iter()``, not from
+    torch's global generator: a validation more or less (a resume, a run's end) leaves training's draws alone."""
 
     def __init__(self, dataset: Dataset, seed: int, **kwargs: Any) -> None:
         super().__init__(dataset, generator=torch.Generator(), **kwargs)
@@ -256,11 +218,8 @@ class ValLoader(DataLoader):
 
 
 class ShardSampler(Sampler[int]):
-    """Every ``world_size``-th index from ``rank``, without the padding ``DistributedSampler`` adds.
-
-    For validation: each sample is seen once over all ranks, so metrics summed over the
-    ranks equal a single process's.
-    """
+    """Every ``world_size``-th index from ``rank``, without ``DistributedSampler``'s padding: over the ranks each val
+    sample is seen once, so summed metrics equal a single process's."""
 
     def __init__(self, size: int, rank: int = 0, world_size: int = 1) -> None:
         self.indices = range(rank, size, world_size)

@@ -11,19 +11,14 @@ from launcher.engine.storage import to_le_bytes, unpack_le
 
 
 def get_rng_state() -> Dict[str, Any]:
-    """Python, NumPy, torch CPU and every CUDA device's generator states.
-
-    Plain types only (bytes, ints, floats, tensors), so ``torch.load`` reads a checkpoint with
-    its default ``weights_only=True``; and bytes rather than small tensors, which ``torch.save``
-    writes as a file record each (tens of µs apiece, paid while training waits).
-    """
+    """Python, NumPy, torch CPU and every CUDA device's generator states, in plain types (read with
+    ``weights_only=True``) and bytes rather than small tensors (each a file record for ``torch.save``)."""
     import numpy as np
 
     version, words, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     return {
-        # "Q" rather than "q": the same bytes for these non-negative words, without "q"'s slow per-item parse
-        "python": (version, to_le_bytes(array("Q", words)), gauss),
+        "python": (version, to_le_bytes(array("Q", words)), gauss),  # "Q": "q"'s bytes, parsed faster
         "numpy": (kind, keys.astype("<u4").tobytes(), int(pos), int(has_gauss), float(cached)),
         "torch": torch.get_rng_state().numpy().tobytes(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -31,7 +26,7 @@ def get_rng_state() -> Dict[str, Any]:
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore :func:`get_rng_state`'s states; also the tensors and arrays that checkpoints before 2026-12-03 hold."""
+    """Restore :func:`get_rng_state`'s states (or an older checkpoint's tensors and arrays)."""
     import numpy as np
 
     version, words, gauss = state["python"]

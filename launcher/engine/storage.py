@@ -1,9 +1,5 @@
-"""EventStorage: the metrics store that hooks and writers share during one training run.
-
-Values may be put as 0-d tensors: they are kept as they are and turned into floats only
-when a reader asks (a writer at its period), so the training step never waits on the
-device just to record a number.
-"""
+"""EventStorage: the metrics store hooks and writers share during a run. A value put as a 0-d tensor is read
+into a float only when a reader asks, so the step never waits on the device to record a number."""
 from __future__ import annotations
 
 import bisect
@@ -38,38 +34,33 @@ def from_le_bytes(typecode: str, data: Any) -> array:
 
 
 def unpack_le(packed: Any, typecode: str) -> List[Any]:
-    """The values of :func:`to_le_bytes`'s bytes, or of the tensor or sequence that older checkpoints held."""
+    """The values of :func:`to_le_bytes`'s bytes (or of an older checkpoint's tensor or sequence)."""
     if isinstance(packed, (bytes, bytearray, memoryview)):
         return from_le_bytes(typecode, packed).tolist()
     return packed.tolist() if isinstance(packed, torch.Tensor) else list(packed)
 
 
 class HistoryBuffer:
-    """The last ``max_length`` values of one scalar, each with the iteration it was put at.
-
-    Values are floats in an ``array("d")`` (iterations in an ``array("q")``), appended until
-    twice ``max_length`` and then cut back to it: a put is an append, and packing the buffer
-    into a checkpoint is one copy. A tensor is kept aside (its slot holds NaN) until a reader
-    asks, so recording never waits on the device.
-    """
+    """The last ``max_length`` values of one scalar with their iterations, in arrays appended to until twice
+    ``max_length`` and then cut back. A tensor waits aside (its slot NaN) until a reader asks."""
 
     __slots__ = ("_max", "_limit", "_values", "_iters", "_tensors", "_synced")
 
     def __init__(self, max_length: int = 1000) -> None:
         self._max = max_length
-        self._limit = 2 * max_length  # the arrays' length that triggers a trim
+        self._limit = 2 * max_length
         self._values = array("d")
         self._iters = array("q")
         self._tensors: List[Tuple[int, torch.Tensor]] = []  # (slot in _values, tensor) not read yet
         self._synced = 0  # slot of the first value not yet averaged over the ranks (DDP)
 
     def update(self, value: Scalar, iteration: int) -> None:
-        """Append ``value``; :meth:`EventStorage.put_scalar` appends plain floats itself, without this call."""
+        """Append ``value`` (:meth:`EventStorage.put_scalar` appends plain floats itself)."""
         values = self._values
         if len(values) >= self._limit:
             self._trim()
         if isinstance(value, torch.Tensor):
-            if value.numel() != 1:  # read only when a writer asks: refused now, where the caller is
+            if value.numel() != 1:  # refused now, where the caller is
                 raise TypeError(f"a tensor of shape {list(value.shape)}")
             self._tensors.append((len(values), value.detach()))
             value = math.nan
@@ -84,20 +75,19 @@ class HistoryBuffer:
         if self._tensors:
             self._tensors = [(slot - cut, t) for slot, t in self._tensors if slot >= cut]
 
-    def _start(self) -> int:
-        """Index of the oldest kept value in the arrays."""
+    def _start(self) -> int:  # index of the oldest kept value
         return max(len(self._values) - self._max, 0)
 
     def _materialize(self) -> None:
-        """Read the tensors put since the last read into their slots, with one host transfer."""
+        """Read the tensors put since the last read into their slots (one host transfer)."""
         if not self._tensors:
             return
         pending, self._tensors = self._tensors, []
         tensors = [t for _, t in pending]
-        if tensors[0].device.type == "cpu":  # no transfer to save: reading each costs less than a stack
+        if tensors[0].device.type == "cpu":  # reading each costs less than a stack
             floats = [t.item() for t in tensors]
         else:
-            try:  # one stack and one transfer; values of one key share a dtype and device
+            try:
                 floats = torch.stack(tensors).reshape(-1).double().cpu().tolist()
             except RuntimeError:
                 floats = [float(t.reshape(())) for t in tensors]
@@ -135,16 +125,14 @@ class HistoryBuffer:
     def latest_iter(self) -> int:
         return self._iters[-1]
 
-    def _window(self, window: int) -> List[float]:
-        """The newest ``window`` values, newest first."""
+    def _window(self, window: int) -> List[float]:  # the newest ``window`` values, newest first
         self._materialize()
         vals = self._values[max(self._start(), len(self._values) - window):].tolist()
         vals.reverse()
         return vals
 
     def median(self, window: int) -> float:
-        """The median of the last ``window`` values; NaN when one of them is NaN (sorting cannot place a
-        NaN, so a median of the others would come out of an arbitrary order, and hide the NaN)."""
+        """The median of the last ``window`` values; NaN when one of them is (sorting cannot place a NaN)."""
         vals = self._window(window)
         if any(map(math.isnan, vals)):
             return math.nan
@@ -166,7 +154,7 @@ class HistoryBuffer:
         return self._values[start:], self._iters[start:]
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore ``{"values", "iters"}`` (lists or tensors); :meth:`EventStorage.state_dict` packs every buffer."""
+        """Restore ``{"values", "iters"}`` (lists or tensors)."""
         values, iters = state["values"], state["iters"]
         values = values.tolist() if isinstance(values, torch.Tensor) else values
         iters = iters.tolist() if isinstance(iters, torch.Tensor) else iters
@@ -177,24 +165,22 @@ class HistoryBuffer:
 
 
 class EventStorage:
-    """Scalars keyed like ``train/loss``, ``val/accuracy`` or ``lr``, with their history.
+    """Scalars keyed like ``train/loss``, ``val/accuracy`` or ``lr``, with their history. The trainer sets ``iter`` and
+    ``epoch`` before each step: a value put is keyed by the step it belongs to.
 
-    The trainer sets ``iter`` and ``epoch`` before each step, so every hook that reads or
-    writes the storage during a step sees the trainer's iteration.
+    Under DDP ``reduce`` averages the values put since the last read over the ranks (every rank reads at the same
+    points: writers at their period, the end), and ``gather`` (all_gather_object) finds the scalars every rank has
+    when some rank recorded others too.
     """
 
     def __init__(self, start_iter: int = 0, max_length: int = 1000, reduce: Optional[Reducer] = None,
                  gather: Optional[Callable[[Any], List[Any]]] = None) -> None:
         self.iter = start_iter
-        # Under DDP: averages the values put since the last read over the ranks (launcher.engine.distributed).
-        # Every rank reads at the same points (writers at their period, the end), so the ranks meet there.
         self._reduce = reduce
-        # Under DDP: every rank's value of an object (all_gather_object), to find the scalars all ranks
-        # recorded when some rank recorded others too (only then: one more collective).
         self._gather = gather
         self._warned = False
         self.epoch = 0
-        self._epoch_starts: List[Tuple[int, int]] = []  # (first step, epoch) of each epoch begun: see epoch_of
+        self._epoch_starts: List[Tuple[int, int]] = []  # (first step, epoch) of each epoch begun
         self._max_length = max_length
         self._history: Dict[str, HistoryBuffer] = {}
         self._smoothing_hints: Dict[str, bool] = {}
@@ -208,31 +194,23 @@ class EventStorage:
             self._epoch_starts.append((iteration, epoch))
 
     def epoch_of(self, iteration: int) -> int:
-        """The epoch step ``iteration`` belongs to, for a value written after its epoch ended (one a hook puts
-        at an epoch's end reaches the files at the next write); :attr:`epoch` where no epoch begin was told."""
+        """The epoch step ``iteration`` belongs to (a value may be written after its epoch ended); else :attr:`epoch`."""
         i = bisect.bisect_right(self._epoch_starts, (iteration, sys.maxsize)) - 1
         return self._epoch_starts[i][1] if i >= 0 else self.epoch
 
     def put_scalar(self, name: str, value: Scalar, smoothing_hint: bool = True) -> None:
-        """Record ``value`` for ``name`` at the current iteration.
-
-        ``smoothing_hint`` tells writers whether a windowed median of the key means more
-        than its latest value (true for noisy per-step losses, false for val metrics). A key
-        keeps the hint it was first put with: another one is refused (a ValueError naming both),
-        as writers would otherwise smooth it as the first put said, whatever later ones say.
-        """
+        """Record ``value`` for ``name`` at the current iteration. ``smoothing_hint``: whether writers show a windowed
+        median (noisy per-step losses) rather than the latest value (val metrics); a key keeps its first hint."""
         buf = self._history.get(name)
         if buf is None:
             buf = self._history[name] = HistoryBuffer(self._max_length)
             self._smoothing_hints[name] = bool(smoothing_hint)
         elif smoothing_hint != self._smoothing_hints[name]:
             raise ValueError(f"put_scalar({name!r}, ...): smoothing_hint={bool(smoothing_hint)}, but {name!r} was put "
-                             f"with smoothing_hint={self._smoothing_hints[name]} before; put every value of a scalar "
-                             f"with one hint, or name this one otherwise")
+                             f"with smoothing_hint={self._smoothing_hints[name]} before; use one hint, or another name")
         values = buf._values
         if value.__class__ is float and len(values) < buf._limit:
-            # The common case, run several times a step: a float and no trim due. Appended here,
-            # without the call and the checks of HistoryBuffer.update (half a put's cost).
+            # the common case, several times a step: appended here, without HistoryBuffer.update's call and checks
             values.append(value)
             buf._iters.append(self.iter)
         else:
@@ -266,11 +244,8 @@ class EventStorage:
         self._reduce = None
 
     def synchronize(self) -> None:
-        """Average every value put since the last call over the ranks: one all-reduce (DDP only).
-
-        A collective: every rank must reach it at the same point. The built-in writers run on every
-        rank and write only on rank 0; a hook that reads the storage on rank 0 alone would wait here.
-        """
+        """Average every value put since the last call over the ranks (DDP only): a collective, which every rank must
+        reach at the same point (the built-in writers read on every rank and write on rank 0)."""
         if self._reduce is None:
             return
         keys = [k for k in sorted(self._history) if self._history[k].has_unsynced()]
@@ -330,12 +305,8 @@ class EventStorage:
         return dict(summary)
 
     def state_dict(self) -> Dict[str, Any]:
-        """Counters and every history, packed into ``values`` (float64) and ``iters`` (int64) cut by ``lengths``.
-
-        Both are little-endian bytes: ``torch.save`` pays tens of µs for each tensor it writes
-        and nothing much for bytes, and a checkpoint is taken at a step boundary while training
-        waits. Plain types only, so ``torch.load`` reads it with ``weights_only=True``.
-        """
+        """Counters and every history, packed into little-endian bytes ``values`` (float64) and ``iters`` (int64) cut by
+        ``lengths``: plain types, cheap for ``torch.save`` (a tensor costs tens of µs) and read with ``weights_only``."""
         keys = list(self._history)
         values, iters, lengths = array("d"), array("q"), []
         oldest = self.iter
@@ -345,7 +316,7 @@ class EventStorage:
             iters.extend(its)
             lengths.append(len(vals))
             oldest = min(oldest, its[0]) if its else oldest
-        # the epoch begins that a value still held can fall in, from the one holding the oldest value on
+        # the epoch starts from the one holding the oldest value still kept
         first = max(bisect.bisect_right(self._epoch_starts, (oldest, sys.maxsize)) - 1, 0)
         return {
             "iter": self.iter,
@@ -361,12 +332,12 @@ class EventStorage:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.iter = state["iter"]
         self.epoch = state["epoch"]
-        starts = list(state.get("epoch_starts", []))  # written since 2026-12-05
+        starts = list(state.get("epoch_starts", []))
         self._epoch_starts = list(zip(starts[::2], starts[1::2]))
         self._smoothing_hints = dict(state["smoothing_hints"])
         self._summary = (-1, 0, {})
         self._history = {}
-        if "history" in state:  # written before histories were packed (2026-12-03)
+        if "history" in state:  # an older checkpoint's, not packed
             histories = state["history"].items()
         else:
             values, iters = unpack_le(state["values"], "d"), unpack_le(state["iters"], "q")

@@ -1,36 +1,8 @@
-"""The trainers: the whole training loop, in one file.
+"""The trainers: the whole training loop, in one file (see :class:`TrainerBase` for its pseudocode).
 
-Pseudocode of every trainer (the code below follows it)::
-
-    resume_or_load                           # the newest valid checkpoint, or load_from weights
-    before_train
-    while not done:                          # EpochTrainer: max_epochs and the workflow
-        [step boundary]
-        before_epoch                         # IterTrainer: max_iters over an endless stream
-        for each batch of the epoch (from where a resumed run left off):
-            before_step
-            run_step                         # fetch, forward, losses, backward, optimizer step
-            after_step
-            [step boundary]
-        after_epoch
-        [validate: before_val, eval loop, after_val (val_failed if it raised)]   # from a hook or a workflow 'val' phase
-    [step boundary]
-    after_train                              # always, also when a step raised; then what hooks queued in it
-
-Everything else (timing, LR schedules, evaluation, checkpoints, logging) is a hook.
-
-At a step boundary every hook has finished with the steps done so far, so the trainer's
-state there is whole: hooks ask for work that needs such a state (a checkpoint) with
-``call_at_boundary``, and a stop asked for by a hook or a signal takes effect there.
-Scalars recorded for a step carry its 0-based index; validation after an epoch carries the
-index of the epoch's last step. So a checkpoint taken after N steps covers exactly the
-scalars with ``iter < N``, which is what lets writers cut their files on resume.
-
-Model contract: ``model(batch)`` is called with the batch exactly as the data loader
-yields it (moved to the device). In train mode it returns the loss: a scalar tensor or a
-dict of scalar tensors, which are summed. In eval mode it returns a dict of scalar metric
-tensors (or one tensor, taken as ``loss``); each is averaged over the validation samples
-and recorded as ``val/<name>``.
+Model contract: ``model(batch)`` gets the batch as the loader yields it (on the device). In train mode it returns
+the loss: a scalar tensor, or a dict of scalar tensors that are summed. In eval mode it returns a dict of scalar
+metrics (or one tensor, taken as ``loss``), each averaged over the val samples and recorded as ``val/<name>``.
 """
 from __future__ import annotations
 
@@ -46,7 +18,7 @@ import sys
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.utils.data import IterableDataset
@@ -58,13 +30,12 @@ from launcher.engine.loaders import DeadWorkerWatch, is_sized
 from launcher.engine.checkpoint import TRUST_RISK, UntrustedCheckpointError, brief, load_checkpoint, load_newest_valid, resume_off
 from launcher.engine.errors import (BatchCollateError, CheckpointWriteError, ConfigError, HookStateError, ModelInputError,  # noqa: F401
                              ModelOutputError, NonFiniteLoss, RunError, DataError, describe, what_to_mend)
-
-# Errors a hook (or a validation) finds at a step's, epoch's or validation's end in the config or the model's
-# eval output: the training so far is whole, so the run stops there with a checkpoint (TrainerBase._stop_for).
-# the last two: a batch the val loader could not load (the train loader's: see TrainerBase.train_epoch)
-STOPS_AT_BOUNDARY = (ConfigError, ModelOutputError, BatchCollateError, DataError)
 from launcher.engine.rng import get_rng_state, set_rng_state
 from launcher.engine.storage import EventStorage
+
+# Errors found at a step's, epoch's or validation's end (a hook's config, the model's eval output, a batch that
+# could not be loaded): the training so far is whole, so the run stops there with a checkpoint (TrainerBase._stop_for).
+STOPS_AT_BOUNDARY = (ConfigError, ModelOutputError, BatchCollateError, DataError)
 
 logger = logging.getLogger(__name__)
 
@@ -151,18 +122,13 @@ def _draining(queue: List[Callable[[], None]]) -> Iterator[Callable[[], None]]:
 
 
 class StreamEnded(Exception):
-    """A stream's pass ran out of batches (raised by :class:`StreamPass` where ``next`` would raise StopIteration)."""
+    """A stream's pass ran out of batches (where ``next`` would raise StopIteration)."""
 
 
 class StreamPass:
-    """One pass over a stream, ending in :class:`StreamEnded`: a StopIteration raised inside a step (a model's,
-    a hook's) is then never taken for the end of the data.
-
-    Under DDP (``ranks``: the trainer) the ranks agree at each batch on whether every one of them has
-    one, so that a stream with fewer batches on one rank ends the pass on all of them together, the
-    others dropping the rest of theirs with a warning, instead of leaving them in a collective that
-    the rank done with its pass never joins (gloo aborts, NCCL hangs).
-    """
+    """One pass over a stream, ending in :class:`StreamEnded`, so a StopIteration raised inside a step is never taken
+    for the data's end. Under DDP (``ranks``: the trainer) the ranks agree at each batch whether all of them have
+    one, so a rank with fewer batches ends the pass on all of them instead of leaving them in a collective."""
 
     __slots__ = ("_batches", "_ranks")
 
@@ -186,6 +152,19 @@ class StreamPass:
         return batch
 
 
+_END = object()  # what _fetch returns at the end of a pass that has an end
+
+
+def _fetch(batches: Iterator, split: str, which: str, *end: Any) -> Any:
+    """``next(batches, *end)``; an error of the data's own loading raised as the launcher's, naming ``split``'s ``which`` batch."""
+    try:
+        return next(batches, *end)
+    except (StreamEnded, StopIteration, ConfigError, RunError):
+        raise
+    except Exception as err:
+        raise _load_failure(err, split, which) from err
+
+
 _UNSTACKABLE = ("stack expects each tensor to be equal size", "Trying to resize storage that is not resizable",
                 "each element in list of batch should be of equal size")
 
@@ -200,20 +179,16 @@ def _said(err: BaseException) -> str:
 
 
 def _load_failure(err: Exception, split: str, which: str) -> Exception:
-    """The launcher's error for ``err``, raised while ``split`` loaded ``which`` batch: a :class:`BatchCollateError`
-    where torch's collate could not stack the samples, else a :class:`DataError` of the data's own code."""
+    """A :class:`BatchCollateError` where torch's collate could not stack the samples, else a :class:`DataError`."""
     return _collate_failure(err, split, which) or _data_failure(err, split, which)
 
 
 def _collate_failure(err: Exception, split: str, which: str) -> Optional[Exception]:
-    """A :class:`BatchCollateError` for a batch torch's collate could not make of its samples (a sample of another
-    shape: torch says "stack expects each tensor to be equal size", or, in a worker, "Trying to resize storage that
-    is not resizable"), else None: an error in the dataset's own code keeps its traceback. ``split``: ``data.train`` or
-    ``data.val``; ``which``: the batch, as the message names it ("batch 2 of epoch 1")."""
+    """A :class:`BatchCollateError` for torch's collate failing on samples of other shapes, else None."""
     import traceback
 
     text = str(err)
-    if not any(words in text for words in _UNSTACKABLE):  # torch's words for samples of other shapes, and no other error
+    if not any(words in text for words in _UNSTACKABLE):
         return None
     in_collate = "utils/data/_utils/collate.py" in text or any(  # a worker's: its traceback is in the message
         frame.filename.replace("\\", "/").endswith("utils/data/_utils/collate.py") for frame in traceback.extract_tb(err.__traceback__))
@@ -221,21 +196,18 @@ def _collate_failure(err: Exception, split: str, which: str) -> Optional[Excepti
         return None
     said = _said(err)
     return BatchCollateError(
-        f"{split}: {which} could not be made of its samples "
-        f"(torch's collate: {said}); every sample of a batch must have the same structure and shapes, which the "
-        f"default collate stacks{'' if 'but got' in said else ' (with data.num_workers=0 torch names the shapes that differ)'}")
+        f"{split}: {which} could not be made of its samples (torch's collate: {said}); the samples of a batch need one "
+        f"structure and shape{'' if 'but got' in said else ' (with data.num_workers=0 torch names the shapes that differ)'}")
 
 
 def _data_failure(err: Exception, split: str, which: str) -> DataError:
-    """A :class:`DataError` for an error the data's own code raised while ``split`` loaded ``which`` batch: its type and
-    last line, and the innermost line of the user's code in its traceback (for a worker's error, in its message)."""
+    """A :class:`DataError` naming the error's type and last line, and the innermost line of the user's code."""
     import sysconfig
     import traceback
 
     text = str(err).strip()
-    # not the user's: Python's, installed packages' (torch's loader, PIL) and this launcher's own
     libraries = tuple(os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "purelib", "platlib")) + \
-        (os.path.dirname(os.path.realpath(__file__)) + os.sep,)
+        (os.path.dirname(os.path.realpath(__file__)) + os.sep,)  # not the user's: Python's, packages', the launcher's
     if "Original Traceback" in text:  # a worker's: torch puts its traceback in the message
         frames = [(f, int(n), fn) for f, n, fn in re.findall(r'File "([^"]+)", line (\d+), in (\S+)', text)]
     else:
@@ -246,23 +218,22 @@ def _data_failure(err: Exception, split: str, which: str) -> DataError:
 
 
 def _check_capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
-    """``capturable=true`` (a CUDA-graph optimizer) on a device it does not run on failed in torch after the first step."""
+    """``capturable=true`` (a CUDA-graph optimizer) on a device it does not run on failed after the first step."""
     if not any(group.get("capturable") for group in optimizer.param_groups):
         return
     try:
         from torch.optim.optimizer import _get_capturable_supported_devices  # private: the list torch checks against
 
         supported = list(_get_capturable_supported_devices())
-    except Exception:  # noqa: BLE001 -- a private function, moved or changed: CUDA is where it runs
+    except Exception:  # noqa: BLE001 -- moved or changed: CUDA is where it runs
         supported = ["cuda"]
     if device.type not in supported:
         raise ConfigError(f"optimizer.capturable=true: {type(optimizer).__name__} captures its steps on "
-                          f"{', '.join(supported)} only, and this run trains on {device}; leave capturable out here")
+                          f"{', '.join(supported)} only, and this run trains on {device}; leave capturable out")
 
 
 def _check_forward_takes_a_batch(model: nn.Module) -> None:
-    """A ``forward(self, x, y)`` cannot take ``model(batch)``: say so before training, not as a TypeError at step 0.
-    (Only for the trainer's own step and validation: a subclass's ``run_step`` may call the model otherwise.)"""
+    """A ``forward(self, x, y)`` cannot take ``model(batch)``: said before training, not as a TypeError at step 0."""
     try:
         signature = inspect.signature(model.forward)
     except (TypeError, ValueError):
@@ -270,35 +241,28 @@ def _check_forward_takes_a_batch(model: nn.Module) -> None:
     try:
         signature.bind(None)
     except TypeError:
-        raise ConfigError(f"model._target_: {type(model).__module__}.{type(model).__qualname__}.forward{signature} cannot "
-                          f"take what the trainer passes: model(batch), one argument, the batch as the loader yields it "
-                          f"(unpack it inside forward: x, y = batch; README: 'Model contract')") from None
+        raise ConfigError(f"model._target_: {_qualified(type(model))}.forward{signature} cannot take what the trainer "
+                          f"passes: model(batch), the batch as the loader yields it (unpack it in forward: x, y = batch)") from None
 
 
 def check_devices(devices: Any, device: Any = "auto", spawned: bool = True) -> int:
-    """``trainer.devices``, or a ConfigError naming it: asked before anything is built. Processes this
-    launcher starts (``spawned``) are one per GPU on CUDA, and at most one per usable CPU core on the CPU:
-    each imports torch (a few hundred MB), so ``devices=500`` would take the machine down."""
+    """``trainer.devices``, checked before anything is built: processes this launcher starts (``spawned``) are one
+    per GPU on CUDA and at most one per usable core on the CPU (each imports torch, a few hundred MB)."""
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise ConfigError(f"trainer.devices should be an integer of at least 1 (processes to train with), got {devices!r}")
     if devices == 1 or not spawned:  # torchrun or srun started the processes: they are theirs to count
         return devices
     kind = resolve_device(str(device)).type  # a device this machine lacks is named here
-    if kind == "cuda":
-        gpus = torch.cuda.device_count()
-        if devices > gpus:
-            raise ConfigError(f"trainer.devices={devices}: this machine has {gpus} CUDA device(s), one process each; "
-                              f"use trainer.devices={gpus} or fewer")
-    elif kind == "cpu":
-        cores = distributed.usable_cores()
-        if devices > cores:
-            raise ConfigError(f"trainer.devices={devices}: training on the CPU takes one process per core, and this "
-                              f"process may use {cores} core(s); use trainer.devices={cores} or fewer (each process "
-                              f"imports torch, a few hundred MB)")
+    if kind == "cuda" and devices > torch.cuda.device_count():
+        raise ConfigError(f"trainer.devices={devices}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                          f"one process each; use trainer.devices={torch.cuda.device_count()} or fewer")
+    if kind == "cpu" and devices > distributed.usable_cores():
+        raise ConfigError(f"trainer.devices={devices}: training on the CPU takes one process per core, and this process "
+                          f"may use {distributed.usable_cores()}; use trainer.devices={distributed.usable_cores()} or fewer")
     return devices
 
 
-MAX_LENGTH = 2**31 - 1  # epochs or steps: more is no run's length, but a typo (1e23 written as digits)
+MAX_LENGTH = 2**31 - 1  # epochs or steps: more is no run's length, but a typo
 
 
 def _positive_length(key: str, value: Any) -> int:
@@ -319,31 +283,28 @@ def _as_tensor_dict(out: Any, model: nn.Module, mode: str) -> Dict[str, torch.Te
             return dict(out)
         if mode == "eval" and all((isinstance(v, torch.Tensor) and v.numel() == 1) or is_number(v) for v in out.values()):
             return {k: v if isinstance(v, torch.Tensor) else torch.tensor(float(v)) for k, v in out.items()}
+    logits = f" (outputs such as logits? in {mode} mode forward computes {'the loss' if mode == 'train' else 'the loss or metrics'} " \
+        "from the batch; docs/contracts.md)" if isinstance(out, torch.Tensor) else ""
     raise ModelOutputError(f"{type(model).__name__}.forward returned {_describe_output(out, mode)} in {mode} mode; the trainer "
-                    f"accepts a scalar loss tensor or a non-empty dict of scalar tensors"
-                    + (" or numbers" if mode == "eval" else "")
-                    + (f" (outputs such as logits? in {mode} mode forward computes "
-                       f"{'the loss' if mode == 'train' else 'the loss or a dict of metrics'} from the batch; "
-                       if isinstance(out, torch.Tensor) else " (") + "README: 'Model contract')")
+                           f"accepts a scalar loss tensor or a non-empty dict of scalar tensors{' or numbers' if mode == 'eval' else ''}"
+                           f"{logits}")
 
 
 def _batch_misfit(model: nn.Module, batch: Any, err: BaseException) -> Optional[ModelInputError]:
-    """A :class:`ModelInputError` where ``err`` (a TypeError or AttributeError from ``model(batch)``) comes
-    of a batch of several parts (``(x, y)``, a dict) given to a forward that takes one tensor; else None."""
+    """A :class:`ModelInputError` where ``err`` (from ``model(batch)``) comes of a batch of several parts (``(x, y)``,
+    a dict) given to a forward that takes one tensor; else None."""
     if not isinstance(batch, (list, tuple, Mapping)):
         return None
     text = str(err)
     kind = re.escape(type(batch).__name__)
-    # torch's argument parser given the batch first ("(position 1) must be Tensor, not list"), or the batch used
-    # as a tensor ("'list' object has no attribute 'view'"); other TypeErrors are the model's own, which say more
+    # torch's argument parser given the batch first, or the batch used as a tensor; other errors are the model's own
     given_first = rf"\(position 1\) must be \w+, not {kind}\b|invalid combination of arguments - got \({kind}\b"
     if not re.search(rf"{given_first}|^'{kind}' object has no attribute", text):
         return None
     given = describe(dict(batch) if isinstance(batch, Mapping) else batch)
     return ModelInputError(
         f"{type(model).__name__}.forward failed on the first batch: {type(err).__name__}: {text.splitlines()[0].rstrip(':')}. "
-        f"The trainer calls model(batch) with the batch as the loader yields it, here {given}: forward takes the "
-        f"whole batch, unpacks it (x, y = batch) and returns the loss (README: 'Model contract')")
+        f"model(batch) gets the batch as loaded, here {given}: forward takes the whole batch, unpacks it (x, y = batch) and returns the loss")
 
 
 def _describe_output(out: Any, mode: str = "train") -> str:
@@ -358,24 +319,40 @@ def _describe_output(out: Any, mode: str = "train") -> str:
 
 
 class TrainerBase:
-    """Holds the model, optimizer, data, hooks and :class:`EventStorage`; runs one step.
+    """Holds the model, optimizer, data, hooks and :class:`EventStorage`, and runs the loop::
 
-    Subclasses decide how long to train (:meth:`run`). ``iter`` counts optimizer steps
-    done: inside ``before_step``/``after_step`` it is the 0-based index of the step being
-    run. ``epoch`` counts finished passes over the training data in the same way (in
-    ``before_epoch``/``after_epoch`` the 0-based index of the epoch); in ``before_val`` and
-    ``after_val`` it is the epochs completed, whichever way validation was reached.
+        resume_or_load()                     # the newest valid checkpoint, or load_from's weights
+        before_train
+        try:
+            run()                            # IterTrainer: epochs until max_iters; EpochTrainer: the workflow
+                train_epoch():
+                    [boundary]; before_epoch (at an epoch's start)
+                    for each batch left in the epoch:
+                        before_step; run_step(); after_step
+                        [boundary]           # not after the epoch's last step
+                    after_epoch
+                validate():                  # from a hook, or a workflow's val phase
+                    before_val; eval loop; after_val (val_failed if the pass raised)
+            [boundary]
+        finally:
+            after_train                      # always; then what hooks queued in it
+
+    At a step boundary every hook is done with the steps so far: the functions hooks gave :meth:`call_at_boundary`
+    run (a checkpoint), and a stop asked for (a hook, a signal; under DDP agreed by the ranks) takes effect.
+    ``iter`` counts optimizer steps done; in ``before_step``/``after_step`` it is the running step's 0-based index,
+    and the storage keys what is recorded by it, so a checkpoint after N steps covers the scalars with ``iter < N``.
+    ``epoch`` counts finished passes the same way; in ``before_val``/``after_val`` it is the epochs completed.
+    Subclasses decide how long to train (:meth:`run`).
     """
 
     FINITE_CHECK_PERIOD = 20  # steps between finiteness checks of losses on an accelerator
     SYNC_FREE_DEVICES = ("cpu",)  # reading a scalar there costs no device sync: check every step
+    STOP_SYNC_PERIOD = 10  # steps between the ranks' agreement on a stop, under DDP
     LENGTH_KEY = "max_iters"  # the trainer.* setting that gives the run's length
 
     @classmethod
     def check_config(cls, config: Mapping[str, Any]) -> None:
-        """Refuse (ConfigError) what the trainer's config (``cfg.trainer``, plain values) gets wrong before
-        the data and hooks are built, which can take minutes: the constructor's own checks, called early.
-        A subclass that takes arguments of its own may check them here too."""
+        """Refuse (ConfigError) what ``cfg.trainer`` (plain values) gets wrong, before the data and hooks are built."""
 
     def __init__(
         self,
@@ -392,7 +369,7 @@ class TrainerBase:
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        self.devices = check_devices(devices, spawned=False)  # launcher.run spawns that many workers; each builds a trainer in the process group
+        self.devices = check_devices(devices, spawned=False)  # the run layer spawns the processes
         self.dist = distributed.current()  # None in a single process
         self.rank = self.dist.rank if self.dist else 0
         self.world_size = self.dist.world_size if self.dist else 1
@@ -403,8 +380,7 @@ class TrainerBase:
         self.model = model.to(self.device)
         self.optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else optimizer(self.model.parameters())
         _check_capturable(self.optimizer, self.device)
-        # What the step calls: the model itself, or its DistributedDataParallel wrapper. Hooks and
-        # checkpoints use ``model``, so a checkpoint loads the same with or without DDP.
+        # What the step calls (the model, or its DDP wrapper); hooks and checkpoints use ``model``.
         self.train_model: nn.Module = self.model
         if self.dist is not None:
             from torch.nn.parallel import DistributedDataParallel
@@ -417,9 +393,61 @@ class TrainerBase:
         self.resume = self._check_resume(resume)
         if not isinstance(trust_checkpoint, bool):
             raise ConfigError(f"trainer.trust_checkpoint: {trust_checkpoint!r} is not accepted; use true or false")
-        # resume from a checkpoint that holds Python objects (a hook's own), whose unpickling can run any code
-        self.trust_checkpoint = trust_checkpoint
+        self.trust_checkpoint = trust_checkpoint  # resume from a checkpoint that holds Python objects (runs code)
         self.load_from = load_from
+        self._check_load_from(load_from)
+        self.storage = EventStorage(reduce=distributed.mean_across_ranks if self.dist else None,
+                                    gather=distributed.all_gather_object if self.dist else None)
+        self.iter = 0
+        self.epoch = 0
+        self.inner_iter = 0  # steps done in the current epoch
+        self.phase_index = 0  # workflow phases done (EpochTrainer)
+        self.max_iters = 0
+        # created, running, then: completed, stopped (asked to, finished), interrupted (resumable), failed, aborted
+        self.status = "created"
+        self.stop_reason: Optional[str] = None
+        self._interrupt = False
+        self._stop_wanted = 0  # under DDP: 1 stop, 2 interrupt, asked for on this rank and not yet agreed
+        self._stop_asked_reason: Optional[str] = None
+        self._deferred: Optional[Exception] = None  # the error the run stops for at a boundary: see _stop_for
+        self._val_raised_under_ddp = False  # a rank's validation pass raised: its peers may wait in a collective
+        self._at_boundary: List[Callable[[], None]] = []
+        self._in_step = False  # between before_step and the end of after_step
+        self._epoch_ending = False  # in after_epoch, where epoch is still the 0-based index of the epoch ending
+        self._rng_to_restore: Optional[Dict[str, Any]] = None
+        self._epoch_start: Optional[tuple] = None  # (epoch, the random state a loader of the user's began it from)
+        self.resumed_from: Optional[Path] = None
+        self._train_started = 0.0  # time.time() as train() began
+        self._resumed_length: Optional[int] = None  # max_iters of the run that wrote the checkpoint resumed from
+        self.started_at: Optional[int] = None  # the iteration this train() began from, once resumed
+        self.last_val: Dict[str, float] = {}
+        self._validated_at: Optional[int] = None  # steps done at the last validation
+        self._said_nonfinite: set = set()  # val metrics warned of as NaN or infinite
+        self.batch: Any = None  # the batch of the current step, as the model received it
+        self.data_time = 0.0  # seconds the current step waited for its batch
+        this = weakref.proxy(self)  # held weakly, as hooks hold it: no cycle keeps the trainer alive
+        self._dead_workers = DeadWorkerWatch(lambda err: this._worker_died(err))
+        self._validating = False
+        self.meta: Dict[str, Any] = {}  # about the run, for hooks: e.g. {"overrides": [...], "seed": 0}
+        self.rerun_hint = "the same command"  # how to run this run again in its dir, for advice (the run layer's)
+        self.train_loader = self.build_train_loader()
+        self.val_loader = self.build_val_loader()
+        # None for a stream of unknown length (an IterableDataset without __len__): its epochs end where it does
+        self.steps_per_epoch: Optional[int] = len(self.train_loader) if is_sized(self.train_loader) else None  # type: ignore[arg-type]
+        self._non_blocking = bool(getattr(self.train_loader, "pin_memory", False)) and self.device.type == "cuda"
+        self._move = self.device.type != "cpu"
+        self._read_loss = self._reads_loss_each_step()
+        self._train_keys: Dict[str, str] = {}  # loss name -> "train/<name>"
+        self._unchecked: List[tuple] = []  # losses not yet checked for finiteness (accelerators)
+        self._said_once: set = set()  # warnings a run says once
+        self._hooks: List[HookBase] = []
+        self._handlers: Dict[str, List[Callable[[], None]]] = {e: [] for e in EVENTS}
+        self._step_hook: Any = None  # the hook that takes over backward and the optimizer step, if any
+        self._forward_context: Callable[[], Any] = contextlib.nullcontext
+        self.register_hooks(hooks)
+
+    @staticmethod
+    def _check_load_from(load_from: Any) -> None:
         if load_from in ("True", "False") and not Path(load_from).exists():  # true/false, made a string by the schema
             load_from = load_from == "True"
         if isinstance(load_from, bool) or (load_from is not None and not isinstance(load_from, (str, os.PathLike))):
@@ -431,59 +459,6 @@ class TrainerBase:
                               f"(in a run's checkpoints/, final.pt, or the file its 'last' names)")
         if load_from is not None and not Path(load_from).is_file():
             raise ConfigError(f"trainer.load_from: {load_from!r} does not exist (expected a checkpoint or state_dict file)")
-        self.storage = EventStorage(reduce=distributed.mean_across_ranks if self.dist else None,
-                                    gather=distributed.all_gather_object if self.dist else None)
-        self._stop_wanted = 0  # under DDP: 1 stop, 2 interrupt, asked for on this rank and not yet agreed
-        self._stop_asked_reason: Optional[str] = None
-        self.iter = 0
-        self.epoch = 0
-        self.inner_iter = 0  # steps done in the current epoch
-        self.phase_index = 0  # workflow phases done (EpochTrainer)
-        self.max_iters = 0
-        # created, running, then: completed, stopped (asked to, finished), interrupted (resumable), failed, aborted
-        self.status = "created"
-        self.stop_reason: Optional[str] = None
-        self._interrupt = False
-        self._deferred: Optional[Exception] = None  # a hook's config error at a step's or epoch's end: see _stop_for
-        self._val_raised_under_ddp = False  # a rank's validation pass raised: its peers may wait in a collective
-        self._at_boundary: List[Callable[[], None]] = []
-        self._in_step = False  # between before_step and the end of after_step
-        self._epoch_ending = False  # in after_epoch, where epoch is still the 0-based index of the epoch ending
-        self._rng_to_restore: Optional[Dict[str, Any]] = None
-        # (epoch, the random state the train loader of the user's own began that epoch from): see _epoch_batches
-        self._epoch_start: Optional[tuple] = None
-        self.resumed_from: Optional[Path] = None
-        self._train_started = 0.0  # time.time() as train() began
-        self._resumed_length: Optional[int] = None  # max_iters of the run that wrote the checkpoint resumed from
-        self.started_at: Optional[int] = None  # the iteration this train() began from, once resumed
-        self.last_val: Dict[str, float] = {}
-        self._validated_at: Optional[int] = None  # steps done at the last validation: a workflow's val phase skips those weights
-        self._said_nonfinite: set = set()  # val metrics warned of as NaN or infinite
-        self.batch: Any = None  # the batch of the current step, as the model received it
-        self.data_time = 0.0  # seconds the current step waited for its batch
-        this = weakref.proxy(self)  # held weakly, as hooks hold it: no cycle keeps the trainer alive
-        self._dead_workers = DeadWorkerWatch(lambda err: this._worker_died(err))  # told where the run can stop
-        self._validating = False
-        self.meta: Dict[str, Any] = {}  # about the run, for hooks: e.g. {"overrides": [...], "seed": 0}
-        self.rerun_hint = "the same command"  # how to run this run again in its dir, for advice (the run layer's)
-        self.train_loader = self.build_train_loader()
-        self.val_loader = self.build_val_loader()
-        # Batches in an epoch; None for a stream of unknown length (an IterableDataset without __len__),
-        # whose epochs end where the stream does.
-        self.steps_per_epoch: Optional[int] = len(self.train_loader) if is_sized(self.train_loader) else None  # type: ignore[arg-type]
-        self._non_blocking = bool(getattr(self.train_loader, "pin_memory", False)) and self.device.type == "cuda"
-        self._move = self.device.type != "cpu"
-        self._read_loss = self._reads_loss_each_step()
-        self._train_keys: Dict[str, str] = {}  # loss name -> "train/<name>"
-        self._unchecked: List[tuple] = []  # losses not yet checked for finiteness (accelerators)
-        self._short_stream_said = False
-        self._long_stream_said = False
-        self._uneven_stream_said = False
-        self._hooks: List[HookBase] = []
-        self._handlers: Dict[str, List[Callable[[], None]]] = {e: [] for e in EVENTS}
-        self._step_hook: Any = None  # the hook that takes over backward and the optimizer step, if any
-        self._forward_context: Callable[[], Any] = contextlib.nullcontext
-        self.register_hooks(hooks)
 
     # -- construction points a subclass may override --------------------------------------------
     def build_train_loader(self) -> Iterable:
@@ -494,8 +469,7 @@ class TrainerBase:
 
     @property
     def no_val_set(self) -> str:
-        """Why there is no val loader, in words for a message: the config's ``data.val`` is null, or a data object of
-        the user's own returned None."""
+        """Why there is no val loader, in words for a message."""
         if getattr(self.data, "val", None) is None and hasattr(self.data, "val"):
             return "the data config has no val set (data.val is null)"
         return f"the data object's val_loader() ({type(self.data).__name__}) returned None"
@@ -513,10 +487,8 @@ class TrainerBase:
             if hook is None:
                 continue
             if not isinstance(hook, HookBase):
-                raise TypeError(
-                    f"hook {name or ''!s} is a {type(hook).__module__}.{type(hook).__qualname__}, "
-                    f"not a hooks.HookBase; subclass HookBase to use it as a hook"
-                )
+                raise TypeError(f"hook {name or ''!s} is a {_qualified(type(hook))}, not a hooks.HookBase; "
+                                f"subclass HookBase to use it as a hook")
             name = name or type(hook).__name__
             base, n = name, 1
             while name in taken:
@@ -555,24 +527,28 @@ class TrainerBase:
 
     @property
     def last_epoch(self) -> int:
-        """0-based epoch of :attr:`last_step`: between epochs (a workflow's ``val`` phase, the end), the one just trained."""
+        """0-based epoch of :attr:`last_step`: between epochs, the one just trained."""
         return self.epoch if self._in_step or self.inner_iter > 0 else max(self.epoch - 1, 0)
 
     def _call(self, event: str) -> None:
         for handler in self._handlers[event]:
             handler()
 
+    def _call_at_end(self, event: str) -> None:
+        """:meth:`_call` for an event at a step's, epoch's or validation's end, where a hook's config error
+        stops the run with a checkpoint (:meth:`_stop_for`)."""
+        handlers = self._handlers[event]
+        try:  # costs nothing until it raises (Python 3.11+)
+            for handler in handlers:
+                handler()
+        except STOPS_AT_BOUNDARY as err:
+            self._stop_for(err, handlers, handler)
+
+    # -- stops and boundaries --------------------------------------------------------------------
     def request_stop(self, reason: str, interrupt: bool = False) -> None:
-        """Stop at the next step boundary.
-
-        A hook that decides training is done (early stopping) leaves ``interrupt`` false: the
-        run ends ``stopped`` and finishes like a completed one. A signal sets ``interrupt``: the
-        run ends ``interrupted``, with a checkpoint to resume from. Safe to call from a signal
-        handler: it only sets attributes.
-
-        Under DDP the ranks first agree (every ``STOP_SYNC_PERIOD`` steps and at each epoch's
-        start), so all of them stop at the same step boundary.
-        """
+        """Stop at the next step boundary: ``stopped`` (a hook's decision), or with ``interrupt`` ``interrupted``
+        (a signal; resumable). Safe in a signal handler: it only sets attributes. Under DDP the ranks first agree
+        (every ``STOP_SYNC_PERIOD`` steps and at each epoch's start), so all stop at the same boundary."""
         if self.dist is not None:
             self._stop_wanted = max(self._stop_wanted, 2 if interrupt else 1)
             self._stop_asked_reason = self._stop_asked_reason or reason
@@ -581,13 +557,11 @@ class TrainerBase:
         self.stop_reason = self.stop_reason or reason
 
     def call_at_boundary(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` at the next step boundary, when every hook is done with the steps so far; called in
-        ``after_train``, once every hook's ``after_train`` has run."""
+        """Run ``fn`` at the next step boundary; in ``after_train``, once every hook's ``after_train`` has run."""
         self._at_boundary.append(fn)
 
-    STOP_SYNC_PERIOD = 10  # steps between the ranks' agreement on a stop, under DDP
-
     def at_boundary(self) -> None:
+        """Run what hooks queued for the boundary; under DDP, agree on a stop now and then."""
         if self._at_boundary:  # most steps have nothing to run: no new list for them
             pending, self._at_boundary = self._at_boundary, []
             for fn in pending:
@@ -597,6 +571,32 @@ class TrainerBase:
             if agreed:
                 self._interrupt = agreed == 2
                 self.stop_reason = self._stop_asked_reason or "asked for on another rank"
+
+    def _stop_at_boundary(self) -> bool:
+        """:meth:`at_boundary`; whether the run stops here."""
+        self.at_boundary()
+        return bool(self.stop_reason)
+
+    @property
+    def stopping_for(self) -> Optional[Exception]:
+        """The error this run stops for at a boundary (:meth:`_stop_for`), raised once the hooks' ``after_train`` ran."""
+        return self._deferred
+
+    def _stop_for(self, err: Exception, handlers: Sequence[Callable[[], None]], failed: Optional[Callable[[], None]]) -> None:
+        """Stop at this boundary for ``err`` (one of ``STOPS_AT_BOUNDARY``) as for a signal, with a checkpoint to resume
+        from once it is mended: the event's hooks after ``failed`` still run, and :meth:`train` raises ``err`` at the
+        end. Outside training, and after a validation pass raised under DDP (peers may wait in its collectives),
+        ``err`` is raised at once."""
+        if self.status != "running" or self._val_raised_under_ddp:
+            raise err
+        if self._deferred is None:
+            self._deferred = err
+            self.request_stop("a config error" if isinstance(err, ConfigError) else f"a {type(err).__name__}", interrupt=True)
+        for handler in handlers[list(handlers).index(failed) + 1:] if failed is not None else ():
+            try:
+                handler()
+            except STOPS_AT_BOUNDARY as more:
+                logger.error("%s", f"Config error: {more}" if isinstance(more, ConfigError) else f"{type(more).__name__}: {more}")
 
     # -- resume -----------------------------------------------------------------------------------
     @staticmethod
@@ -616,9 +616,8 @@ class TrainerBase:
 
     @property
     def lengthened(self) -> bool:
-        """Whether this run trains on from a checkpoint of a shorter run (``max_epochs`` or ``max_iters`` raised
-        since): more training was asked for. A run resumed at the same length only continues what it was doing,
-        even from its ``final.pt`` (killed after writing it, before it ended)."""
+        """Whether this run trains on from a checkpoint of a shorter run (its length raised since): more training was
+        asked for. A run resumed at the same length only continues, even from its ``final.pt``."""
         if self.resumed_from is None:
             return False
         if self._resumed_length is None:  # a checkpoint that does not say its run's length: its name does
@@ -627,78 +626,81 @@ class TrainerBase:
 
     def resume_or_load(self) -> None:
         """Continue from a checkpoint (``resume``), else start from ``load_from``'s weights, else fresh."""
-        found = None
+        found = self._find_checkpoint()
+        if found is None:
+            if self.load_from:
+                self.load_weights(self.load_from)
+            return
+        path, state = found
+        self._check_checkpoint_fits(path, state)
+        try:
+            self.load_state_dict(state)
+        except HookStateError as err:
+            raise HookStateError(f"resuming from {str(path)!r}: {err}") from err.__cause__
+        self.resumed_from = path
+        length = state.get("max_iters")  # older checkpoints lack it
+        self._resumed_length = length if isinstance(length, int) else None
+        if self.iter > self.max_iters:
+            self._refuse_past_length(path)
+        if self.inner_iter == 0 and self.epoch > 0:  # at an epoch's end (the epoch counter already on the next one)
+            logger.info("Resumed from %s at iteration %d (the end of epoch %s)", path, self.iter, self.epoch_text(self.epoch - 1))
+        else:
+            logger.info("Resumed from %s at iteration %d (epoch %s, after %d of its steps)", path, self.iter,
+                        self.epoch_text(self.epoch), self.inner_iter)
+        if self.load_from:
+            logger.warning("trainer.load_from=%s is not used: this run resumes from its own checkpoint %s (to start from "
+                           "it, give a new hydra.run.dir)", self.load_from, path)
+
+    def _find_checkpoint(self) -> Optional[tuple]:
+        """``(path, state)`` of the checkpoint to resume from, or None."""
         try:
             if self.resume == "auto":
-                found = load_newest_valid(self.checkpoint_dir, trust=self.trust_checkpoint)
-            elif self.resume:
-                found = Path(self.resume), load_checkpoint(self.resume, trust=self.trust_checkpoint)
+                return load_newest_valid(self.checkpoint_dir, trust=self.trust_checkpoint)
+            if self.resume:
+                return Path(self.resume), load_checkpoint(self.resume, trust=self.trust_checkpoint)
         except UntrustedCheckpointError as err:
-            raise ConfigError(f"trainer.resume: {err}: {TRUST_RISK}. Only if you trust the file (you, or a hook of "
-                              f"yours, wrote it), resume with trainer.trust_checkpoint=true") from None
+            raise ConfigError(f"trainer.resume: {err}: {TRUST_RISK}. Only if you trust the file, resume with "
+                              f"trainer.trust_checkpoint=true") from None
         except RuntimeError as err:
             raise ConfigError(f"trainer.resume: {err}") from err
-        if found is not None:
-            path, state = found
-            if not isinstance(state.get("model"), Mapping) or "iter" not in state:
-                raise ConfigError(f"trainer.resume: {str(path)!r} is not a training checkpoint (it holds "
-                                  f"{', '.join(map(str, list(state)[:6])) or 'nothing'}; a checkpoint holds model, optimizer, "
-                                  f"iter, ...); to start from weights in a file, use trainer.load_from")
-            weights_mismatch = self._weights_mismatch(state.get("model", {}), "there")
-            mismatch = weights_mismatch or self._optimizer_mismatch(state)
-            writers = len(state.get("rng_ranks") or [None])  # the processes of the run that wrote it
-            if not mismatch and writers != self.world_size:
-                raise ConfigError(
-                    f"trainer.resume: checkpoint {str(path)!r} was written by a run of {writers} process(es), and this "
-                    f"run has {self.world_size}: each step's global batch and each epoch's steps would differ from the "
-                    f"run it continues, so it cannot train on as that run; resume it with trainer.devices={writers} (or "
-                    f"as many processes), or start a new run from its weights: trainer.load_from={path} with another "
-                    f"hydra.run.dir")
-            if mismatch:
-                weights = "" if weights_mismatch else (f", or start a new run from its weights: trainer.load_from="
-                                                       f"{str(path)!r} with another run dir")  # they fit the model
-                raise ConfigError(f"trainer.resume: checkpoint {str(path)!r} does not fit this run: {mismatch}; resume "
-                                  f"it with the config it was made with (its run dir's .hydra/config.yaml) and the model "
-                                  f"code as it was then{weights}")
-            try:
-                self.load_state_dict(state)
-            except HookStateError as err:
-                raise HookStateError(f"resuming from {str(path)!r}: {err}") from err.__cause__
-            self.resumed_from = path
-            length = state.get("max_iters")  # checkpoints before 2026-12-06 lack it
-            self._resumed_length = length if isinstance(length, int) else None
-            if self.iter > self.max_iters:
-                # a run rerun shorter than its checkpoint (an attempt that lengthened it stopped, and it is rerun at the
-                # old length; or a length cut): ending it there replaced the shorter run's final.pt and record with the
-                # longer attempt's model, labelled with the shorter config
-                key, have = self.LENGTH_KEY, getattr(self, self.LENGTH_KEY, self.max_iters)
-                per = 1 if key == "max_iters" else max(getattr(self, "steps_per_epoch", 1) or 1, 1)  # iterations per unit
-                need, unit = -(-self.iter // per), "iterations" if key == "max_iters" else "epochs"
-                made = f" (made by an attempt of {self._resumed_length // per} {unit})" \
-                    if self._resumed_length and self._resumed_length % per == 0 else ""
-                then = "to end it there (more trains it on)" if need * per == self.iter else "or more to train it on from there"
-                if self.resume == "auto":  # its own checkpoint
-                    raise ConfigError(f"trainer.{key}={have}: this run's checkpoint {path.name}{made} is at iteration "
-                                      f"{self.iter}, past this run's length, and a run cannot train back. Set "
-                                      f"trainer.{key}={need} {then}, or use another run dir")
-                raise ConfigError(f"trainer.{key}={have}: trainer.resume={str(path)!r} is at iteration {self.iter}, past "
-                                  f"this run's length: a run cannot train back. Set trainer.{key}={need} {then}")
-            if self.inner_iter == 0 and self.epoch > 0:  # at an epoch's end (the epoch counter already on the next one)
-                logger.info("Resumed from %s at iteration %d (the end of epoch %s)", path, self.iter,
-                            self.epoch_text(self.epoch - 1))
-            else:
-                logger.info("Resumed from %s at iteration %d (epoch %s, after %d of its steps)", path, self.iter,
-                            self.epoch_text(self.epoch), self.inner_iter)
-            if self.load_from:
-                logger.warning("trainer.load_from=%s is not used: this run resumes from its own checkpoint %s (load_from "
-                               "only starts a run that has none; give a new hydra.run.dir to start from it)", self.load_from, path)
-        elif self.load_from:
-            self.load_weights(self.load_from)
+        return None
+
+    def _check_checkpoint_fits(self, path: Path, state: Mapping[str, Any]) -> None:
+        """Refuse a checkpoint of no training run, of another model or optimizer, or of another number of processes."""
+        if not isinstance(state.get("model"), Mapping) or "iter" not in state:
+            raise ConfigError(f"trainer.resume: {str(path)!r} is not a training checkpoint (it holds "
+                              f"{', '.join(map(str, list(state)[:6])) or 'nothing'}; a checkpoint holds model, optimizer, iter, ...); "
+                              f"to start from its weights, use trainer.load_from")
+        weights_mismatch = self._weights_mismatch(state.get("model", {}), "there")
+        mismatch = weights_mismatch or self._optimizer_mismatch(state)
+        if mismatch:
+            weights = "" if weights_mismatch else f", or start a new run from its weights: trainer.load_from={str(path)!r} with another run dir"
+            raise ConfigError(f"trainer.resume: checkpoint {str(path)!r} does not fit this run: {mismatch}; resume it with "
+                              f"the config it was made with (its run dir's .hydra/config.yaml){weights}")
+        writers = len(state.get("rng_ranks") or [None])  # the processes of the run that wrote it
+        if writers != self.world_size:
+            raise ConfigError(f"trainer.resume: checkpoint {str(path)!r} was written by a run of {writers} process(es), and "
+                              f"this run has {self.world_size}: so resume it with trainer.devices={writers}, or start a "
+                              f"new run dir with trainer.load_from=<that file>")
+
+    def _refuse_past_length(self, path: Path) -> None:
+        """A run rerun shorter than its checkpoint cannot train back (ending it there would label a longer run's model
+        with the shorter config): say what length ends it there."""
+        key, have = self.LENGTH_KEY, getattr(self, self.LENGTH_KEY, self.max_iters)
+        per = 1 if key == "max_iters" else max(getattr(self, "steps_per_epoch", 1) or 1, 1)  # iterations per unit
+        need, unit = -(-self.iter // per), "iterations" if key == "max_iters" else "epochs"
+        made = f" (made by an attempt of {self._resumed_length // per} {unit})" \
+            if self._resumed_length and self._resumed_length % per == 0 else ""
+        then = "to end it there (more trains it on)" if need * per == self.iter else "or more to train it on from there"
+        if self.resume == "auto":  # its own checkpoint
+            raise ConfigError(f"trainer.{key}={have}: this run's checkpoint {path.name}{made} is at iteration {self.iter}, past "
+                              f"this run's length, and a run cannot train back. Set trainer.{key}={need} {then}, or use another run dir")
+        raise ConfigError(f"trainer.{key}={have}: trainer.resume={str(path)!r} is at iteration {self.iter}, past "
+                          f"this run's length: a run cannot train back. Set trainer.{key}={need} {then}")
 
     def _optimizer_mismatch(self, state: Mapping[str, Any]) -> Optional[str]:
-        """How the checkpoint's optimizer differs from this run's (its class, or its parameter groups); None if it fits.
-        Loading another optimizer's state would fail only at the first step, on a missing hyperparameter."""
-        saved_class = state.get("optimizer_class")  # checkpoints before 2026-12-04 lack it
+        """How the checkpoint's optimizer differs from this run's (its class, or its parameter groups); None if it fits."""
+        saved_class = state.get("optimizer_class")  # older checkpoints lack it
         own_class = _qualified(type(self.optimizer))
         if saved_class and saved_class != own_class:
             return f"it was made with optimizer {saved_class}, and this run's is {own_class}"
@@ -712,8 +714,8 @@ class TrainerBase:
         return None
 
     def _weights_mismatch(self, weights: Mapping[str, Any], where: str, missing_ok: bool = False) -> Optional[str]:
-        """How ``weights`` (a state_dict) differ from the model's: the first parameter whose shape
-        differs, or (unless ``missing_ok``) the parameters one has and the other lacks; None if they fit."""
+        """How ``weights`` differ from the model's: the first parameter of another shape, or (unless ``missing_ok``)
+        the parameters one has and the other lacks; None if they fit."""
         own = self.model.state_dict()
         for name, tensor in weights.items():
             if name in own and hasattr(tensor, "shape") and tensor.shape != own[name].shape:
@@ -734,10 +736,8 @@ class TrainerBase:
         try:
             state = load_checkpoint(path)  # a file from elsewhere: unpickling must not run its code
         except UntrustedCheckpointError as err:
-            raise ConfigError(
-                f"trainer.load_from: {err}; loading such a file can run any code in it. If you trust it, save its "
-                f"weights alone and load that: python -c \"import torch; s = torch.load('{path}', weights_only=False); "
-                f"torch.save(s.get('model', s), 'weights.pt')\"") from None
+            raise ConfigError(f"trainer.load_from: {err}; if you trust it, load its weights alone: python -c \"import torch; s = "
+                              f"torch.load('{path}', weights_only=False); torch.save(s.get('model', s), 'weights.pt')\"") from None
         except (OSError, RuntimeError) as err:
             raise ConfigError(f"trainer.load_from: {err}") from err
         weights = state.get("model", state)
@@ -746,9 +746,8 @@ class TrainerBase:
             raise ConfigError(f"trainer.load_from: {mismatch}")
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
         if missing or unexpected:
-            raise ConfigError(
-                f"trainer.load_from: {path} does not match the model: missing {sorted(missing)}, unexpected {sorted(unexpected)}"
-            )
+            raise ConfigError(f"trainer.load_from: {path} does not match the model: missing {sorted(missing)}, "
+                              f"unexpected {sorted(unexpected)}")
         logger.info("Loaded model weights from %s", path)
 
     # -- the loop ----------------------------------------------------------------------------
@@ -758,31 +757,16 @@ class TrainerBase:
         self._train_started = time.time()
         self._read_loss = self._reads_loss_each_step()
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        try:  # a checkpoint refused (another model's, past this run's length): the run never began, and no hook ran
+        with self._failure_status():  # a checkpoint refused: the run never began, and no hook ran
             self.resume_or_load()
-        except BaseException as err:
-            self.status = "aborted" if isinstance(err, KeyboardInterrupt) else "failed"
-            self.storage.stop_syncing()
-            raise
         try:
-            self.started_at = self.iter
-            self._call("before_train")
-            if self._rng_to_restore is not None:  # after before_train, so nothing draws between
-                set_rng_state(self._rng_to_restore)
-                self._rng_to_restore = None
-            self.run()
-            self.at_boundary()
-            self.status = ("interrupted" if self._interrupt else "stopped") if self.stop_reason else "completed"
-            if self.stop_reason and self._deferred is None:
-                logger.warning("Stopped at iteration %d: %s", self.iter, self.stop_reason)
-        except KeyboardInterrupt:
-            self.status = "aborted"
-            self.storage.stop_syncing()
-            raise
-        except BaseException:
-            self.status = "failed"
-            self.storage.stop_syncing()  # the other ranks may be gone: hooks in after_train read this rank's values
-            raise
+            with self._failure_status():
+                self.started_at = self.iter
+                self._call("before_train")
+                self._restore_rng()
+                self.run()
+                self.at_boundary()
+                self._set_end_status()
         finally:
             self._in_step = False
             self.storage.iter, self.storage.epoch = self.last_step, self.last_epoch
@@ -790,64 +774,54 @@ class TrainerBase:
                 self._after_train()
             finally:
                 self._dead_workers.release()
-        if self._deferred is not None:  # stopped for it, as for a signal: the checkpoint to resume from is written
-            err, self._deferred = self._deferred, None
-            self.status = "failed"
-            if self.is_main:
-                logger.warning("Stopped at iteration %d for the %s below, with a checkpoint: mend %s and run %s to train "
-                               "on from there", self.iter, "config error" if isinstance(err, ConfigError) else "error",
-                               what_to_mend(err), self.rerun_hint)
-            raise err
+        self._raise_stopped_for()
         return self.final_metrics()
 
-    @property
-    def stopping_for(self) -> Optional[Exception]:
-        """The config (or model output) error this run stops for at its boundary (see :meth:`_stop_for`), raised once the hooks' ``after_train`` ran."""
-        return self._deferred
+    def run(self) -> None:
+        raise NotImplementedError
 
-    def _call_at_end(self, event: str) -> None:
-        """:meth:`_call` for an event at the end of an epoch or a validation: a hook's config error stops the
-        run there with a checkpoint (:meth:`_stop_for`; ``after_step`` does the same inline)."""
-        handlers = self._handlers[event]
+    @contextlib.contextmanager
+    def _failure_status(self) -> Iterator[None]:
+        """On an exception: status ``aborted`` (Ctrl-C) or ``failed``, and the storage reads this rank's own values
+        (the other ranks may be gone)."""
         try:
-            for handler in handlers:
-                handler()
-        except STOPS_AT_BOUNDARY as err:
-            self._stop_for(err, handlers, handler)
+            yield
+        except BaseException as err:
+            self.status = "aborted" if isinstance(err, KeyboardInterrupt) else "failed"
+            self.storage.stop_syncing()
+            raise
 
-    def _stop_for(self, err: Exception, handlers: Sequence[Callable[[], None]], failed: Optional[Callable[[], None]]) -> None:
-        """A hook's :class:`ConfigError` at a step's or an epoch's end (``hooks.early_stopping.monitor`` naming a
-        metric that validation does not record, found only at the first validation; val data that does not fit
-        the model), or a :class:`ModelOutputError` of the model in eval mode (``STOPS_AT_BOUNDARY``). The training so far is
-        whole: the event's other hooks still run (the checkpointer's save among them), the run stops at this
-        boundary as for a signal, with a checkpoint to resume from, and :meth:`train` then raises ``err``,
-        rather than lose the epoch's training to a typo. Outside training (``validate()`` called on its own) it is raised."""
-        if self.status != "running" or self._val_raised_under_ddp:
-            # Under DDP the other ranks may be inside the validation's collectives (one rank's val batch did not fit,
-            # its model's eval output): stopping at the boundary would wait on them for the process group's timeout.
-            # Raised, the rank fails at once and the launcher names it and its error.
-            raise err
+    def _restore_rng(self) -> None:
+        """The resumed random state, put back after ``before_train`` so that nothing draws between."""
+        if self._rng_to_restore is not None:
+            set_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
+
+    def _set_end_status(self) -> None:
+        self.status = ("interrupted" if self._interrupt else "stopped") if self.stop_reason else "completed"
+        if self.stop_reason and self._deferred is None:
+            logger.warning("Stopped at iteration %d: %s", self.iter, self.stop_reason)
+
+    def _raise_stopped_for(self) -> None:
+        """Raise the error the run stopped for at a boundary (:meth:`_stop_for`), now that its checkpoint is written."""
         if self._deferred is None:
-            self._deferred = err
-            self.request_stop("a config error" if isinstance(err, ConfigError) else f"a {type(err).__name__}", interrupt=True)
-        for handler in handlers[list(handlers).index(failed) + 1:] if failed is not None else ():
-            try:
-                handler()
-            except STOPS_AT_BOUNDARY as more:
-                logger.error("%s", f"Config error: {more}" if isinstance(more, ConfigError) else f"{type(more).__name__}: {more}")
+            return
+        err, self._deferred = self._deferred, None
+        self.status = "failed"
+        if self.is_main:
+            logger.warning("Stopped at iteration %d for the %s below, with a checkpoint: mend %s and run %s to train on from there",
+                           self.iter, "config error" if isinstance(err, ConfigError) else "error", what_to_mend(err),
+                           self.rerun_hint)
+        raise err
 
     def _after_train(self) -> None:
-        """Every hook's ``after_train``, even when one raises (each closes its files, writes its checkpoint).
-
-        The hooks after a failing one still see how training ended (an interrupted run still writes
-        the checkpoint to resume from; a completed one its ``final.pt``, so a rerun only retries the
-        end). Then the run is ``failed`` and the first error is raised; when training itself failed,
-        its error stands and a hook's error is logged.
-        """
+        """Every hook's ``after_train``, even when one raises (each closes its files, writes its checkpoint); then what
+        they queued for the boundary. The first hook error then fails the run; if training failed, its error stands
+        and a hook's is logged."""
         failed = self.status in ("failed", "aborted")
         first: Optional[BaseException] = None
         first_hook: Any = None
-        self._at_boundary = []  # what a hook queues now runs once every hook's after_train has (the run's last boundary)
+        self._at_boundary = []
         for handler in itertools.chain(self._handlers["after_train"], _draining(self._at_boundary)):
             try:
                 handler()
@@ -859,145 +833,142 @@ class TrainerBase:
                 else:
                     first, first_hook = err, getattr(handler, "__self__", None)
         if first is not None:
-            final = Path(self.checkpoint_dir) / "final.pt"  # written by this attempt, not one a shorter run left
-            saved = not isinstance(first, CheckpointWriteError) and final.is_file() and \
-                final.stat().st_mtime >= self._train_started - 1  # (file times may lag the clock by a tick)
-            if self.status in ("completed", "stopped") and self.is_main and saved:
-                what = what_to_mend(first) if isinstance(first, STOPS_AT_BOUNDARY) or first_hook is None else \
-                    f"hooks.{first_hook.name} ({_qualified(type(first_hook))})"
-                logger.warning("Trained to iteration %d, its final checkpoint saved; what the run does at its end failed for "
-                               "the error below: mend %s and run %s to finish it from there", self.iter,
-                               what, self.rerun_hint)
+            self._say_finished_but(first, first_hook)
             self.status = "failed"
             raise first
 
-    def run(self) -> None:
-        raise NotImplementedError
+    def _say_finished_but(self, err: BaseException, hook: Any) -> None:
+        """A run that trained to its end and saved its ``final.pt`` (this attempt's), whose ``after_train`` failed: say
+        that a rerun only retries the end."""
+        final = Path(self.checkpoint_dir) / "final.pt"
+        saved = not isinstance(err, CheckpointWriteError) and final.is_file() and \
+            final.stat().st_mtime >= self._train_started - 1  # (file times may lag the clock by a tick)
+        if self.status in ("completed", "stopped") and self.is_main and saved:
+            what = what_to_mend(err) if isinstance(err, STOPS_AT_BOUNDARY) or hook is None else \
+                f"hooks.{hook.name} ({_qualified(type(hook))})"
+            logger.warning("Trained to iteration %d, its final checkpoint saved; what the run does at its end failed for the "
+                           "error below: mend %s and run %s to finish it from there", self.iter, what, self.rerun_hint)
 
     def final_metrics(self, sync: bool = True) -> Dict[str, float]:
         """The latest value of every scalar (averaged over the ranks under DDP unless not ``sync``)."""
         return {k: v for k, (v, _) in self.storage.latest(sync=sync).items()}
 
     def train_epoch(self, until_iter: Optional[int] = None) -> bool:
-        """Train over the rest of the current epoch, or until ``iter`` reaches ``until_iter``.
-
-        Returns whether the epoch was finished.
-        """
-        self.at_boundary()
-        if self.stop_reason:
+        """Train over the rest of the current epoch, or until ``iter`` reaches ``until_iter``; return whether the
+        epoch was finished."""
+        if self._stop_at_boundary():
             return False
+        self._begin_epoch()
         steps = self.steps_per_epoch or sys.maxsize
-        self.storage.begin_epoch(self.epoch, self.iter - self.inner_iter)  # also mid-epoch: a resumed run's
+        while self.inner_iter < steps and (until_iter is None or self.iter < until_iter):
+            try:
+                self._train_step()
+            except StreamEnded:  # the stream's pass, and so the epoch, ends here
+                self._stream_ended()
+                steps = self.inner_iter
+                break
+            except (BatchCollateError, DataError) as err:  # the batch could not be loaded: no step was taken
+                self._stop_for_train_data(err)
+                break
+            if self.inner_iter < steps and self._stop_at_boundary():
+                break
+        self._end_pass()
+        if self.inner_iter < steps:
+            return False
+        self._end_epoch()
+        return True
+
+    def _begin_epoch(self) -> None:
+        """``before_epoch`` at an epoch's start (not when resumed inside it), and the batches it has left."""
+        self.storage.begin_epoch(self.epoch, self.iter - self.inner_iter)
         if self.inner_iter == 0:
             self._call("before_epoch")
         self._data_iter = self._epoch_batches()
-        storage, handlers = self.storage, self._handlers  # the per-step events dispatched inline: a call less each
-        ended = False  # the stream said its pass ended
-        while self.inner_iter < steps and (until_iter is None or self.iter < until_iter):
-            storage.iter = self.iter
-            self._in_step = True
-            for handler in handlers["before_step"]:
-                handler()
-            try:
-                self.run_step()
-            except StreamEnded:  # the stream ran out: its pass, and the epoch, end here
-                self._in_step = False
-                self._stream_ended()
-                steps = self.inner_iter
-                ended = True
-                break
-            except (BatchCollateError, DataError) as err:  # the batch could not be loaded: no step was taken
-                if self.dist is not None or self.iter == self.started_at:  # under DDP the other ranks are inside the
-                    raise  # step's collectives: this rank fails now; and a run that took no step has nothing to keep
-                self._in_step = False
-                self._stop_for_train_data(err)
-                break
-            try:  # costs nothing until it raises (Python 3.11+)
-                for handler in handlers["after_step"]:
-                    handler()
-            except STOPS_AT_BOUNDARY as err:
-                self._stop_for(err, handlers["after_step"], handler)
+
+    def _train_step(self) -> None:
+        """``before_step``, :meth:`run_step`, ``after_step``; then the step counts as done."""
+        self.storage.iter = self.iter
+        self._in_step = True
+        try:
+            self._call("before_step")
+            self.run_step()
+            self._call_at_end("after_step")
+        finally:
             self._in_step = False
-            self.iter += 1
-            self.inner_iter += 1
-            if self.inner_iter < steps:
-                self.at_boundary()
-                if self.stop_reason:
-                    break
-        if not ended and self.inner_iter == steps and self.steps_per_epoch is not None and isinstance(self._data_iter, StreamPass):
-            self._past_its_length()
+        self.iter += 1
+        self.inner_iter += 1
+
+    def _end_pass(self) -> None:
+        """Done with the epoch's batches (ended, or stopped): check a stream's length, and the losses not checked yet."""
+        if self.inner_iter == self.steps_per_epoch and isinstance(self._data_iter, StreamPass):
+            self._check_stream_length()
         self._data_iter = iter(())
         self.batch = None
         self._check_unchecked()
-        if self.inner_iter < steps:
-            return False
-        storage.iter = self.iter - 1
-        self._epoch_ending = True  # a validation now shows the trainer as after the epoch (see validate)
+
+    def _end_epoch(self) -> None:
+        self.storage.iter = self.iter - 1
+        self._epoch_ending = True  # a validation in after_epoch shows the trainer as after the epoch (see validate)
         try:
             self._call_at_end("after_epoch")
         finally:
             self._epoch_ending = False
         self.epoch += 1
         self.inner_iter = 0
-        return True
 
     def _stop_for_train_data(self, err: Exception) -> None:
-        """A train batch that could not be loaded (a missing or corrupt file) stops the run at the boundary before its
-        step, with a checkpoint, as a signal would: the training so far is kept, and the run trains on from there
-        once the data is mended. DataLoader workers draw from their own generators, so the checkpoint is the one of
-        a run that never met the batch; with ``data.num_workers=0`` the loading drew from the run's, up to the error."""
-        if not getattr(self.train_loader, "num_workers", 0):  # (one process: under DDP the rank fails at once)
-            logger.warning("The random state saved is the one after the failed batch began loading (with "
-                           "data.num_workers=0 the loading draws from the run's own generators): random augmentation "
-                           "from there may differ from a run that never met it")
+        """A train batch that could not be loaded stops the run at the boundary before its step, with a checkpoint to
+        train on from once the data is mended. Raised at once under DDP (the other ranks are inside the step's
+        collectives) and before the first step (nothing to keep)."""
+        if self.dist is not None or self.iter == self.started_at:
+            raise err
+        if not getattr(self.train_loader, "num_workers", 0):
+            logger.warning("The random state saved is the one after the failed batch began loading (data.num_workers=0): "
+                           "random augmentation from there may differ from a run that never met it")
         self._stop_for(err, (), None)
 
+    def _say_once(self, key: str, message: str, *args: Any, level: int = logging.WARNING) -> None:
+        if key not in self._said_once:
+            self._said_once.add(key)
+            logger.log(level, message, *args)
+
     def _stream_ended(self) -> None:
-        """A stream's pass ended: said once when it falls short of its ``__len__``; an error when it yielded nothing."""
+        """A stream's pass ended: an error when it yielded nothing; said once when it falls short of its ``__len__``."""
         if self.inner_iter == 0:
             where = " on at least one rank" if self.dist is not None else ""
             raise RuntimeError(f"the train stream yielded no batch in epoch {self.epoch + 1}{where}; a pass must yield at "
                                f"least one{' on every rank' if where else ''}")
-        if self.steps_per_epoch is not None and not self._short_stream_said:
-            self._short_stream_said = True
-            logger.warning("The train stream ended after %d batches, short of the %d its length promises: epoch %d "
-                           "ends there (so does every epoch that falls short)", self.inner_iter, self.steps_per_epoch,
-                           self.epoch + 1)
+        if self.steps_per_epoch is not None:
+            self._say_once("short stream", "The train stream ended after %d batches, short of the %d its length promises: "
+                           "epoch %d ends there (so does every epoch that falls short)", self.inner_iter,
+                           self.steps_per_epoch, self.epoch + 1)
 
-    def _past_its_length(self) -> None:
-        """A stream's pass took the batches its ``__len__`` promises: ask for one more (every epoch, on every rank,
-        so each run asks at the same points), and say once that the pass went on past its length, whose rest is
-        not trained on (one worker's partial batch more than ``__len__`` counts, a stream not shared out)."""
+    def _check_stream_length(self) -> None:
+        """A stream's pass took the batches its ``__len__`` promises: ask for one more (every epoch, on every rank), and
+        say once that a pass runs on past its length, whose rest is not trained on."""
         try:
             next(self._data_iter)
         except StreamEnded:
             return
-        if not self._long_stream_said:
-            self._long_stream_said = True
-            logger.warning("The train stream had more batches after the %d its length promises: epoch %d ends there, and "
-                           "the rest of each pass that runs over is not trained on. Make __len__ count what a pass yields (with "
-                           "data.num_workers>0, each worker's share ends in a partial batch of its own, unless the stream "
-                           "shares itself out in whole batches)", self.steps_per_epoch, self.epoch + 1)
+        self._say_once("long stream", "The train stream had more batches after the %d its length promises: epoch %d ends "
+                       "there, and the rest of each pass that runs over is not trained on. Make __len__ count what a pass "
+                       "yields (docs/contracts.md)",
+                       self.steps_per_epoch, self.epoch + 1)
 
     def _stream_ended_elsewhere(self) -> None:
         """Under DDP another rank's pass over the stream ended while this rank had batches left: said once."""
-        if not self._uneven_stream_said:
-            self._uneven_stream_said = True
-            logger.warning("rank %d: the train stream's pass ended on another rank after %d batches while this rank had "
-                           "more; the rest of this rank's pass is dropped, in this epoch and any other that is uneven. Give "
-                           "every rank as many batches (each pass checks it, at one small all-reduce a step)",
-                           self.rank, self.inner_iter)
+        self._say_once("uneven stream", "rank %d: the train stream's pass ended on another rank after %d batches; the rest of "
+                       "this rank's is dropped (here and in any uneven epoch): give every rank as many batches",
+                       self.rank, self.inner_iter)
 
     def epochs_in(self, steps: int) -> Optional[str]:
-        """``2/3`` where ``steps`` steps make whole epochs (a validation after the second of three epochs), as the
-        console numbers them; None for a count that ends inside an epoch, or without an epoch's length."""
+        """``2/3`` where ``steps`` steps make whole epochs, as the console numbers them; else None."""
         if not self.steps_per_epoch or steps <= 0 or steps % self.steps_per_epoch:
             return None
         return self.epoch_text(steps // self.steps_per_epoch - 1)
 
     def epoch_text(self, epoch: int) -> str:
-        """The 0-based ``epoch`` as the console shows it: from 1, out of ``max_epochs`` where that is known (a
-        checkpoint of a longer run, resumed in a shorter one, shows its own: ``3/2``)."""
+        """The 0-based ``epoch`` as the console shows it: from 1, out of ``max_epochs`` where that is known."""
         if self.max_epochs is None:
             return str(epoch + 1)
         return f"{epoch + 1}/{self.max_epochs}"
@@ -1005,29 +976,33 @@ class TrainerBase:
     def _epoch_batches(self) -> Iterator:
         """An iterator over the current epoch's batches, past the ``inner_iter`` already trained on."""
         loader = self.train_loader
-        if hasattr(loader, "set_epoch"):  # launcher.engine.loaders.EpochLoader: skips without loading
+        if hasattr(loader, "set_epoch"):  # launcher.engine.loaders' loaders: they skip without loading
             loader.set_epoch(self.epoch, self.inner_iter)
             batches = self._watched(iter(loader))
             if isinstance(getattr(loader, "dataset", None), IterableDataset):
-                # its end is told apart from a StopIteration raised in a step; under DDP the ranks end it together
                 return StreamPass(batches, self if self.dist is not None else None)
             return batches
         sampler = getattr(loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(self.epoch)
-        if not self.inner_iter:
-            if not isinstance(loader, (list, tuple)):  # batches ready-made draw nothing
-                self._epoch_start = (self.epoch, _loader_rng_state(loader))
-            return self._watched(iter(loader))
+        if self.inner_iter:
+            return self._skip_into_epoch(loader)
+        if not isinstance(loader, (list, tuple)):  # batches ready-made draw nothing
+            self._epoch_start = (self.epoch, _loader_rng_state(loader))
+        return self._watched(iter(loader))
+
+    def _skip_into_epoch(self, loader: Iterable) -> Iterator:
+        """A loader of the user's own, resumed inside an epoch: the batches done read again, drawn from the random state
+        the epoch began with (its order, its workers' seeds); then the run's own draws go on from the checkpoint's."""
         logger.warning("The train loader cannot skip batches: reading %d batches again to resume", self.inner_iter)
         start = self._epoch_start[1] if self._epoch_start and self._epoch_start[0] == self.epoch else None
         now = get_rng_state()
-        if start is not None:  # the epoch's order (and its workers' seeds) drawn again as they were at its start
+        if start is not None:
             _set_loader_rng_state(loader, start)
         batches = self._watched(iter(loader))
         for _ in range(self.inner_iter):
             next(batches)
-        if start is not None:  # the run's own draws go on from the checkpoint's
+        if start is not None:
             set_rng_state(now)
         return batches
 
@@ -1038,10 +1013,9 @@ class TrainerBase:
         return batches
 
     def _worker_died(self, err: RuntimeError) -> None:
-        """A DataLoader worker died (the OOM killer, a crash) while this process was not waiting for a batch: the
-        step (or validation batch) under way ends whole, and the run stops at the next boundary with a checkpoint,
-        as for a batch that could not be loaded. Under DDP, and once training is over, the fetch that needs the dead
-        worker's batch raises it (:class:`launcher.engine.loaders.DeadWorkerWatch`)."""
+        """A DataLoader worker died while this process was not waiting for a batch: the step (or validation) under way
+        ends whole and the run stops at the next boundary with a checkpoint. Under DDP, and once training is over, the
+        fetch that needs the dead worker's batch raises it (:class:`launcher.engine.loaders.DeadWorkerWatch`)."""
         if self.dist is not None or self.status != "running" or self._deferred is not None:
             return
         if self._validating:
@@ -1052,51 +1026,20 @@ class TrainerBase:
         error.__cause__ = err
         self._stop_for(error, (), None)
 
+    # -- the step ------------------------------------------------------------------------------
     def run_step(self) -> None:
         """One iteration: fetch the batch, forward, losses, backward, optimizer step.
 
-        Sets ``batch`` and ``data_time`` (seconds spent waiting for the batch) for hooks; an
-        override that fetches its own batch should set them too.
+        Sets ``batch`` and ``data_time`` (seconds spent waiting for the batch) for hooks; an override that fetches its
+        own batch should set them too.
         """
         start = time.perf_counter()
-        try:  # costs nothing until it raises (Python 3.11+)
-            batch = next(self._data_iter)
-        except (StreamEnded, StopIteration, ConfigError, RunError):
-            raise
-        except Exception as err:  # the step has taken nothing yet: train_epoch may stop the run at its boundary
-            which = f"batch {self.inner_iter + 1} of epoch {self.epoch + 1}"
-            raise _load_failure(err, "data.train", which) from err
+        batch = _fetch(self._data_iter, "data.train", f"batch {self.inner_iter + 1} of epoch {self.epoch + 1}")
         if self._move:
             batch = move_to_device(batch, self.device, self._non_blocking)
-        self.batch = batch  # for hooks that look at the data of the step (throughput, samples)
+        self.batch = batch
         self.data_time = time.perf_counter() - start  # recorded as ``data_time`` by the IterationTimer hook
-        storage = self.storage
-
-        try:  # costs nothing until it raises (Python 3.11+)
-            if self._forward_context is contextlib.nullcontext:
-                out = self.train_model(batch)
-            else:
-                with self._forward_context():  # e.g. autocast, from the hook that owns the optimizer step
-                    out = self.train_model(batch)
-        except (TypeError, AttributeError) as err:
-            if self.iter == self.started_at:  # its first step: a forward that does not take the batch as given?
-                raise _batch_misfit(self.model, batch, err) or err
-            raise
-        read = None  # the loss as a float, where reading it costs nothing
-        if isinstance(out, torch.Tensor) and out.numel() == 1:  # the common case, without building a dict
-            loss, losses = out, None
-            if self._read_loss:  # read it once, for the storage and the finiteness check
-                read = out.item()
-                storage.put_scalar("train/loss", read)
-            else:
-                storage.put_scalar("train/loss", out)  # the storage keeps it detached; read when a writer asks
-        else:
-            losses = _as_tensor_dict(out, self.model, "train")
-            loss = sum(losses.values()) if len(losses) > 1 else next(iter(losses.values()))
-            for name, value in losses.items():
-                storage.put_scalar(self._train_keys.get(name) or self._train_keys.setdefault(name, f"train/{name}"), value)
-            if len(losses) > 1:
-                storage.put_scalar("train/total_loss", loss)
+        loss, losses, read = self._record_losses(self._forward(batch))
         if self._step_hook is not None:  # accumulation, clipping, AMP, a NaN policy: see hooks/optim.py
             self._step_hook.optimizer_step(loss, losses)
             return
@@ -1105,17 +1048,41 @@ class TrainerBase:
         loss.backward()
         self.optimizer.step()
 
+    def _forward(self, batch: Any) -> Any:
+        """``train_model(batch)`` in the step hook's forward context (autocast); a first step whose forward cannot take
+        the batch says so."""
+        try:
+            with self._forward_context():
+                return self.train_model(batch)
+        except (TypeError, AttributeError) as err:
+            misfit = _batch_misfit(self.model, batch, err) if self.iter == self.started_at else None
+            if misfit is None:
+                raise
+            raise misfit from err
+
+    def _record_losses(self, out: Any) -> Tuple[torch.Tensor, Optional[Dict[str, torch.Tensor]], Optional[float]]:
+        """Put the model's losses in the storage; return the loss to step on, the named losses (None for a single
+        tensor), and the loss as a float where reading it costs no device sync."""
+        if isinstance(out, torch.Tensor) and out.numel() == 1:  # the common case, without building a dict
+            read = out.item() if self._read_loss else None  # kept as a tensor otherwise: read when a writer asks
+            self.storage.put_scalar("train/loss", out if read is None else read)
+            return out, None, read
+        losses = _as_tensor_dict(out, self.model, "train")
+        loss = sum(losses.values()) if len(losses) > 1 else next(iter(losses.values()))
+        for name, value in losses.items():
+            self.storage.put_scalar(self._train_keys.get(name) or self._train_keys.setdefault(name, f"train/{name}"), value)
+        if len(losses) > 1:
+            self.storage.put_scalar("train/total_loss", loss)
+        return loss, losses, None  # type: ignore[return-value]
+
     def _reads_loss_each_step(self) -> bool:
-        # Asked once a run, not each step: ``device.type`` builds a new string on every read.
-        return self.device.type in self.SYNC_FREE_DEVICES
+        return self.device.type in self.SYNC_FREE_DEVICES  # asked once a run: ``device.type`` builds a new string
 
     def check_finite(self, loss: torch.Tensor, losses: Optional[Mapping[str, torch.Tensor]], read: Optional[float] = None) -> None:
-        """Raise :class:`NonFiniteLoss` (a ``FloatingPointError``) for a non-finite loss, naming the iteration and every loss.
+        """Raise :class:`NonFiniteLoss` for a non-finite loss, naming the step and every loss.
 
-        On the CPU every step is checked (reading a CPU scalar costs no device sync). On an
-        accelerator the losses are checked every ``FINITE_CHECK_PERIOD`` steps with one sync,
-        so the step never waits on the device just for this; the error still names the first
-        bad iteration. ``read`` is the loss as a float when the step has read it already.
+        On the CPU every step is checked; on an accelerator every ``FINITE_CHECK_PERIOD`` steps with one sync (the
+        error still names the first bad step). ``read`` is the loss as a float when the step has read it already.
         """
         if read is not None or loss.device.type in self.SYNC_FREE_DEVICES:
             if not math.isfinite(loss.item() if read is None else read):
@@ -1136,89 +1103,100 @@ class TrainerBase:
         values = ", ".join(f"{k}={v.item()}" for k, v in losses.items())
         groups = getattr(getattr(self, "optimizer", None), "param_groups", None) or []
         lrs = sorted({f"{float(g['lr']):.3g}" for g in groups if "lr" in g})
-        hint = (f"; the lr was {'/'.join(lrs)}: a lower optimizer.lr, or the optimizer_step hook's clip_grad_norm or "
-                f"nonfinite=skip, may carry the run past it") if lrs else ""
-        # numbered as the console's progress line numbers it (iter 5/16 for the fifth step, epoch 1/2), and as the
-        # metrics files number their rows (iter from 0)
+        hint = f"; the lr was {'/'.join(lrs)}: a lower optimizer.lr, or the optimizer_step hook's clip_grad_norm or " \
+            "nonfinite=skip, may carry the run past it" if lrs else ""
+        # numbered as the console's progress line (from 1) and as metrics.jsonl (iter from 0)
         raise NonFiniteLoss(f"Loss became infinite or NaN in step {iteration + 1} of {self.max_iters} (epoch "
                             f"{self.epoch_text(self.epoch)}; iter {iteration}, as metrics.jsonl numbers steps): {values}{hint}")
 
+    # -- validation ------------------------------------------------------------------------------
     @torch.no_grad()
     def validate(self) -> Dict[str, float]:
         """One pass over the validation data in eval mode; records and returns ``val/*``.
 
-        Training's random state is put back afterwards: what validation draws (a loader's worker seeds,
-        random ops in the model or the val data) leaves training's draws as they were, so a validation
-        more or less (a run's end, a resume) changes nothing in the training that follows.
-
-        In ``before_val`` and ``after_val`` hooks see ``epoch`` as the epochs completed, whoever validates: a
-        workflow's val phase, or a hook at an epoch's end (``after_epoch``, where ``epoch`` is still the ending
-        epoch's 0-based index and ``inner_iter`` its length: for the validation they read as after it).
+        Training's random state is put back afterwards, so a validation more or less changes nothing in the training
+        that follows. In ``before_val`` and ``after_val`` hooks see ``epoch`` as the epochs completed.
         """
+        if self.val_loader is None:
+            raise RuntimeError(f"validation was asked for but {self.no_val_set}")
+        with self._as_after_epoch():
+            self.storage.iter, self.storage.epoch = self.last_step, self.last_epoch
+            training_rng = get_rng_state()  # before the before_val hooks, which may draw too (PreciseBN's forwards)
+            self._call("before_val")
+            with self._eval_pass(training_rng):
+                sums, counts = self._eval_loop()
+            self.last_val = self._val_metrics(sums, counts)
+            self._validated_at = self.steps_done
+            self._warn_nonfinite_val()
+            self.storage.put_scalars(smoothing_hint=False, **self.last_val)
+            self._call_at_end("after_val")
+        return self.last_val
+
+    @contextlib.contextmanager
+    def _as_after_epoch(self) -> Iterator[None]:
+        """In ``after_epoch`` (``epoch`` still the ending one's index, ``inner_iter`` its length), the trainer shown as after it."""
         if not self._epoch_ending:
-            return self._validate()
+            yield
+            return
         epoch, inner = self.epoch, self.inner_iter
         self.epoch, self.inner_iter, self._epoch_ending = epoch + 1, 0, False
         try:
-            return self._validate()
+            yield
         finally:
             self.epoch, self.inner_iter, self._epoch_ending = epoch, inner, True
 
-    def _validate(self) -> Dict[str, float]:
-        if self.val_loader is None:
-            raise RuntimeError(f"validation was asked for but {self.no_val_set}")
-        self.storage.iter, self.storage.epoch = self.last_step, self.last_epoch
-        training_rng = get_rng_state()  # before the before_val hooks, which may draw too (PreciseBN's forwards)
-        self._call("before_val")
+    @contextlib.contextmanager
+    def _eval_pass(self, training_rng: Dict[str, Any]) -> Iterator[None]:
+        """The model in eval mode, then back with training's random state; ``val_failed`` where the pass raised (the EMA
+        hook puts the model's own weights back before the error goes on)."""
         was_training = self.model.training
         self.model.eval()
-        sums: Dict[str, torch.Tensor] = {}
-        counts: Dict[str, int] = {}  # samples per metric: a metric some batches leave out is averaged over the rest
         failed = True
         self._validating = True
         try:
-            batches = self._watched(iter(self.val_loader))
-            for index in itertools.count(1):
-                try:
-                    batch = next(batches)
-                except StopIteration:
-                    break
-                except (ConfigError, RunError):  # the launcher's own data, whose message names the key
-                    raise
-                except Exception as err:
-                    which = f"batch {index} of the validation after {self.steps_done} steps"
-                    raise _load_failure(err, "data.val", which) from err
-                if self.device.type != "cpu":
-                    batch = move_to_device(batch, self.device, self._non_blocking)
-                n = batch_size_of(batch)
-                with self._forward_context():
-                    out = self.model(batch)
-                for name, value in _as_tensor_dict(out, self.model, "eval").items():
-                    sums[name] = sums.get(name, 0) + value.detach().float().reshape(()) * n
-                    counts[name] = counts.get(name, 0) + n
+            yield
             failed = False
         finally:
             self._validating = False
             self.model.train(was_training)
             set_rng_state(training_rng)
             self._val_raised_under_ddp = failed and self.dist is not None
-            if failed:  # the error goes on; e.g. the EMA hook puts the model's own weights back first
-                for handler in self._handlers["val_failed"]:
-                    handler()
+            if failed:
+                self._call("val_failed")
+
+    def _eval_loop(self) -> Tuple[Dict[str, torch.Tensor], Dict[str, int]]:
+        """Each metric summed over this rank's val samples, and the samples it covers (a metric some batches leave
+        out is averaged over the rest)."""
+        sums: Dict[str, torch.Tensor] = {}
+        counts: Dict[str, int] = {}
+        batches = self._watched(iter(self.val_loader))  # type: ignore[arg-type]
+        for index in itertools.count(1):
+            batch = _fetch(batches, "data.val", f"batch {index} of the validation after {self.steps_done} steps", _END)
+            if batch is _END:
+                break
+            if self._move:
+                batch = move_to_device(batch, self.device, self._non_blocking)
+            n = batch_size_of(batch)
+            with self._forward_context():
+                out = self.model(batch)
+            for name, value in _as_tensor_dict(out, self.model, "eval").items():
+                sums[name] = sums.get(name, 0) + value.detach().float().reshape(()) * n
+                counts[name] = counts.get(name, 0) + n
+        return sums, counts
+
+    def _val_metrics(self, sums: Dict[str, torch.Tensor], counts: Dict[str, int]) -> Dict[str, float]:
+        """``val/<name>``: each metric's mean over the val samples of every rank."""
+        names = list(sums)
         if self.dist is not None:  # the metrics any rank returned, in one order on every rank
-            names = list(dict.fromkeys(k for rank_names in distributed.all_gather_object(list(sums)) for k in rank_names))
-        else:
-            names = list(sums)
+            names = list(dict.fromkeys(k for rank_names in distributed.all_gather_object(names) for k in rank_names))
         if not names:  # no rank had a batch: a stream that ended at once (a sized empty val set is refused as built)
-            for handler in self._handlers["val_failed"]:  # as for an error in the pass: the EMA puts the model's weights back
-                handler()
+            self._call("val_failed")  # as for an error in the pass: the EMA puts the model's weights back
             dataset = getattr(self.val_loader, "dataset", None)
             raise ConfigError(f"data.val: its loader yielded no batches{f' ({type(dataset).__name__})' if dataset is not None else ''}, "
-                              f"so validation has no metrics; give it samples, or set data.val=null to train without "
-                              f"validation")
+                              f"so validation has no metrics; give it samples, or set data.val=null to train without validation")
         parts = [sums[k] if k in sums else torch.zeros(()) for k in names]
         if len({t.device for t in parts}) == 1:  # one transfer for all of them
-            totals = torch.stack(parts).cpu().double().tolist() if parts else []
+            totals = torch.stack(parts).cpu().double().tolist()
         else:  # metrics on different devices (a number returned beside CUDA tensors)
             totals = [float(t) for t in parts]
         samples = [counts.get(k, 0) for k in names]
@@ -1229,26 +1207,20 @@ class TrainerBase:
                 raise RuntimeError(f"validation: rank {self.rank} returned metrics {names}, other ranks returned others")
             values = reduced.tolist()
             totals, samples = values[:len(names)], values[len(names):]
-        self.last_val = {f"val/{k}": t / max(c, 1) for k, t, c in zip(names, totals, samples)}
-        self._validated_at = self.steps_done
+        return {f"val/{k}": t / max(c, 1) for k, t, c in zip(names, totals, samples)}
+
+    def _warn_nonfinite_val(self) -> None:
+        """Once a metric: a non-finite val metric is recorded as such."""
         bad = [k for k, v in self.last_val.items() if not math.isfinite(v) and k not in self._said_nonfinite]
-        if bad and self.is_main:  # once a metric: each validation after may say the same
+        if bad and self.is_main:
             self._said_nonfinite.update(bad)
             logger.warning("Validation after %d steps: %s: the model's forward in eval mode returned a non-finite value "
-                           "for some batch; recorded as such", self.steps_done,
-                           ", ".join(f"{k} = {self.last_val[k]}" for k in bad))
-        self.storage.put_scalars(smoothing_hint=False, **self.last_val)
-        self._call_at_end("after_val")
-        return self.last_val
+                           "for some batch; recorded as such", self.steps_done, ", ".join(f"{k} = {self.last_val[k]}" for k in bad))
 
     # -- checkpoint state ----------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
-        """Everything needed to continue exactly from the current step boundary.
-
-        Under DDP every rank calls this at the same boundary: it gathers the ranks' RNG states, and
-        averages the metrics recorded since the last write first, as that write would have (the
-        checkpoint is rank 0's; a resumed run's first write must not take its values for the average).
-        """
+        """Everything needed to continue exactly from the current step boundary. Under DDP every rank calls it there:
+        it gathers the ranks' RNG states and averages the metrics not yet written, as that write would have."""
         if self.dist is not None:
             self.storage.synchronize()
         rng = get_rng_state()
@@ -1257,7 +1229,7 @@ class TrainerBase:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "optimizer_params": self._optimizer_param_names(),  # torch's state goes by position: a rerun matches by name
+            "optimizer_params": self._optimizer_param_names(),  # torch's state goes by position; _by_name matches names
             "optimizer_class": _qualified(type(self.optimizer)),
             "iter": self.iter,
             "max_iters": self.max_iters,  # the run's length, so a rerun knows whether it was lengthened
@@ -1267,11 +1239,9 @@ class TrainerBase:
             "validated_at": self._validated_at,
             "data": {"epoch": self.epoch, "batches_done": self.inner_iter, "seed": getattr(self.train_loader, "seed", None)},
             "storage": self.storage.state_dict(),
-            # so a run resumed at its end knows its last validation (the evaluator's at-end one, ReduceLROnPlateau)
             "last_val": {k: float(v) for k, v in self.last_val.items()},
             "hooks": {h.name: h.state_dict() for h in self._hooks},
             "rng": rng,
-            # under DDP each rank's generators, so every rank resumes its own random stream
             "rng_ranks": distributed.all_gather_object(rng) if self.dist is not None else None,
         }
 
@@ -1289,37 +1259,40 @@ class TrainerBase:
         self._validated_at = state.get("validated_at")
         self.storage.load_state_dict(state["storage"])
         self.last_val = dict(state.get("last_val", {}))
-        saved_hooks = state["hooks"]
-        unused = sorted(name for name, saved in saved_hooks.items()
-                        if name not in {h.name for h in self._hooks} and not (isinstance(saved, dict) and not saved))
-        added = sorted(h.name for h in self._hooks  # those that keep a state: a renamed one's would start afresh
-                       if h.name not in saved_hooks and type(h).state_dict is not HookBase.state_dict)
-        if unused and added and self.is_main:
-            logger.warning("The checkpoint holds the state of hook(s) %s, which this run does not have, and this run's "
-                           "hook(s) %s have none there: if one was renamed, it starts afresh (its state stays under its "
-                           "old name, which resumes it)", ", ".join(unused), ", ".join(added))
-        for h in self._hooks:
-            saved = saved_hooks.get(h.name)
-            # a hook that held no state when checkpointed (or was not there) starts afresh, as a hook added now does
-            if h.name in saved_hooks and not (isinstance(saved, dict) and not saved):
-                try:
-                    h.load_state_dict(saved)
-                except ConfigError:
-                    raise  # the hook's config, named as such (e.g. the LR hook rebuilding its schedule)
-                except Exception as err:
-                    raise HookStateError(f"hook {h.name} ({type(h).__module__}.{type(h).__qualname__}) could not load its "
-                                         f"saved state: {type(err).__name__}: {err}") from err
+        self._load_hook_states(state["hooks"])
         ranks = state.get("rng_ranks") or [state.get("rng")]
-        # (a checkpoint of another world size is refused by resume_or_load; loaded here directly, every rank takes rank 0's)
+        # (another world size's is refused by resume_or_load; loaded here directly, every rank takes rank 0's)
         self._rng_to_restore = ranks[self.rank] if len(ranks) == self.world_size else ranks[0]
         start = (self._rng_to_restore or {}).get("epoch_start")
         self._epoch_start = (self.epoch, start) if start is not None and self.inner_iter else None
 
+    def _load_hook_states(self, saved_hooks: Mapping[str, Any]) -> None:
+        """Each hook's saved state; a hook that held none (or was not there) starts afresh. A hook's state under a
+        name this run lacks, beside a hook of this run with none, is said (a renamed hook)."""
+        def held(saved: Any) -> bool:
+            return not (isinstance(saved, dict) and not saved)
+
+        unused = sorted(name for name, saved in saved_hooks.items() if name not in {h.name for h in self._hooks} and held(saved))
+        added = sorted(h.name for h in self._hooks  # those that keep a state
+                       if h.name not in saved_hooks and type(h).state_dict is not HookBase.state_dict)
+        if unused and added and self.is_main:
+            logger.warning("The checkpoint holds the state of hook(s) %s, which this run lacks, and this run's hook(s) %s "
+                           "have none there: a renamed hook starts afresh (its old name resumes it)", ", ".join(unused), ", ".join(added))
+        for h in self._hooks:
+            if h.name in saved_hooks and held(saved_hooks[h.name]):
+                try:
+                    h.load_state_dict(saved_hooks[h.name])
+                except ConfigError:
+                    raise  # the hook's config, named as such (e.g. the LR hook rebuilding its schedule)
+                except Exception as err:
+                    raise HookStateError(f"hook {h.name} ({_qualified(type(h))}) could not load its saved state: "
+                                         f"{type(err).__name__}: {err}") from err
+
 
 def _by_name(saved: Mapping[str, Any], saved_names: Optional[List[List[str]]],
              names: Optional[List[List[str]]]) -> Mapping[str, Any]:
-    """An optimizer's saved state with each group's parameters in this run's order, matched by name. torch matches
-    them by position: a model whose layers are now defined in another order gave one layer's momentum to another."""
+    """An optimizer's saved state with each group's parameters in this run's order, matched by name (torch matches by
+    position: layers defined in another order would swap their momentum)."""
     if not saved_names or not names or saved_names == names or len(saved_names) != len(names) or \
             len(saved.get("param_groups", ())) != len(names):
         return saved
@@ -1349,9 +1322,8 @@ def _loader_generators(loader: Any) -> List[torch.Generator]:
 
 
 def _loader_rng_state(loader: Any) -> Dict[str, Any]:
-    """What a train loader of the user's own draws an epoch's order and its workers' seeds from, as the epoch
-    begins: the global generators (a sampler without a generator of its own, ``random.shuffle``), and the loader's
-    generators. Taken once an epoch, so that a run resumed mid-epoch draws them again."""
+    """What a loader of the user's own draws an epoch's order and workers' seeds from as the epoch begins (the global
+    generators and the loader's), so that a run resumed inside the epoch draws them again."""
     return {"global": get_rng_state(), "generators": [g.get_state().numpy().tobytes() for g in _loader_generators(loader)]}
 
 
@@ -1364,11 +1336,8 @@ def _set_loader_rng_state(loader: Any, state: Mapping[str, Any]) -> None:
 
 
 class IterTrainer(TrainerBase):
-    """Train for ``max_iters`` steps over an endless stream of the training data.
-
-    The stream starts a new epoch (reshuffled) each time the loader is exhausted, so
-    epoch events still fire at every full pass.
-    """
+    """Train for ``max_iters`` steps; the loader is passed over again (reshuffled) each time it ends, so epoch events
+    still fire at every full pass."""
 
     def __init__(self, *args: Any, max_iters: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -1378,7 +1347,6 @@ class IterTrainer(TrainerBase):
 
     @classmethod
     def check_config(cls, config: Mapping[str, Any]) -> None:
-        """The run's length, checked before the data is built (see :meth:`TrainerBase.check_config`)."""
         if "max_iters" in config:
             _positive_length("max_iters", config["max_iters"])
 
@@ -1398,12 +1366,8 @@ class IterTrainer(TrainerBase):
 
 
 class EpochTrainer(TrainerBase):
-    """Train for ``max_epochs`` following mmcv's workflow.
-
-    ``workflow`` is a list of ``[phase, n]`` pairs run in order until ``max_epochs``
-    training epochs are done: ``[[train, 2], [val, 1]]`` trains two epochs, validates
-    once, and repeats.
-    """
+    """Train for ``max_epochs`` following mmcv's workflow: ``[phase, n]`` pairs run in order until ``max_epochs``
+    training epochs are done (``[[train, 2], [val, 1]]`` trains two epochs, validates once, and repeats)."""
 
     PHASES = ("train", "val")
     LENGTH_KEY = "max_epochs"
@@ -1413,24 +1377,20 @@ class EpochTrainer(TrainerBase):
     ) -> None:
         super().__init__(*args, **kwargs)
         if self.steps_per_epoch is None:
-            raise ConfigError(
-                f"data.train: {type(self.train_loader.dataset).__name__} is an IterableDataset without __len__, and "
-                f"trainer=epoch needs an epoch's length (for max_epochs, the LR schedule and resume): give it a "
-                f"__len__ (samples per epoch), or use trainer=iter with trainer.max_iters")
+            raise ConfigError(f"data.train: {type(self.train_loader.dataset).__name__} is an IterableDataset without "
+                              f"__len__, and trainer=epoch needs an epoch's length (for max_epochs, resume): give it a __len__, or use trainer=iter")
         self.max_epochs = _positive_length("max_epochs", max_epochs)
         self.workflow = self._check_workflow(workflow)
         if any(phase == "val" for phase, _ in self.workflow) and self.val_loader is None:
             raise ConfigError(f"trainer.workflow has a 'val' phase but {self.no_val_set}")
         self.max_iters = max_epochs * self.steps_per_epoch
-        self._said_validated = False
 
     @classmethod
     def check_config(cls, config: Mapping[str, Any]) -> None:
-        """The run's length and workflow, checked before the data is built (see :meth:`TrainerBase.check_config`)."""
         if "max_epochs" in config:
             _positive_length("max_epochs", config["max_epochs"])
         if "workflow" in config and isinstance(inspect.getattr_static(cls, "_check_workflow"), classmethod):
-            cls._check_workflow(config["workflow"])  # not a subclass's own instance method: its constructor calls that
+            cls._check_workflow(config["workflow"])  # a subclass's instance method is left to its constructor
 
     @classmethod
     def _check_workflow(cls, workflow: Sequence[Sequence[Any]]) -> List[tuple]:
@@ -1438,11 +1398,9 @@ class EpochTrainer(TrainerBase):
         for item in workflow:
             ok = isinstance(item, Sequence) and len(item) == 2 and not isinstance(item, str)
             if not ok or item[0] not in cls.PHASES or not isinstance(item[1], int) or item[1] <= 0:
-                raise ConfigError(
-                    f"trainer.workflow: bad entry {list(item) if ok else item!r}; each entry should be "
-                    f"[phase, epochs] with phase in {list(cls.PHASES)} and epochs an integer greater than zero, "
-                    f"e.g. [[train, 2], [val, 1]]"
-                )
+                raise ConfigError(f"trainer.workflow: bad entry {list(item) if ok else item!r}; each entry should be "
+                                  f"[phase, epochs] with phase in {list(cls.PHASES)} and epochs an integer greater than "
+                                  f"zero, e.g. [[train, 2], [val, 1]]")
             flows.append((item[0], item[1]))
         if not any(phase == "train" for phase, _ in flows):
             raise ConfigError(f"trainer.workflow: {workflow!r} has no 'train' phase, so training would never end")
@@ -1451,22 +1409,25 @@ class EpochTrainer(TrainerBase):
     def run(self) -> None:
         phases = [phase for phase, epochs in self.workflow for _ in range(epochs)]
         while not self.stop_reason:
-            phase = phases[self.phase_index % len(phases)]
-            if phase == "train":
+            if phases[self.phase_index % len(phases)] == "train":
                 if self.epoch >= self.max_epochs or not self.train_epoch():
                     return
-            elif self._validated_at == self.steps_done:  # a hook (hooks.evaluator) validated these weights just now
-                if not self._said_validated and self.is_main:
-                    self._said_validated = True
-                    logger.info("trainer.workflow's val phase after epoch %d: these weights were validated already (by "
-                                "hooks.evaluator, or a call of trainer.validate()); a val phase that follows such a "
-                                "validation is skipped (once is enough: early stopping and ReduceLROnPlateau would count "
-                                "it twice)", self.epoch)
-            else:
-                try:
-                    self.validate()
-                except STOPS_AT_BOUNDARY as err:  # at the phase's start: the mended rerun validates again (only the
-                    self._stop_for(err, (), None)  # pass's errors come here: an after_val hook's stop in _call_at_end)
-                    return
-                self._validated_at = None  # the workflow's own: its next val phase ([val, 2]) validates again
+            elif not self._val_phase():
+                return
             self.phase_index += 1
+
+    def _val_phase(self) -> bool:
+        """A workflow's val phase; False where the run stops for the pass's error (an after_val hook's stops in
+        _call_at_end). Weights a hook validated just now are not validated again (early stopping would count twice)."""
+        if self._validated_at == self.steps_done:
+            if self.is_main:
+                self._say_once("validated", "trainer.workflow's val phase after epoch %d: these weights were validated "
+                               "already (hooks.evaluator or trainer.validate()); the phase is skipped", self.epoch, level=logging.INFO)
+            return True
+        try:
+            self.validate()
+        except STOPS_AT_BOUNDARY as err:  # at the phase's start: the mended rerun validates again
+            self._stop_for(err, (), None)
+            return False
+        self._validated_at = None  # the workflow's own: its next val phase ([val, 2]) validates again
+        return True
