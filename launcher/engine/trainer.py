@@ -155,14 +155,15 @@ class StreamPass:
 _END = object()  # what _fetch returns at the end of a pass that has an end
 
 
-def _fetch(batches: Iterator, split: str, which: str, *end: Any) -> Any:
-    """``next(batches, *end)``; an error of the data's own loading raised as the launcher's, naming ``split``'s ``which`` batch."""
+def _fetch(batches: Iterator, split: str, which: Callable[[], str], *end: Any) -> Any:
+    """``next(batches, *end)``; an error of the data's own loading raised as the launcher's, naming ``split``'s batch
+    (``which()``: its text is built only then, not on every step)."""
     try:
         return next(batches, *end)
     except (StreamEnded, StopIteration, ConfigError, RunError):
         raise
     except Exception as err:
-        raise _load_failure(err, split, which) from err
+        raise _load_failure(err, split, which()) from err
 
 
 _UNSTACKABLE = ("stack expects each tensor to be equal size", "Trying to resize storage that is not resizable",
@@ -1034,7 +1035,7 @@ class TrainerBase:
         own batch should set them too.
         """
         start = time.perf_counter()
-        batch = _fetch(self._data_iter, "data.train", f"batch {self.inner_iter + 1} of epoch {self.epoch + 1}")
+        batch = _fetch(self._data_iter, "data.train", self._which_train_batch)
         if self._move:
             batch = move_to_device(batch, self.device, self._non_blocking)
         self.batch = batch
@@ -1047,6 +1048,9 @@ class TrainerBase:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
+
+    def _which_train_batch(self) -> str:
+        return f"batch {self.inner_iter + 1} of epoch {self.epoch + 1}"
 
     def _forward(self, batch: Any) -> Any:
         """``train_model(batch)`` in the step hook's forward context (autocast); a first step whose forward cannot take
@@ -1171,7 +1175,7 @@ class TrainerBase:
         counts: Dict[str, int] = {}
         batches = self._watched(iter(self.val_loader))  # type: ignore[arg-type]
         for index in itertools.count(1):
-            batch = _fetch(batches, "data.val", f"batch {index} of the validation after {self.steps_done} steps", _END)
+            batch = _fetch(batches, "data.val", lambda index=index: f"batch {index} of the validation after {self.steps_done} steps", _END)
             if batch is _END:
                 break
             if self._move:
