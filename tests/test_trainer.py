@@ -207,7 +207,7 @@ def test_a_checkpoint_written_by_another_number_of_processes_is_refused_naming_l
     torch.save(state, tmp_path / "two.pt")
     again = make_trainer("epoch", work_dir=tmp_path / "again", resume=str(tmp_path / "two.pt"))
     with pytest.raises(ConfigError, match=r"written by a run of 2 process\(es\), and this run has 1: .* resume it with "
-                                          r"trainer.devices=2 .* trainer.load_from="):
+                                          r"trainer.devices=2\b.* trainer.load_from="):
         again.train()
 
 
