@@ -19,6 +19,7 @@ from launcher.engine.errors import REPORTED_JOB, ClusterUnreachable, ConfigError
 from launcher.engine.signals import EXIT_INTERRUPTED, SIGNALS
 from launcher.runs.build import composition_message, group_list_message, group_value_message, searchpath_override
 from launcher.runs.config import CONFIG_DIR
+from launcher.runs.run import log_to_files_only
 from launcher.runs.rundir import save_config_files
 
 logger = logging.getLogger("launcher")
@@ -40,7 +41,7 @@ def main(cfg: DictConfig) -> float:
     except (ConfigError, WorkerFailed, RunError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
             if isinstance(err, ConfigError) and not isinstance(err, RunDirBusy):
-                traceback_to_log_files(err, f"Config error: {err}")
+                log_to_files_only(err, f"Config error: {err}")
             raise  # in a sweep, Hydra records this job as failed and the other jobs keep their results
         sys.exit(report_run_error(err))
     return result.objective
@@ -54,9 +55,9 @@ def report_run_error(err: Exception) -> int:
     if isinstance(err, ConfigError):
         if distributed.from_environment() is not None:  # under torchrun: each rank's line tagged with its rank
             logger.error("Config error: %s", err)
-            traceback_to_log_files(err, "Its traceback:")
+            log_to_files_only(err, "Its traceback:")
         else:
-            traceback_to_log_files(err, f"Config error: {err}")
+            log_to_files_only(err, f"Config error: {err}")
             print(f"Config error: {err}", file=sys.stderr, flush=True)
         return 2
     if isinstance(err, WorkerFailed):  # its traceback is in the worker's log
@@ -88,15 +89,6 @@ def recorded_interrupted(run_dir: str) -> bool:
         return False
     return isinstance(record, dict) and record.get("status") == "interrupted" and record.get("pid") == os.getpid() \
         and record.get("exit_code") == EXIT_INTERRUPTED
-
-
-def traceback_to_log_files(err: BaseException, message: str) -> None:
-    """``message`` and ``err``'s traceback into the run's log files only: the console keeps its one line."""
-    record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, message, (),
-                               (type(err), err, err.__traceback__))
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
 
 
 def save_job_config(cfg: DictConfig) -> None:

@@ -224,7 +224,7 @@ def _env_hint(node: DictConfig, name: Any, value: Any, full_key: str) -> str:
     if not isinstance(value, str) or not isinstance(raw, str) or not raw.startswith("${oc.env:") or not raw.endswith("}"):
         return ""
     decoded = f"${{oc.decode:{raw}}}"
-    return f"; {raw} gives a string: {decoded} reads the value it spells (in a shell: '{full_key}=\"{decoded}\"')"
+    return f"; {raw} gives a string: {decoded} reads the value it spells (on the command line: '{full_key}=\"{decoded}\"')"
 
 
 _HYDRA_INSTANTIATE = os.path.join("hydra", "_internal", "instantiate", "_instantiate2.py")

@@ -1,12 +1,13 @@
 """One run from its config, as a sequence of steps::
 
     run(cfg, run_dir):
-        devices = check_config(cfg)                    # what needs no run dir: a typo costs nothing
-        run_dir = claim_run_dir(run_dir)
+        devices = check_config(cfg)               # what needs no run dir: a typo costs nothing
+        job = Job(cfg, claim_run_dir(run_dir), overrides, devices)
         with RunDirLock(run_dir):
-            finished = decide_resume(cfg, run_dir)     # the record found there: refuse, return it, or train on
-            train_where_asked(...)                     # here, in trainer.devices=N workers, or as one rank
-                train_and_record(cfg, run_dir):        # record = start_record(); trainer = build_trainer(); train
+            if finished := decide_resume(job):    # the record found there: refused, or a finished run's result
+                return finished
+            train_where_asked(job)                # here, in trainer.devices=N workers, or as one rank:
+                train_and_record(job)             # start_record, build_trainer, trainer.train(), record_end
 
 From Python: ``cfg = launcher.compose(["trainer=iter"])``, then ``launcher.run(cfg, "some/dir")``.
 """
@@ -168,25 +169,39 @@ def run(cfg: DictConfig, run_dir: Union[str, Path, None] = None, overrides: Opti
     return result
 
 
+@dataclass
+class Job:
+    """What the steps of one run share."""
+    cfg: DictConfig
+    run_dir: Path
+    overrides: Optional[List[str]]
+    devices: int  # trainer.devices
+    env: Any = field(default_factory=distributed.from_environment)  # None: a single process; else this rank's
+
+    @property
+    def main(self) -> bool:
+        """Whether this process records the run (rank 0 under DDP)."""
+        return self.env is None or self.env.is_main
+
+
 def _run(cfg: DictConfig, run_dir: Union[str, Path, None], overrides: Optional[List[str]],
          on_start: Optional[Callable[[], None]], checked: bool) -> RunResult:
     devices = check_config(cfg)
-    run_dir = claim_run_dir(run_dir)
-    env = distributed.from_environment()
-    main = env is None or env.is_main
+    job = Job(cfg, claim_run_dir(run_dir), overrides, devices)
+    run_dir = job.run_dir
     python_api = not checked and on_start is None
     # one holder per run: this process, or rank 0 of torchrun's or SLURM's (spawned workers run under their parent's)
-    with RunDirLock(run_dir) if not checked and main else contextlib.nullcontext(), \
+    with RunDirLock(run_dir) if not checked and job.main else contextlib.nullcontext(), \
             _log_to_run_dir(run_dir) if python_api else contextlib.nullcontext():
         if python_api:  # train.log and .hydra/ as the CLI leaves them
             on_start = functools.partial(save_config_files, run_dir, {"config.yaml": cfg, "overrides.yaml": list(overrides or [])})
         ignore_outputs_in_git(run_dir)
         if not checked:
-            finished = decide_resume(cfg, run_dir, overrides, env, devices)
+            finished = decide_resume(job)
             if finished is not None:
                 return finished
-        with _config_files_kept_if_nothing_trained(run_dir, on_start is not None and main) as before:
-            return train_where_asked(cfg, run_dir, overrides, on_start, devices, env, before)
+        with _config_files_kept_if_nothing_trained(run_dir, on_start is not None and job.main) as before:
+            return train_where_asked(job, on_start, before)
 
 
 def claim_run_dir(run_dir: Union[str, Path, None]) -> Path:
@@ -212,13 +227,13 @@ def new_run_dir(root: Union[str, Path] = "outputs") -> Path:
             continue
 
 
-def decide_resume(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], env: Any, devices: int) -> Optional[RunResult]:
-    """The run dir's record checked against ``cfg``: a finished run's recorded result where it has nothing more to
-    train, else None (a new run, a resumed one, or a finished one lengthened)."""
-    main = env is None or env.is_main
-    check_run_dir_free(run_dir, main)
+def decide_resume(job: Job) -> Optional[RunResult]:
+    """The run dir's record checked against the config: a finished run's recorded result where it has nothing more
+    to train, else None (a new run, a resumed one, or a finished one lengthened)."""
+    cfg, run_dir = job.cfg, job.run_dir
+    check_run_dir_free(run_dir, job.main)
     check_trainer_config(cfg)  # a value no run takes is named as such, before "another config" or "finished"
-    changes = changes_since_record(cfg, run_dir, overrides, main)
+    changes = changes_since_record(cfg, run_dir, job.overrides, job.main)
     done = finished_result(run_dir) if resumes(cfg) else None
     gone = done is not None and not candidates(run_dir / "checkpoints")  # its results stand in its record alone
     if done is not None and not lengthens(changes):
@@ -229,7 +244,7 @@ def decide_resume(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]]
     if gone:
         raise ConfigError(nothing_to_train_on(run_dir, done, changes))
     if resumes(cfg):
-        check_world_size(run_dir, env.world_size if env is not None else devices)
+        check_world_size(run_dir, job.env.world_size if job.env is not None else job.devices)
     warn_of_changes(changes, done)
     return None
 
@@ -246,35 +261,34 @@ def _config_files_kept_if_nothing_trained(run_dir: Path, enabled: bool) -> Itera
         raise
 
 
-def train_where_asked(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], on_start: Optional[Callable[[], None]],
-                      devices: int, env: Any, before: Optional[ConfigFilesBefore]) -> RunResult:
+def train_where_asked(job: Job, on_start: Optional[Callable[[], None]], before: Optional[ConfigFilesBefore]) -> RunResult:
     """Train in this process, in ``trainer.devices=N`` workers spawned here, or as one rank of torchrun's, SLURM's
     or the spawned workers."""
-    if env is not None:
-        return _train_as_rank(cfg, run_dir, overrides, on_start, devices, env)
+    if job.env is not None:
+        return _train_as_rank(job, on_start)
     if on_start is not None:
         on_start()
-    if devices > 1:
-        status, metrics, stop_reason = run_spawned(cfg, run_dir, overrides, devices, before, run)
-        return RunResult(objective=float(metrics.get(cfg.objective, float("nan"))), metrics=metrics, status=status,
-                         run_dir=run_dir, stop_reason=stop_reason)
-    return _train(cfg, run_dir, overrides, main=True)
+    if job.devices > 1:
+        status, metrics, stop_reason = run_spawned(job.cfg, job.run_dir, job.overrides, job.devices, before, run)
+        return RunResult(objective=float(metrics.get(job.cfg.objective, float("nan"))), metrics=metrics, status=status,
+                         run_dir=job.run_dir, stop_reason=stop_reason)
+    return _train(job)
 
 
-def _train_as_rank(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], on_start: Optional[Callable[[], None]],
-                   devices: int, env: Any) -> RunResult:
+def _train_as_rank(job: Job, on_start: Optional[Callable[[], None]]) -> RunResult:
     """One rank: joins the process group, trains its share, and leaves it."""
-    if devices > 1 and devices != env.world_size:
+    env = job.env
+    if job.devices > 1 and job.devices != env.world_size:
         logger.warning("trainer.devices=%d is ignored: this process is rank %d of %d started by %s",
-                       devices, env.rank, env.world_size, env.source)
+                       job.devices, env.rank, env.world_size, env.source)
     if env.source == "slurm" and not env.is_main:  # Hydra pointed every task's log at the one train.log
-        distributed.rank_log_files(env.rank, run_dir)
-    distributed.init(env, str(cfg.trainer.get("device", "auto")))
+        distributed.rank_log_files(env.rank, job.run_dir)
+    distributed.init(env, str(job.cfg.trainer.get("device", "auto")))
     if on_start is not None:
         distributed.broadcast_object(None)  # every rank has checked the run dir against its record by now
         on_start()
     try:
-        result = _train(cfg, run_dir, overrides, main=env.is_main, before_chain=distributed.shutdown)
+        result = _train(job, before_chain=distributed.shutdown)
     except BaseException:
         distributed.shutdown(wait_for_peers=False)
         raise
@@ -282,34 +296,33 @@ def _train_as_rank(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]
     return result
 
 
-def _train(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool,
-           before_chain: Callable[[], None] = lambda: None) -> RunResult:
-    """Build and train in this process, a SIGTERM while building held for the first step; ``main``: this process
-    records ``run.json``; ``before_chain``: runs before an interrupted run hands its signal on (leaving DDP's group)."""
-    env = distributed.from_environment()
-    distributed.share_cores(env)  # before anything is built: a sweep's jobs side by side must not each take every core
+def _train(job: Job, before_chain: Callable[[], None] = lambda: None) -> RunResult:
+    """Build and train in this process, a SIGTERM while building held for the first step; ``before_chain`` runs
+    before an interrupted run hands its signal on (leaving DDP's group)."""
+    distributed.share_cores(job.env)  # before anything is built: a sweep's jobs side by side must not each take every core
     if "SUBMITIT_EXECUTOR" in os.environ and logging.getLogger("submitit").handlers:
         logging.getLogger("submitit").propagate = False  # it writes the job's log itself: each line showed twice
-    with distributed.errors_in_main_log(run_dir, env):
-        if env is not None and env.source != "spawn":  # torchrun's agent (srun) ends the others with it when a rank fails
-            return train_and_record(cfg, run_dir, overrides, main, before_chain)
-        with SignalLatch(say=main) as latch:
-            result = train_and_record(cfg, run_dir, overrides, main, before_chain)
+    with distributed.errors_in_main_log(job.run_dir, job.env):
+        if job.env is not None and job.env.source != "spawn":  # torchrun's agent (srun) ends the others when a rank fails
+            return train_and_record(job, before_chain)
+        with SignalLatch(say=job.main) as latch:
+            result = train_and_record(job, before_chain)
             if result.status == "interrupted":  # stopped on a signal, its checkpoint saved: another one asks nothing more
                 latch.received = None
             return result
 
 
-def train_and_record(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool,
-                     before_chain: Callable[[], None]) -> RunResult:
+def train_and_record(job: Job, before_chain: Callable[[], None]) -> RunResult:
     """Build the trainer and train; ``run.json`` records how the run started and how it ended."""
-    record = start_record(cfg, run_dir, overrides, main)
+    cfg = job.cfg
+    record = start_record(job)
     trainer = stopper = None
     said, unsaved_since = False, None
     try:
-        trainer = build_trainer(cfg, run_dir)
-        said, unsaved_since = prepare_trainer(trainer, cfg, overrides, main)
-        logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters, trainer.device, run_dir)
+        trainer = build_trainer(cfg, job.run_dir)
+        said, unsaved_since = prepare_trainer(trainer, job)
+        logger.info("Training %s for %d steps on %s; run dir %s", type(trainer).__name__, trainer.max_iters,
+                    trainer.device, job.run_dir)
         stopper = GracefulStop(trainer).__enter__()
         metrics = trainer.train()
         stopper.trained = True  # a second Ctrl-C from here finds the run over: its record and exit status stand
@@ -320,35 +333,37 @@ def train_and_record(cfg: DictConfig, run_dir: Path, overrides: Optional[List[st
         raise
     try:  # a signal until the record is written is held by GracefulStop: the record says how the run ended
         objective = record_end(record, trainer, cfg, metrics, said, unsaved_since)
-        if trainer.status == "interrupted" and main:  # said with the handlers still ours
-            say_interrupted(trainer, run_dir, stopper.name or trainer.stop_reason)
+        if trainer.status == "interrupted" and job.main:  # said with the handlers still ours
+            say_interrupted(trainer, job.run_dir, stopper.name or trainer.stop_reason)
     finally:
         stopper.__exit__(None, None, None)
     hand_on_signal(stopper, trainer.status, before_chain)
     if trainer.status != "interrupted":
         logger.info("Finished (%s): %s = %.4f%s", trainer.status, cfg.objective, objective, _measured_when(trainer, cfg.objective))
-    return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=run_dir,
+    return RunResult(objective=float(objective), metrics=metrics, status=trainer.status, run_dir=job.run_dir,
                      stop_reason=trainer.stop_reason if trainer.status != "completed" else None)
 
 
-def start_record(cfg: DictConfig, run_dir: Path, overrides: Optional[List[str]], main: bool) -> RunRecord:
+def start_record(job: Job) -> RunRecord:
     """``run.json`` saying the run is running (written by rank 0 alone)."""
-    record = RunRecord(run_dir, cfg.seed, overrides, write=main, config=plain_config(cfg) if main else None)
+    record = RunRecord(job.run_dir, job.cfg.seed, job.overrides, write=job.main,
+                       config=plain_config(job.cfg) if job.main else None)
     record.start()
     return record
 
 
-def prepare_trainer(trainer: Any, cfg: DictConfig, overrides: Optional[List[str]], main: bool) -> Tuple[bool, Optional[int]]:
+def prepare_trainer(trainer: Any, job: Job) -> Tuple[bool, Optional[int]]:
     """The run's meta, its warnings before training, and the objective's check at the first validation. Returns
     whether the objective's warning was given, and :func:`warn_if_resumed_without_checkpointer`'s time."""
-    trainer.meta = {"overrides": list(overrides or []), "seed": cfg.seed, "objective": cfg.objective}
-    said = warn_if_objective_never_recorded(trainer, str(cfg.objective))
+    objective = str(job.cfg.objective)
+    trainer.meta = {"overrides": list(job.overrides or []), "seed": job.cfg.seed, "objective": job.cfg.objective}
+    said = warn_if_objective_never_recorded(trainer, objective)
     warn_if_last_epochs_unvalidated(trainer)
     unsaved_since = warn_if_resumed_without_checkpointer(trainer)
-    if str(cfg.objective).startswith("val/"):  # a misspelt one stops the run at the first validation, on every rank
-        trainer.register_hooks({"objective_check": ObjectiveCheck(str(cfg.objective))})
-    if main:
-        warn_if_a_loss_is_maximized(cfg)
+    if objective.startswith("val/"):  # a misspelt one stops the run at the first validation, on every rank
+        trainer.register_hooks({"objective_check": ObjectiveCheck(objective)})
+    if job.main:
+        warn_if_a_loss_is_maximized(job.cfg)
     return said, unsaved_since
 
 
@@ -451,10 +466,11 @@ def _metrics_of_a_failed_run(trainer: Any) -> Dict[str, Any]:
         return {}
 
 
-def log_to_files_only(err: BaseException) -> None:
-    """The error that ends a run, with its traceback, in the run's log files (the console gets Hydra's report)."""
-    record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "Run failed: %s: %s", (type(err).__name__, err),
-                               (type(err), err, err.__traceback__))
+def log_to_files_only(err: BaseException, message: Optional[str] = None) -> None:
+    """``message`` (default: "Run failed: <err>") and ``err``'s traceback in the run's log files only: the console
+    gets its one line elsewhere."""
+    text = message if message is not None else f"Run failed: {type(err).__name__}: {err}"
+    record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, text, (), (type(err), err, err.__traceback__))
     for handler in logging.getLogger().handlers + logger.handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
