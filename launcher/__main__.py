@@ -5,6 +5,7 @@ import logging
 import os
 import re
 import sys
+from pathlib import Path
 from typing import List, Optional, Tuple
 
 import hydra
@@ -20,7 +21,7 @@ from launcher.engine.signals import EXIT_INTERRUPTED, SIGNALS
 from launcher.runs.build import composition_message, group_list_message, group_value_message, searchpath_override
 from launcher.runs.config import CONFIG_DIR
 from launcher.runs.run import log_to_files_only
-from launcher.runs.rundir import save_config_files
+from launcher.runs.rundir import read_record, save_config_files
 
 logger = logging.getLogger("launcher")
 
@@ -80,14 +81,8 @@ def exit_interrupted() -> None:
 
 def recorded_interrupted(run_dir: str) -> bool:
     """Whether ``run_dir``'s ``run.json`` says this process's run ended interrupted."""
-    import json
-
-    try:
-        with open(os.path.join(run_dir, "run.json")) as f:
-            record = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(record, dict) and record.get("status") == "interrupted" and record.get("pid") == os.getpid() \
+    record = read_record(Path(run_dir))
+    return record.get("status") == "interrupted" and record.get("pid") == os.getpid() \
         and record.get("exit_code") == EXIT_INTERRUPTED
 
 

@@ -559,59 +559,48 @@ def _defaults_list_naming(group: str, name: str, overrides: Sequence[str]) -> st
     return ""
 
 
+def _group_overrides(args: Sequence[str], wrong: Any) -> Iterator[Tuple[str, str, Any, List[str]]]:
+    """``(arg, group, value, its options)`` for each override in ``args`` of a config group whose value ``wrong``
+    says is no option name."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for arg in args:
+        try:
+            override = parser.parse_override(arg)
+            value = override.value()
+        except Exception:  # noqa: BLE001 -- not an override this is about
+            continue
+        if override.is_delete() or not wrong(value):
+            continue
+        options = _group_options(override.key_or_group)
+        if options:
+            yield arg, override.key_or_group, value, options
+
+
 def group_value_message(err: BaseException) -> Optional[str]:
     """One line for a config group given a value that is no option name (``model=null``); else None."""
     import sys
 
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     if not re.match(r"Config group override must be a string or a list", str(err)):
         return None
-    parser = OverridesParser.create()
-    for arg in sys.argv[1:]:
-        try:
-            override = parser.parse_override(arg)
-            value = override.value()
-        except Exception:
-            continue
-        if override.is_delete() or isinstance(value, (str, list, dict)):
-            continue
-        try:
-            options = GlobalHydra.instance().config_loader().get_group_options(override.key_or_group)
-        except Exception:
-            options = []
-        if options:
-            return f"{arg}: {override.key_or_group} is a config group; give one of its options: {', '.join(options)}"
+    for arg, group, _, options in _group_overrides(sys.argv[1:], lambda v: not isinstance(v, (str, list, dict))):
+        return f"{arg}: {group} is a config group; give one of its options: {', '.join(options)}"
     return f"{err}: a config group takes an option name"
 
 
 def group_list_message(err: BaseException, overrides: Sequence[str]) -> Optional[str]:
     """One line for a config group given a list holding no option name (``hooks=[1,2]``); else None."""
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     if not isinstance(err, TypeError) or not any(frame.filename.endswith(os.path.join("hydra", "_internal", "defaults_list.py"))
                                                  for frame in traceback.extract_tb(err.__traceback__)):
         return None
-    parser = OverridesParser.create()
-    for arg in overrides:
-        try:
-            override = parser.parse_override(arg)
-            value = override.value()
-        except Exception:  # noqa: BLE001 -- not an override of a group list
-            continue
-        if override.is_delete() or not isinstance(value, list) or all(isinstance(v, str) for v in value):
-            continue
-        try:
-            options = list(GlobalHydra.instance().config_loader().get_group_options(override.key_or_group))
-        except Exception:  # noqa: BLE001
-            options = []
-        if options:
-            bad = next(v for v in value if not isinstance(v, str))
-            group = override.key_or_group
-            return (f"{arg}: {'null' if bad is None else repr(bad)} is not an option of the config group {group}; a list "
-                    f"takes option names (e.g. {group}=[{','.join(options[:2])}]) from: {', '.join(options)}")
+    def wrong(value: Any) -> bool:
+        return isinstance(value, list) and not all(isinstance(item, str) for item in value)
+
+    for arg, group, value, options in _group_overrides(overrides, wrong):
+        bad = next(v for v in value if not isinstance(v, str))
+        return (f"{arg}: {'null' if bad is None else repr(bad)} is not an option of the config group {group}; a list "
+                f"takes option names (e.g. {group}=[{','.join(options[:2])}]) from: {', '.join(options)}")
     return None
 
 

@@ -109,15 +109,20 @@ def override_for_shell(key: str, value: str) -> str:
     return f'"{override}"' if not re.search(r'["$`\\!]', override) else shlex.quote(override)
 
 
+def read_record(run_dir: Path) -> Dict[str, Any]:
+    """``run_dir``'s ``run.json``; {} where there is none, or it is unreadable."""
+    try:
+        data = json.loads((Path(run_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:
     """The ``run.json`` of a run that finished in ``run_dir``, else None. Finished: its record says so, and its
     ``final.pt`` is whole or it holds no checkpoint at all (a damaged ``final.pt`` beside others trains on)."""
-    path = Path(run_dir) / "run.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("status") not in ("completed", "stopped"):
+    data = read_record(run_dir)
+    if data.get("status") not in ("completed", "stopped"):
         return None
     checkpoints = Path(run_dir) / "checkpoints"
     final = checkpoints / "final.pt"
@@ -306,11 +311,8 @@ class RunRecord:
 def refused_key(run_dir: Path) -> Optional[str]:
     """The key whose value the run's last attempt refused (failed with exit status 2, its error naming the key
     first: ``ConfigError: hooks.early_stopping.monitor: ...``), else None."""
-    try:
-        record = json.loads((Path(run_dir) / "run.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or record.get("status") != "failed" or record.get("exit_code") != 2:
+    record = read_record(run_dir)
+    if record.get("status") != "failed" or record.get("exit_code") != 2:
         return None
     key = re.match(r"ConfigError: \+*([A-Za-z_][\w./-]*)", str(record.get("error") or ""))
     return key.group(1).rstrip(".") if key else None
@@ -318,17 +320,12 @@ def refused_key(run_dir: Path) -> Optional[str]:
 
 def mark_failed(run_dir: Path, error: str, status: str = "failed", exit_code: int = 1) -> None:
     """Record in ``run.json`` that the run failed with ``error`` (or ``status``) where its workers could not."""
-    path = Path(run_dir) / "run.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {}
+    data = read_record(run_dir)
     if data.get("status") in (None, "running", "interrupted", "failed"):
         if data.get("status") == "running":  # the attempt killed outright: its time runs to its last sign of life
             data["seconds"] = round(_attempt_seconds(data, Path(run_dir)), 3)
         data.update(status=status, exit_code=exit_code, end_time=_now(), error=error)
-        text = json.dumps(data, indent=2, default=str) + "\n"
-        atomic_write(path, text.encode())
+        atomic_write(Path(run_dir) / "run.json", (json.dumps(data, indent=2, default=str) + "\n").encode())
 
 
 def _process_state(pid: int) -> Tuple[Optional[str], Optional[float]]:
@@ -347,10 +344,7 @@ def _process_state(pid: int) -> Tuple[Optional[str], Optional[float]]:
 def training_here_now(run_dir: Path) -> Optional[str]:
     """Who is training in ``run_dir`` now (its ``run.json`` says ``running``: its process alive here and not a
     reused pid, or its SLURM job running elsewhere, not this process's own), or None."""
-    try:
-        data = json.loads((Path(run_dir) / "run.json").read_text())
-    except (OSError, ValueError):
-        return None
+    data = read_record(run_dir)
     pid = data.get("pid")
     if data.get("status") != "running":
         return None
@@ -558,10 +552,7 @@ def recorded_config(run_dir: Path) -> Optional[Dict[str, Any]]:
     """The config the run in ``run_dir`` was last started with (``run.json``'s, else ``.hydra/config.yaml``), or None."""
     from omegaconf import OmegaConf
 
-    try:
-        config = json.loads((Path(run_dir) / "run.json").read_text()).get("config")
-    except (OSError, ValueError, AttributeError):
-        config = None
+    config = read_record(run_dir).get("config")
     if isinstance(config, dict):
         return config
     path = Path(run_dir) / ".hydra" / "config.yaml"
@@ -626,10 +617,7 @@ def split_additions(run_dir: Path, changes: Sequence[Tuple[str, Any, Any]],
     (settings added to the config files since). Without ``overrides`` (a config made in Python) all are this command's."""
     if overrides is None:
         return list(changes), []
-    try:
-        recorded = json.loads((Path(run_dir) / "run.json").read_text()).get("overrides")
-    except (OSError, ValueError, AttributeError):
-        recorded = None
+    recorded = read_record(run_dir).get("overrides")
     if not isinstance(recorded, list):
         return list(changes), []
     # this command's overrides the run was not started with, and the run's that this command dropped (hooks=minimal)
@@ -729,10 +717,7 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
 def check_world_size(run_dir: Path, coming: int) -> None:
     """Refuse to train on a run of another number of processes than ``coming`` (its global batch and epoch length
     would differ), before anything in the run dir is touched."""
-    try:
-        recorded = json.loads((Path(run_dir) / "run.json").read_text()).get("world_size")
-    except (OSError, ValueError, AttributeError):
-        return
+    recorded = read_record(run_dir).get("world_size")
     if not isinstance(recorded, int) or recorded == coming or not candidates(Path(run_dir) / "checkpoints"):
         return
     raise ConfigError(
