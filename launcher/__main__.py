@@ -5,7 +5,8 @@ import logging
 import os
 import re
 import sys
-from typing import List, Optional
+from pathlib import Path
+from typing import List, Optional, Tuple
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -14,16 +15,20 @@ from omegaconf import DictConfig, OmegaConf
 
 import launcher
 from launcher.engine import distributed
-from launcher.runs.build import ConfigError
 from launcher.engine.distributed import WorkerFailed
-from launcher.engine.errors import REPORTED_JOB, ClusterUnreachable, RunDirBusy, RunError, output_dir_refused
-from launcher.engine.signals import EXIT_INTERRUPTED
+from launcher.engine.errors import REPORTED_JOB, ClusterUnreachable, ConfigError, RunDirBusy, RunError, output_dir_refused
+from launcher.engine.signals import EXIT_INTERRUPTED, SIGNALS
+from launcher.runs.build import composition_message, group_list_message, group_value_message, searchpath_override
+from launcher.runs.config import CONFIG_DIR
+from launcher.runs.run import log_to_files_only
+from launcher.runs.rundir import read_record, save_config_files
 
 logger = logging.getLogger("launcher")
 
 
-@hydra.main(config_path=launcher.runs.config.CONFIG_DIR, config_name="config", version_base="1.3")
+@hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
+    """One run in Hydra's job dir; returns its objective. Errors end it in one line with their exit status."""
     hc = HydraConfig.get()
     try:
         overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)  # as typed: "x=${y}" stays text
@@ -34,43 +39,40 @@ def main(cfg: DictConfig) -> float:
         if not recorded_interrupted(hc.runtime.output_dir):
             raise
         exit_interrupted()
-    except RunDirBusy as err:  # train.log is the other run's: the console alone says it
+    except (ConfigError, WorkerFailed, RunError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
-            raise
-        print(f"Config error: {err}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    except ConfigError as err:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
-            traceback_to_log_files(err, f"Config error: {err}")
+            if isinstance(err, ConfigError) and not isinstance(err, RunDirBusy):
+                log_to_files_only(err, f"Config error: {err}")
             raise  # in a sweep, Hydra records this job as failed and the other jobs keep their results
-        if distributed.from_environment() is not None:  # under torchrun: each rank's line tagged with its rank
-            logger.error("Config error: %s", err)
-            traceback_to_log_files(err, "Its traceback:")
-        else:  # in the form of composition's errors, on stderr; with its traceback in train.log
-            traceback_to_log_files(err, f"Config error: {err}")
-            print(f"Config error: {err}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    except WorkerFailed as err:  # its traceback is in the worker's log; this process's says nothing more
-        if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
-            raise
-        logger.error("Run failed: %s", err)
-        sys.exit(1)
-    except RunError as err:  # the whole story is its message (a NaN loss...): the launcher's frames go to train.log
-        if os.environ.get("HYDRA_FULL_ERROR") == "1" or hc.mode == RunMode.MULTIRUN:
-            raise
-        logs = [h.baseFilename for h in logging.getLogger().handlers + logger.handlers if isinstance(h, logging.FileHandler)]
-        where = f" (traceback in {logs[0]})" if logs else ""  # under torchrun a rank's own train_rank<N>.log
-        print(f"Run failed: {type(err).__name__}: {err}{where}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        sys.exit(report_run_error(err))
     return result.objective
 
 
-def exit_interrupted() -> None:
-    """Exit 75 for a run recorded interrupted (its checkpoint saved): a second Ctrl-C or SIGTERM while Python
-    shuts down changes nothing, and the exit status stays the one its ``run.json`` gives, which says "resume"."""
-    import signal
+def report_run_error(err: Exception) -> int:
+    """The error that ended the run in one line on the console, its traceback in the run's log; its exit status."""
+    if isinstance(err, RunDirBusy):  # train.log is the other run's: the console alone says it
+        print(f"Config error: {err}", file=sys.stderr, flush=True)
+        return 2
+    if isinstance(err, ConfigError):
+        if distributed.from_environment() is not None:  # under torchrun: each rank's line tagged with its rank
+            logger.error("Config error: %s", err)
+            log_to_files_only(err, "Its traceback:")
+        else:
+            log_to_files_only(err, f"Config error: {err}")
+            print(f"Config error: {err}", file=sys.stderr, flush=True)
+        return 2
+    if isinstance(err, WorkerFailed):  # its traceback is in the worker's log
+        logger.error("Run failed: %s", err)
+        return 1
+    logs = [h.baseFilename for h in logging.getLogger().handlers + logger.handlers if isinstance(h, logging.FileHandler)]
+    where = f" (traceback in {logs[0]})" if logs else ""  # under torchrun a rank's own train_rank<N>.log
+    print(f"Run failed: {type(err).__name__}: {err}{where}", file=sys.stderr, flush=True)
+    return 1
 
-    from launcher.engine.signals import SIGNALS
+
+def exit_interrupted() -> None:
+    """Exit 75 ("resume") for a run recorded interrupted; a signal while Python shuts down changes nothing."""
+    import signal
 
     for sig in SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
@@ -78,37 +80,15 @@ def exit_interrupted() -> None:
 
 
 def recorded_interrupted(run_dir: str) -> bool:
-    """Whether ``run_dir``'s ``run.json`` says this process's run ended interrupted (a Ctrl-C came after it was written)."""
-    import json
-
-    try:
-        with open(os.path.join(run_dir, "run.json")) as f:
-            record = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(record, dict) and record.get("status") == "interrupted" and record.get("pid") == os.getpid() \
+    """Whether ``run_dir``'s ``run.json`` says this process's run ended interrupted."""
+    record = read_record(Path(run_dir))
+    return record.get("status") == "interrupted" and record.get("pid") == os.getpid() \
         and record.get("exit_code") == EXIT_INTERRUPTED
 
 
-def traceback_to_log_files(err: BaseException, message: str) -> None:
-    """``message`` and ``err``'s traceback into the run's log file (``train.log``) only: the console keeps its one line."""
-    record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, message, (),
-                               (type(err), err, err.__traceback__))
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
-
-
 def save_job_config(cfg: DictConfig) -> None:
-    """``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` in the run dir, as Hydra writes them.
-
-    Hydra would write them before the job starts (``hydra.output_subdir``, null in our config); written
-    here, once the run dir's earlier run is known to fit this config, they always describe the
-    config its checkpoints were made with: a rerun that is refused or trains nothing changes none.
-    """
-    from launcher.engine import distributed
-    from launcher.runs.rundir import save_config_files
-
+    """``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` in the run dir, as Hydra writes them, but once
+    the run dir's record fits this config (``hydra.output_subdir`` is null): a refused rerun changes none."""
     env = distributed.from_environment()
     if env is not None and not env.is_main:
         return
@@ -118,105 +98,88 @@ def save_job_config(cfg: DictConfig) -> None:
 
 
 def explain_config_errors() -> None:
-    """Errors in composing the config (a misspelled key or option, a value the schema refuses, a
-    bad override) in one line naming the key, the value and what is accepted, exit status 2 as for
-    any config error (Hydra prints several lines and exits 1); and a sweep job's ConfigError in its
-    one line rather than a traceback. ``HYDRA_FULL_ERROR=1`` gets Hydra's full report instead."""
+    """Hydra's report of an error before the run (composing the config, making the run dir) replaced by one line
+    naming the key, the value and what is accepted (exit 2); ``HYDRA_FULL_ERROR=1`` keeps Hydra's full report."""
     from hydra._internal import utils as hydra_utils
-    from hydra.errors import (CompactHydraException, ConfigCompositionException, InstantiationException, MissingConfigException,
-                              OverrideParseException, SearchPathException)
-
-    import yaml
-
-    from launcher.runs.build import composition_message, group_list_message, group_value_message
 
     report = getattr(hydra_utils, "run_and_report", None)
-    if report is None:  # a Hydra without it (a private function): its own messages, unchanged
+    if report is None:  # a Hydra without it (a private function): its own messages
         return
 
     def run_and_report(func):  # type: ignore[no-untyped-def]
-        def composed():  # type: ignore[no-untyped-def]
-            if os.environ.get("HYDRA_FULL_ERROR") == "1":
-                return func()  # the whole traceback, as asked
-            try:
-                return explained()
-            except Exception as err:
-                if getattr(err, REPORTED_JOB, None) is None:
-                    raise
-                # a sweep job's failure, logged when the job ended; the sweep's report (at exit) lists every failed job
-                sys.exit(1)
-
         def explained():  # type: ignore[no-untyped-def]
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                return func()
             try:
                 return func()
-            except InstantiationException as err:  # Hydra building its launcher, whose options we check
-                if not isinstance(err.__cause__, ConfigError):
+            except Exception as err:
+                said = one_line(err)
+                if said is None and getattr(err, REPORTED_JOB, None) is not None:
+                    sys.exit(1)  # a sweep job's failure, logged as it ended; the sweep's report lists every one
+                if said is None:
                     raise
-                print(f"Config error: {err.__cause__}", file=sys.stderr)
-                sys.exit(2)
-            except SearchPathException as err:  # --config-dir that does not exist
-                print(f"Config error: {err}; --config-dir takes a directory of config groups (model/, ...)", file=sys.stderr)
-                sys.exit(2)
-            except yaml.YAMLError as err:  # a config file that is not YAML: its place, not the parser's traceback
-                if not read_by_hydra(err):
-                    raise  # a YAML error of the run's own code (a hook, a dataset): reported as any error of the run
-                print(f"Config error: {yaml_message(err)}", file=sys.stderr)
-                sys.exit(2)
-            except (MissingConfigException, ConfigCompositionException, OverrideParseException, ValueError) as err:
-                unwritable = log_file_refused(err)
-                if unwritable is not None:  # Hydra opening the run's log file in a dir that refuses it
-                    print(f"Config error: cannot write the run's log file {unwritable.filename}: {unwritable.strerror}; "
-                          f"hydra.run.dir (hydra.sweep.dir with -m) must name a directory this user can write to",
-                          file=sys.stderr)
-                    sys.exit(2)
-                if isinstance(err, ConfigError):  # a sweep job's: the report at exit names it (else its one line here)
-                    if getattr(err, REPORTED_JOB, None) is not None:
-                        raise
-                    # the launcher's own (an option submitit does not know, sbatch refusing the jobs): no job ran,
-                    # so no sweep report (it would list every job pending); a rerun with the option mended runs them
-                    no_sweep_report()
-                    print(f"Config error: {err}", file=sys.stderr)
-                    sys.exit(2)
-                if isinstance(err, ValueError) and not group_value_message(err):
-                    raise  # not one of composition's: an error of the run, reported as Hydra reports it
-                try:
-                    message = composition_message(err, sys.argv[1:])
-                except Exception:  # never hide the error behind a failure to explain it
-                    raise err from None
-                print(f"Config error: {message}", file=sys.stderr)
-                sys.exit(2)
-            except TypeError as err:  # a config group given a list of what are no option names (hooks=[1,2])
-                listed = group_list_message(err, sys.argv[1:])
-                if listed is None:
-                    raise
-                print(f"Config error: {listed}", file=sys.stderr)
-                sys.exit(2)
-            except ClusterUnreachable as err:  # no job could be submitted, the config being right: not a config error
-                no_sweep_report()
-                print(f"Error: {err}", file=sys.stderr)
-                sys.exit(1)
-            except OSError as err:  # after MissingConfigException, an IOError too
-                if not made_by_hydra(err):
-                    raise
-                print(f"Config error: {output_dir_refused(err)}", file=sys.stderr)
-                sys.exit(2)
-            except CompactHydraException as err:  # last: composition's errors are CompactHydraExceptions too
-                plugins = sys.modules.get("launcher.sweep.plugins")  # imported where a sweep job was interrupted: not at start-up
-                if plugins is None or not isinstance(err, plugins.JobInterrupted):
-                    raise
-                print(str(err), file=sys.stderr)  # a job stopped on a signal sent to it alone: resumable, not failed
-                sys.exit(err.exit_code())
+                print(said[0], file=sys.stderr, flush=True)
+                sys.exit(said[1])
 
-        return report(composed)
-
-    def no_sweep_report() -> None:  # a sweep that launched no job has no report (it would list every job pending)
-        callback = sys.modules.get("launcher.sweep.callback")
-        if callback is not None:
-            import atexit
-
-            atexit.unregister(callback.SweepSummary._report)
+        return report(explained)
 
     hydra_utils.run_and_report = run_and_report
+
+
+def one_line(err: Exception) -> Optional[Tuple[str, int]]:
+    """An error Hydra would report before the run, as one line and its exit status; None: Hydra's own report."""
+    import yaml
+    from hydra.errors import (CompactHydraException, ConfigCompositionException, InstantiationException,
+                              MissingConfigException, OverrideParseException, SearchPathException)
+
+    if isinstance(err, InstantiationException):  # Hydra building its launcher, whose options we check
+        return (f"Config error: {err.__cause__}", 2) if isinstance(err.__cause__, ConfigError) else None
+    if isinstance(err, SearchPathException):  # --config-dir that does not exist
+        return f"Config error: {err}; --config-dir takes a directory of config groups (model/, ...)", 2
+    if isinstance(err, yaml.YAMLError):  # a config file that is not YAML (not one the run's own code reads)
+        return (f"Config error: {yaml_message(err)}", 2) if read_by_hydra(err) else None
+    if isinstance(err, (MissingConfigException, ConfigCompositionException, OverrideParseException, ValueError)):
+        return composition_line(err)
+    if isinstance(err, TypeError):  # a config group given a list of what are no option names (hooks=[1,2])
+        listed = group_list_message(err, sys.argv[1:])
+        return (f"Config error: {listed}", 2) if listed else None
+    if isinstance(err, ClusterUnreachable):  # no job could be submitted, the config being right
+        no_sweep_report()
+        return f"Error: {err}", 1
+    if isinstance(err, OSError):
+        return (f"Config error: {output_dir_refused(err)}", 2) if made_by_hydra(err) else None
+    plugins = sys.modules.get("launcher.sweep.plugins")  # imported where a sweep job was interrupted
+    if isinstance(err, CompactHydraException) and plugins is not None and isinstance(err, plugins.JobInterrupted):
+        return str(err), err.exit_code()  # a job stopped on a signal sent to it alone: resumable, not failed
+    return None
+
+
+def composition_line(err: Exception) -> Optional[Tuple[str, int]]:
+    """A composition error (or the launcher's own ConfigError at start-up) in one line; None for another error."""
+    unwritable = log_file_refused(err)
+    if unwritable is not None:  # Hydra opening the run's log file in a dir that refuses it
+        return (f"Config error: cannot write the run's log file {unwritable.filename}: {unwritable.strerror}; "
+                f"hydra.run.dir (hydra.sweep.dir with -m) must be writable", 2)
+    if isinstance(err, ConfigError):
+        if getattr(err, REPORTED_JOB, None) is not None:  # a sweep job's: the report at exit names it
+            return None
+        no_sweep_report()  # the launcher's own (sbatch refusing the jobs): no job ran
+        return f"Config error: {err}", 2
+    if isinstance(err, ValueError) and not group_value_message(err):
+        return None  # not one of composition's: an error of the run
+    try:
+        return f"Config error: {composition_message(err, sys.argv[1:])}", 2
+    except Exception:  # noqa: BLE001 -- never hide the error behind a failure to explain it
+        return None
+
+
+def no_sweep_report() -> None:
+    """A sweep that launched no job has no report (it would list every job pending)."""
+    callback = sys.modules.get("launcher.sweep.callback")
+    if callback is not None:
+        import atexit
+
+        atexit.unregister(callback.SweepSummary._report)
 
 
 def yaml_message(err: Exception) -> str:
@@ -254,9 +217,8 @@ def made_by_hydra(err: OSError) -> bool:
 
 
 def options_after_overrides(argv: List[str]) -> Optional[str]:
-    """The one-line error for a Hydra option (``-m``, ``--config-dir``...) between overrides, which Hydra's
-    parser reports as a usage screen blaming the overrides after it; with the command in the order it takes.
-    None whenever Hydra's parser takes ``argv`` (or fails for another reason, which it then reports)."""
+    """The one-line error for a Hydra option (``-m``, ``--config-dir``...) after an override (Hydra's parser shows
+    its usage screen), with the command in the order it takes; None where Hydra's parser takes ``argv``."""
     import argparse
     import contextlib
     import io
@@ -301,8 +263,7 @@ def options_after_overrides(argv: List[str]) -> Optional[str]:
 
 def unknown_option(argv: List[str]) -> Optional[str]:
     """The one-line error for a token with a leading ``-`` that none of Hydra's options takes (``--config_dir``,
-    ``-hooks.console``: ``-h`` with a value), which Hydra's parser answers with its usage screen; None when argparse,
-    as Hydra runs it (abbreviations, ``-cn=config``, ``-cjob``), takes every one."""
+    ``-hooks.console``); None when Hydra's argparse takes every one."""
     import difflib
 
     try:
@@ -341,8 +302,7 @@ def unknown_option(argv: List[str]) -> Optional[str]:
 
 
 def keyless_override(argv: List[str]) -> Optional[str]:
-    """The one-line error for an override with nothing before its ``=`` (``=3``, ``+=x``), which Hydra takes as the
-    primary config's group or the defaults list's and answers with its internal option names; else None."""
+    """The one-line error for an override with nothing before its ``=`` (``=3``, ``+=x``); else None."""
     for token in argv:
         sign, equals, value = re.match(r"([+~]*)(=?)(.*)", token, re.S).groups()  # type: ignore[union-attr]
         if equals and not token.startswith("-"):
@@ -352,10 +312,7 @@ def keyless_override(argv: List[str]) -> Optional[str]:
 
 
 def searchpath_not_found(argv: List[str]) -> Optional[str]:
-    """The one-line refusal of a ``hydra.searchpath=[...]`` entry that is no config dir (a directory that does not
-    exist, a package that does not import), which Hydra skips without a word, as ``--config-dir`` is refused; else None."""
-    from launcher.runs.build import searchpath_override
-
+    """The one-line refusal of a ``hydra.searchpath=[...]`` entry that is no config dir (Hydra skips it silently)."""
     given = searchpath_override(argv)
     if not given:
         return None
@@ -386,36 +343,52 @@ def searchpath_not_found(argv: List[str]) -> Optional[str]:
     return None
 
 
-if __name__ == "__main__":
-    misplaced = unknown_option(sys.argv[1:]) or options_after_overrides(sys.argv[1:]) or keyless_override(sys.argv[1:]) \
-        or searchpath_not_found(sys.argv[1:])
-    if misplaced:
-        print(misplaced, file=sys.stderr)
+def check_command_line(argv: List[str]) -> None:
+    """Mistakes Hydra's parser answers with a usage screen or its internal words, said in one line (exit 2)."""
+    wrong = unknown_option(argv) or options_after_overrides(argv) or keyless_override(argv) or searchpath_not_found(argv)
+    if wrong:
+        print(wrong, file=sys.stderr)
         sys.exit(2)
-    explain_config_errors()
+
+
+def register_plugins(argv: List[str]) -> None:
+    """The launcher's Hydra plugins: the sweeper, and for ``-m`` the launchers and the fork server (started early:
+    its imports overlap Hydra's composing)."""
     from launcher import sweep
-    if {"-m", "--multirun"} & set(sys.argv[1:]) or "hydra.mode=MULTIRUN" in sys.argv[1:]:
-        import json
 
-        sweep.register()  # hydra/sweeper=planned, hydra/launcher=local and slurm_detached
-        from launcher.sweep.local import start_fork_server_early
+    if not ({"-m", "--multirun"} & set(argv) or "hydra.mode=MULTIRUN" in argv):
+        sweep.register(["launcher.sweep.sweeper"])  # also for hydra.mode: MULTIRUN set in a config file
+        return
+    import json
 
-        start_fork_server_early(sys.argv[1:])  # its imports overlap Hydra's composing
-        # the sweep's command, for the run.json of each job that submitit starts (their own is its bootstrap)
-        os.environ["LAUNCHER_SWEEP_COMMAND"] = json.dumps([sys.executable, "-m", "launcher", *sys.argv[1:]])
-    else:  # the default sweeper, also for hydra.mode: MULTIRUN set in a config file (the launchers: 0.04 s more)
-        sweep.register(["launcher.sweep.sweeper"])
+    from launcher.sweep.local import start_fork_server_early
+
+    sweep.register()
+    start_fork_server_early(argv)
+    # the sweep's command, for the run.json of each job that submitit starts (their own is its bootstrap)
+    os.environ["LAUNCHER_SWEEP_COMMAND"] = json.dumps([sys.executable, "-m", "launcher", *argv])
+
+
+def ctrl_c_in_one_line() -> None:
+    """A Ctrl-C that aborts (while the run starts; a second one) ends in one line, not a traceback."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        return
+
+    def one_line_hook(kind, value, tb):  # type: ignore[no-untyped-def]
+        if issubclass(kind, KeyboardInterrupt):
+            print("Aborted by Ctrl-C (SIGINT).", file=sys.stderr, flush=True)
+        else:
+            sys.__excepthook__(kind, value, tb)
+
+    sys.excepthook = one_line_hook
+
+
+if __name__ == "__main__":
+    check_command_line(sys.argv[1:])
+    explain_config_errors()
+    register_plugins(sys.argv[1:])
     try:
         main()
-    except KeyboardInterrupt:  # a Ctrl-C that aborts (while the run starts; a second one): one line, no traceback
-        if os.environ.get("HYDRA_FULL_ERROR") != "1":
-            def one_line(kind, value, tb):  # type: ignore[no-untyped-def]
-                if issubclass(kind, KeyboardInterrupt):
-                    print("Aborted by Ctrl-C (SIGINT).", file=sys.stderr, flush=True)
-                else:
-                    sys.__excepthook__(kind, value, tb)
-
-            sys.excepthook = one_line
-        # Unhandled, Python runs the exit handlers (a sweep's summary and report), then ends by SIGINT, as a
-        # shell's loop expects of a Ctrl-C
-        raise
+    except KeyboardInterrupt:
+        ctrl_c_in_one_line()
+        raise  # unhandled: the exit handlers run (a sweep's summary), then Python ends by SIGINT, as a shell expects

@@ -189,7 +189,7 @@ BAD_INPUTS = [
     (["model.in_features=???"], ["model.in_features: no value given (??? in the config)"]),
     (["data=synthetic", "~data.train.val_fraction", "~data.val.val_fraction"],
      ["~data.val.val_fraction: data.val.val_fraction reads another key that an earlier ~ override deleted (Interpolation "
-      "key 'train.val_fraction' not found); Hydra reads a value as it deletes it, so put ~data.val.val_fraction before"]),
+      "key 'train.val_fraction' not found); put ~data.val.val_fraction before that deletion"]),
     (["~model"], ["model: no option chosen for this config group (removed with ~model?); choose one: model=cnn or model=mlp"]),
     (["trainer.max_epochs=null"], ["trainer.max_epochs=null: this key needs a value; give one"]),
     # OmegaConf's words ("str is not a ListConfig", "Cannot convert 'list' to string", "Cannot merge DictConfig with ListConfig")

@@ -129,7 +129,7 @@ def test_a_killed_rank_ends_the_job_fast_and_is_named(tmp_path, how):
     assert took < 60, f"took {took:.0f} s"
     if how == "spawn":
         assert "Run failed: rank 1 failed" in out and "SIGKILL" in out, out[-3000:]
-        assert f"(log: {tmp_path / 'run' / 'train_rank1.log'})" in out and "in _run_spawned" not in out  # no launcher traceback
+        assert f"(log: {tmp_path / 'run' / 'train_rank1.log'})" in out and "in run_spawned" not in out  # no launcher traceback
         record = read_run(tmp_path / "run")
         assert record["status"] == "failed" and "rank 1" in record["error"]
     else:  # torchrun's own failure report
@@ -140,7 +140,7 @@ def test_a_config_error_found_in_the_workers_is_one_line_and_exit_status_2(tmp_p
     proc = launch(cli(*DATA, "trainer.max_epochs=1", "trainer.devices=2", "optimizer.lr=-1", "hydra.run.dir=run"), tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]
-    assert "Config error: optimizer (torch.optim.SGD): ValueError: Invalid learning rate: -1" in out and "in _run_spawned" not in out
+    assert "Config error: optimizer (torch.optim.SGD): ValueError: Invalid learning rate: -1" in out and "in run_spawned" not in out
     record = read_run(tmp_path / "run")
     assert record["status"] == "failed" and record["exit_code"] == 2 and record["error"].startswith("ConfigError: optimizer")
 

@@ -1,8 +1,5 @@
-"""Building objects from config with ``hydra.utils.instantiate``, with errors that name the key.
-
-Hydra's own errors for a bad ``_target_`` or a rejected argument are long and chained; a
-:class:`ConfigError` says in one line which key was wrong, its value, and what is accepted.
-"""
+"""Building objects from config with ``hydra.utils.instantiate``; a failure becomes a one-line
+:class:`ConfigError` naming the key, its value and what is accepted (not Hydra's chained errors)."""
 from __future__ import annotations
 
 import difflib
@@ -26,10 +23,8 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from launcher.engine.errors import ConfigError
 
 
-
 def get_object(path: str) -> Any:
-    """Hydra's ``get_object`` without the ERROR record it logs before raising: a bad ``_target_``
-    is reported once, as a ConfigError naming the key."""
+    """Hydra's ``get_object`` without the ERROR record it logs before raising (the ConfigError says it once)."""
     log = logging.getLogger("hydra.utils")
     disabled, log.disabled = log.disabled, True
     try:
@@ -53,8 +48,7 @@ def _node_at(root: Any, key: str, full_key: str) -> Any:
 
 
 def accepted_names(target: Optional[str], supplied: Sequence[str] = ()) -> List[str]:
-    """The keyword arguments ``target`` accepts, following ``**kwargs`` up a class's bases; less
-    ``supplied``, those the launcher passes itself (a trainer's model, optimizer, data...)."""
+    """The keyword arguments ``target`` accepts (following ``**kwargs`` up a class's bases), less ``supplied``."""
     try:
         obj = get_object(target) if target else None
     except Exception:
@@ -74,8 +68,7 @@ def accepted_names(target: Optional[str], supplied: Sequence[str] = ()) -> List[
 
 
 def factory_arguments(target: str, partial: bool) -> List[str]:
-    """What a config node for ``target`` may set: its arguments, less the first of a ``_partial_`` factory,
-    which the launcher passes (an optimizer's parameters, a schedule's optimizer)."""
+    """What a config node for ``target`` may set: its arguments, less the first of a ``_partial_`` factory."""
     names = accepted_names(target)
     return names[1:] if partial else names
 
@@ -125,8 +118,8 @@ def _given(sub: Any) -> str:
 
 
 def _mistyped(full_key: str, sub: Any, target: Optional[str]) -> Optional[str]:
-    """The first given value whose type cannot be what ``target`` expects, judged by the parameter's
-    default (``optimizer.lr=abc`` where ``lr`` defaults to a float); None when all look right."""
+    """The first value whose type cannot be what ``target`` expects, judged by the parameter's default
+    (``optimizer.lr=abc``); None when all look right."""
     if not isinstance(sub, DictConfig) or not target:
         return None
     try:
@@ -153,8 +146,7 @@ def _mistyped(full_key: str, sub: Any, target: Optional[str]) -> Optional[str]:
     return None
 
 
-# Annotations that admit one kind of scalar only (``from __future__ import annotations`` keeps them as text),
-# and the values that fit each.
+# Annotations that admit one kind of scalar (also as text), and the values that fit each.
 _SCALAR_ANNOTATIONS = {
     bool: ("true or false", lambda v: isinstance(v, bool)),
     int: ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
@@ -175,14 +167,8 @@ def _tuple_length(annotation: Any) -> Optional[int]:
 
 
 def _misfit(key: str, node: Any) -> Optional[str]:
-    """The first value, in ``node`` or a node with a ``_target_`` inside it, given for a parameter
-    annotated exactly ``bool``, ``int`` or ``float`` that is not of that kind; None when there is none.
-
-    A constructor seldom checks its arguments: ``optimizer.nesterov=maybe`` would train with a truthy
-    string, and ``model.dropout=abc`` would fail at the first step, far from the config. Only exact
-    annotations count (not ``Union[bool, str]``, nor a parameter merely defaulting to a bool), so an API
-    that also takes a word is never refused.
-    """
+    """The first value in ``node`` (or a node inside it) whose parameter is annotated exactly ``bool``, ``int``,
+    ``float`` or an N-tuple and that does not fit: constructors seldom check (``nesterov=maybe`` trained)."""
     if not isinstance(node, DictConfig):
         return None
     target = _target_of(node)
@@ -220,8 +206,7 @@ def _misfit(key: str, node: Any) -> Optional[str]:
             rule = _SCALAR_ANNOTATIONS.get(param.annotation) if param is not None else None
         except TypeError:  # an unhashable annotation
             rule = None
-        # null passes where it is the parameter's own default (``seed: int = None``, sloppy but meant): it says "unset";
-        # a required parameter gets no null (StepLR's step_size=null stopped the run at its first step)
+        # null passes where it is the parameter's own default (``seed: int = None``), not for a required one
         if rule is not None and not rule[1](value) and (value is not None or param.default is not None):
             kind = rule[0]
             shown = "null" if value is None else repr(value)
@@ -231,8 +216,7 @@ def _misfit(key: str, node: Any) -> Optional[str]:
 
 
 def _env_hint(node: DictConfig, name: Any, value: Any, full_key: str) -> str:
-    """For a string that an environment variable gave (``${oc.env:X,true}``, which is always a string): how to
-    read it as the value it spells; else ``""``."""
+    """For a string an environment variable gave (``${oc.env:X,true}``): how to read the value it spells; else ``""``."""
     try:
         raw = node._get_node(name)._value()
     except Exception:  # noqa: BLE001
@@ -240,7 +224,6 @@ def _env_hint(node: DictConfig, name: Any, value: Any, full_key: str) -> str:
     if not isinstance(value, str) or not isinstance(raw, str) or not raw.startswith("${oc.env:") or not raw.endswith("}"):
         return ""
     decoded = f"${{oc.decode:{raw}}}"
-    # typed in a shell: single quotes keep the $ from the shell, double quotes the nested ${} together for Hydra
     return f"; {raw} gives a string: {decoded} reads the value it spells (on the command line: '{full_key}=\"{decoded}\"')"
 
 
@@ -248,8 +231,7 @@ _HYDRA_INSTANTIATE = os.path.join("hydra", "_internal", "instantiate", "_instant
 
 
 def _frames_inside(err: BaseException) -> List[traceback.FrameSummary]:
-    """The frames of ``err``'s traceback below the call that built the object (Hydra's, or :func:`call`'s):
-    none when the call itself failed (arguments that do not bind), some when the code it ran raised."""
+    """The frames of ``err``'s traceback below the call that built the object (none: the call itself failed)."""
     frames = traceback.extract_tb(err.__traceback__)
     calls = [i for i, f in enumerate(frames) if f.filename == __file__ or f.filename.endswith(_HYDRA_INSTANTIATE)]
     return frames[calls[-1] + 1:] if calls else []
@@ -267,8 +249,7 @@ def _library_dirs() -> List[str]:
 
 
 def _raised_in_user_code(frames: List[traceback.FrameSummary]) -> Optional[str]:
-    """``file:line in function`` of the innermost frame in the user's own code (not Python's, an installed
-    package's or the launcher's), where an object's construction failed; None when there is none."""
+    """``file:line in function`` of the innermost frame in the user's own code (not a library's), or None."""
     libraries = _library_dirs()
     for frame in reversed(frames):
         path = os.path.normcase(os.path.abspath(frame.filename))
@@ -285,9 +266,8 @@ def _raised_in_user_code(frames: List[traceback.FrameSummary]) -> Optional[str]:
 
 
 def _config_does_not_bind(target: Optional[str], sub: Any, supplied: Sequence[str]) -> bool:
-    """Whether the config's keys (and what the launcher passes, ``supplied``) fail to bind to ``target``'s
-    signature (``inspect.signature`` follows a decorator's ``__wrapped__``): the config's fault, however
-    deep the TypeError was raised."""
+    """Whether the config's keys (and ``supplied``) fail to bind to ``target``'s signature: the config's fault,
+    however deep the TypeError was raised."""
     if not target or not isinstance(sub, DictConfig) or "_args_" in sub:
         return False
     try:
@@ -309,13 +289,12 @@ def _cause(err: BaseException) -> BaseException:
 
 
 def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = ()) -> ConfigError:
-    """Turn an exception raised while building ``node`` (at config ``key``) into a one-line ConfigError;
-    ``supplied``: the arguments the launcher passed itself, not the config's."""
+    """An exception raised building ``node`` (at ``key``) as a one-line ConfigError; ``supplied``: the launcher's
+    own arguments."""
     cause = _cause(err)
     message = str(err)
     match = re.search(r"full_key: (\S+)", message)
-    # OmegaConf names the node it failed in; a list or dict the target was handed (AdamW's betas) names
-    # itself alone ("[1]"), not where it sits in the config
+    # OmegaConf names the node it failed in; a list the target was handed (AdamW's betas) names itself alone ("[1]")
     full_key = match.group(1) if match and match.group(1).startswith(key) else key
     sub = _node_at(node, key, full_key) if isinstance(node, DictConfig) else node
     target = _target_of(sub)
@@ -326,18 +305,14 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
         found = f"a {kind.group(1)}" if kind else "not callable"
         close = ""
         if kind and kind.group(1) == "module":  # the module of the class meant: name its classes
-            import importlib
-            import inspect
-
             module = importlib.import_module(str(target))
             classes = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module.__name__
                              and not n.startswith("_"))
             close = f"; {target} has: {', '.join(classes[:8])}" if classes else ""
         return ConfigError(f"{full_key}._target_: {target} is {found}, not a class or function to build{close}")
     inside = _frames_inside(cause)
-    # A TypeError about arguments is the config's when binding them to the target failed, or when the argument
-    # it names is a config key that the target passed on (**kwargs to a base class); not one raised by a call
-    # that the code ran (a wrong keyword inside a user's __init__).
+    # A TypeError about arguments is the config's when they do not bind to the target, or name a config key passed
+    # on (**kwargs to a base class); not one raised by a call inside the user's __init__.
     named = re.search(r"argument:? '(\w+)'", str(cause))
     from_config = not inside or (named is not None and isinstance(sub, DictConfig) and named.group(1) in sub) or \
         (isinstance(cause, TypeError) and _config_does_not_bind(target, sub, supplied))
@@ -353,8 +328,7 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
         takes_partial = full_key == "optimizer" or full_key.endswith(".scheduler")  # the factories we call
         if "required positional argument" in str(cause) and isinstance(sub, DictConfig) and not sub.get("_partial_") \
                 and takes_partial:
-            partial = (f"; where the launcher passes those itself (an optimizer gets the model's parameters, a "
-                       f"scheduler its optimizer), set {full_key}._partial_: true")
+            partial = f"; set {full_key}._partial_: true (the launcher passes the parameters, or the optimizer, itself)"
         extra = ""
         if "unexpected keyword argument" in str(cause) and isinstance(sub, DictConfig):  # every one, not the first alone
             names = accepted_names(target, supplied)
@@ -378,7 +352,7 @@ def explain(key: str, node: Any, err: BaseException, supplied: Sequence[str] = (
         return ConfigError(str(cause))
     where = f"{full_key} ({target})" if target else full_key
     raised_at = _raised_in_user_code(inside)
-    at = f"; raised at {raised_at} (its traceback: in the run's train.log, or with HYDRA_FULL_ERROR=1)" if raised_at else ""
+    at = f"; raised at {raised_at} (traceback in train.log, or with HYDRA_FULL_ERROR=1)" if raised_at else ""
     text = _first_line(cause).removesuffix(" ...") if isinstance(cause, OmegaConfBaseException) else str(cause)
     return ConfigError(f"{where}: {type(cause).__name__}: {text}{_given(sub)}{at}")
 
@@ -435,9 +409,8 @@ def call(key: str, node: Any, factory: Any, *args: Any) -> Any:
 
 
 def unknown_key_message(err: BaseException, overrides: Sequence[str] = ()) -> Optional[str]:
-    """One line for an override of a key the config lacks (``trainer.max_epoch=3``), naming the close
-    match and the keys accepted there; None for any other composition error. ``overrides``: the command
-    line's, for the key a ``+`` would add (``+hooks.mine._target_=...`` where ``hooks.mine`` is missing)."""
+    """One line for an override of a key the config lacks (``trainer.max_epoch=3``), naming the close match and
+    the keys accepted there; None for another error. ``overrides``: the command line's."""
     from dataclasses import is_dataclass
 
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
@@ -492,8 +465,7 @@ def searchpath_override(overrides: Sequence[str]) -> List[str]:
 
 
 def _group_options(group: str, overrides: Sequence[str] = ()) -> List[str]:
-    """The options of config ``group`` (those of the config dirs a ``hydra.searchpath=`` in ``overrides`` adds too),
-    while Hydra is initialized; else []."""
+    """The options of config ``group`` (with ``overrides``' ``hydra.searchpath``), while Hydra is initialized."""
     from hydra.core.global_hydra import GlobalHydra
 
     try:
@@ -504,9 +476,8 @@ def _group_options(group: str, overrides: Sequence[str] = ()) -> List[str]:
 
 
 def missing_option_message(err: BaseException, overrides: Sequence[str] = ()) -> Optional[str]:
-    """One line for a group option that does not exist (``model=resnet``, ``hooks=[default,earlystopping]``),
-    naming the close match and the options there are (Hydra's names the search path); else None. The
-    options are those of the config dirs ``overrides`` add (``hydra.searchpath=[...]``) too."""
+    """One line for a group option that does not exist (``model=resnet``), naming the close match and the
+    options there are; else None."""
     from hydra.core.global_hydra import GlobalHydra
 
     match = re.search(r"Could not (?:load|find) '([^']+)'", str(err))
@@ -527,8 +498,7 @@ def missing_option_message(err: BaseException, overrides: Sequence[str] = ()) ->
 
 
 def _config_repo(overrides: Sequence[str]) -> Any:
-    """Hydra's config repository (the search path with ``overrides``' ``hydra.searchpath=``), to load one config
-    file with its defaults list unmerged. Hydra's own, private: the callers fall back where it moved."""
+    """Hydra's (private) config repository, to load one config file with its defaults list unmerged."""
     from hydra.core.global_hydra import GlobalHydra
 
     loader = GlobalHydra.instance().config_loader()
@@ -536,8 +506,7 @@ def _config_repo(overrides: Sequence[str]) -> Any:
 
 
 def _option_by_target(group: str, name: str, options: Sequence[str], overrides: Sequence[str]) -> Optional[Tuple[str, str]]:
-    """``(option, its _target_)`` for the option of ``group`` whose ``_target_`` has ``name`` for its module or its
-    class (``param_schedule``: the option ``momentum_schedule`` builds ``launcher.hooks.param_schedule.ParamSchedule``), else None."""
+    """``(option, its _target_)`` for the option of ``group`` whose ``_target_``'s module or class is ``name``."""
     from omegaconf import OmegaConf
 
     def targets(node: Any) -> Iterator[str]:
@@ -562,9 +531,7 @@ def _option_by_target(group: str, name: str, options: Sequence[str], overrides: 
 
 
 def _defaults_list_naming(group: str, name: str, overrides: Sequence[str]) -> str:
-    """`` (in <file>'s defaults list)`` where the missing option comes from a config file that a command-line
-    override selected (an experiment's ``override /model: regg``; Hydra's error names only the primary config),
-    else ``""``."""
+    """`` (in <file>'s defaults list)`` where the missing option comes from a config file an override selected."""
     from hydra.core.default_element import GroupDefault
 
     selected = []
@@ -592,68 +559,54 @@ def _defaults_list_naming(group: str, name: str, overrides: Sequence[str]) -> st
     return ""
 
 
-def group_value_message(err: BaseException) -> Optional[str]:
-    """One line for a config group given a value that is no option name (``model=null``,
-    ``optimizer=3``): Hydra's ValueError names neither the override nor the options; else None."""
-    import sys
-
-    from hydra.core.global_hydra import GlobalHydra
+def _group_overrides(args: Sequence[str], wrong: Any) -> Iterator[Tuple[str, str, Any, List[str]]]:
+    """``(arg, group, value, its options)`` for each override in ``args`` of a config group whose value ``wrong``
+    says is no option name."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    if not re.match(r"Config group override must be a string or a list", str(err)):
-        return None
     parser = OverridesParser.create()
-    for arg in sys.argv[1:]:
+    for arg in args:
         try:
             override = parser.parse_override(arg)
             value = override.value()
-        except Exception:
+        except Exception:  # noqa: BLE001 -- not an override this is about
             continue
-        if override.is_delete() or isinstance(value, (str, list, dict)):
+        if override.is_delete() or not wrong(value):
             continue
-        try:
-            options = GlobalHydra.instance().config_loader().get_group_options(override.key_or_group)
-        except Exception:
-            options = []
+        options = _group_options(override.key_or_group)
         if options:
-            return f"{arg}: {override.key_or_group} is a config group; give one of its options: {', '.join(options)}"
+            yield arg, override.key_or_group, value, options
+
+
+def group_value_message(err: BaseException) -> Optional[str]:
+    """One line for a config group given a value that is no option name (``model=null``); else None."""
+    import sys
+
+    if not re.match(r"Config group override must be a string or a list", str(err)):
+        return None
+    for arg, group, _, options in _group_overrides(sys.argv[1:], lambda v: not isinstance(v, (str, list, dict))):
+        return f"{arg}: {group} is a config group; give one of its options: {', '.join(options)}"
     return f"{err}: a config group takes an option name"
 
 
 def group_list_message(err: BaseException, overrides: Sequence[str]) -> Optional[str]:
-    """One line for a config group given a list holding what is no option name (``hooks=[1,2]``,
-    ``hooks=[console,null]``), which Hydra's defaults list fails on with a TypeError; else None."""
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+    """One line for a config group given a list holding no option name (``hooks=[1,2]``); else None."""
     if not isinstance(err, TypeError) or not any(frame.filename.endswith(os.path.join("hydra", "_internal", "defaults_list.py"))
                                                  for frame in traceback.extract_tb(err.__traceback__)):
         return None
-    parser = OverridesParser.create()
-    for arg in overrides:
-        try:
-            override = parser.parse_override(arg)
-            value = override.value()
-        except Exception:  # noqa: BLE001 -- not an override of a group list
-            continue
-        if override.is_delete() or not isinstance(value, list) or all(isinstance(v, str) for v in value):
-            continue
-        try:
-            options = list(GlobalHydra.instance().config_loader().get_group_options(override.key_or_group))
-        except Exception:  # noqa: BLE001
-            options = []
-        if options:
-            bad = next(v for v in value if not isinstance(v, str))
-            group = override.key_or_group
-            return (f"{arg}: {'null' if bad is None else repr(bad)} is not an option of the config group {group}; a list "
-                    f"takes option names (e.g. {group}=[{','.join(options[:2])}]) from: {', '.join(options)}")
+    def wrong(value: Any) -> bool:
+        return isinstance(value, list) and not all(isinstance(item, str) for item in value)
+
+    for arg, group, value, options in _group_overrides(overrides, wrong):
+        bad = next(v for v in value if not isinstance(v, str))
+        return (f"{arg}: {'null' if bad is None else repr(bad)} is not an option of the config group {group}; a list "
+                f"takes option names (e.g. {group}=[{','.join(options[:2])}]) from: {', '.join(options)}")
     return None
 
 
 def _missing_key_listing(path: str) -> Optional[str]:
-    """`` <parent> has: a, b, c`` for the keys at the parent of ``path`` in the config composed from
-    the command line's other overrides (or from the defaults alone); empty when it cannot be told,
-    None when ``path`` is there after all, with a null value."""
+    """`` <parent> has: a, b`` for the keys beside ``path`` in the config of the other overrides; "" when it cannot
+    be told, None when ``path`` is there, null."""
     import sys
 
     from hydra.core.global_hydra import GlobalHydra
@@ -677,7 +630,7 @@ def _missing_key_listing(path: str) -> Optional[str]:
     return ""
 
 
-# An example value for the list keys of the built-in schema, in a message refusing one value where a list goes.
+# An example value for the built-in schema's list keys.
 _LIST_EXAMPLES = {"trainer.workflow": "[[train,2],[val,1]]"}
 
 
@@ -692,12 +645,11 @@ def _override_value(full_key: str, overrides: Sequence[str]) -> Optional[str]:
 
 
 def _shape_message(full_key: str, msg: str, cause: BaseException, overrides: Sequence[str]) -> Optional[str]:
-    """OmegaConf's words for a value of the wrong shape (one value for a list, a list for a string, a list for a
-    group of settings), said as the key, the value given and what the key takes; None for its other refusals."""
+    """A value of the wrong shape (one value for a list, a list for a string...) as the key, the value and what it
+    takes; None for OmegaConf's other refusals."""
     given = _override_value(full_key, overrides)
     value = getattr(cause, "value", None)
     shown = given if given is not None else repr(value)
-    # OmegaConf's "Cannot merge DictConfig with ListConfig" goes both ways: a list key given a mapping says object_type=list
     if "is not a ListConfig, list or tuple" in msg or (msg.startswith("Cannot merge") and "object_type=list" in msg):
         return (f"{full_key}={shown}: this key takes a list, e.g. "
                 f"{full_key}={_LIST_EXAMPLES.get(full_key, '[' + shown + ']')}")
@@ -706,7 +658,7 @@ def _shape_message(full_key: str, msg: str, cause: BaseException, overrides: Seq
         kind = {"list": "a list", "dict": "a group of settings"}.get(converted.group(1), converted.group(1))
         return f"{full_key}={shown}: this key takes one string (a path, a name), not {kind}"
     typed = re.match(r"Value '.*' of type '\w+' could not be converted to (Integer|Float)", msg)
-    if typed:  # trainer.max_epochs=ten: OmegaConf names the type in its own words; say it as the user writes it
+    if typed:  # trainer.max_epochs=ten
         kind = {"Integer": "a whole number", "Float": "a number"}[typed.group(1)]
         current = getattr(cause, "child_node", None)  # the value the key had before the override: an example
         example = current._value() if hasattr(current, "_value") else None
@@ -720,8 +672,8 @@ def _shape_message(full_key: str, msg: str, cause: BaseException, overrides: Seq
 
 
 def composition_message(err: BaseException, overrides: Sequence[str] = ()) -> str:
-    """Any error Hydra raises while composing the config (before anything runs), in one line that
-    names the key and the value and says what is accepted there; ``overrides``: those it was composed with."""
+    """Any error Hydra raises while composing the config, in one line naming the key, the value and what is
+    accepted; ``overrides``: those it was composed with."""
     for message in (unknown_key_message(err, overrides), missing_option_message(err, overrides), group_value_message(err)):
         if message:
             return message
@@ -737,18 +689,15 @@ def composition_message(err: BaseException, overrides: Sequence[str] = ()) -> st
         shaped = _shape_message(full_key, str(cause.msg), cause, overrides)
         first = str(cause.msg).strip().splitlines()[0]
         if not shaped and f"~{full_key}" in overrides and first.startswith("Interpolation key"):
-            # Hydra reads a value as it deletes it: one that interpolates a key deleted before it does not resolve
-            return (f"~{full_key}: {full_key} reads another key that an earlier ~ override deleted ({first}); Hydra reads "
-                    f"a value as it deletes it, so put ~{full_key} before the deletion of the key it reads (for data.val's "
-                    f"keys: delete them before data.train's, or set data.val=null)")
+            return (f"~{full_key}: {full_key} reads another key that an earlier ~ override deleted ({first}); "
+                    f"put ~{full_key} before that deletion")
         return shaped or f"{full_key}: {first}"
     deleted = re.match(r"Could not delete from config\. '([^']+)' does not exist", text)
     if deleted:
         path = deleted.group(1)
         listing = _missing_key_listing(path)
         if listing is None:
-            return (f"~{path}: {path} is null, and Hydra deletes only keys that have a value; it is unset already, "
-                    f"so leave the override out (or give it a value with {path}=...)")
+            return f"~{path}: {path} is null (unset already): leave the override out, or give it a value with {path}=..."
         return f"~{path}: nothing to delete, {path} is not in the config{listing or '.'}"
     appended = re.match(r"Could not append to config\. An item is already at '([^']+)'\.\s*Either remove \+ prefix: '([^']+)'", text)
     if appended:

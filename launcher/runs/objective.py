@@ -17,8 +17,8 @@ def warn_if_objective_unknown(objective: str, recorded: Mapping[str, Any], among
     close = did_you_mean(objective, recorded, "objective")
     advice = ""
     if not close and objective.startswith("val/"):  # not a typo: the model may not return it
-        advice = (f" In eval mode the model's forward returns the metrics, logged as val/<name>: a dict such as "
-                  f"{{'loss': ..., '{objective[4:]}': ...}}; or rank by one recorded, e.g. objective=val/loss objective_mode=min.")
+        advice = (f" In eval mode the model returns a dict of metrics, logged as val/<name> "
+                  f"({{'{objective[4:]}': ...}}); or name one recorded.")
     logger.warning("objective %r is not among %s (%s)%s %s.%s", objective, among, ", ".join(sorted(recorded)) or "none",
                    close or ".", outcome, advice)
     return True
@@ -45,8 +45,8 @@ def warn_if_objective_never_recorded(trainer: Any, objective: str) -> bool:
         unit = "epochs" if e.by_epoch else "iterations"
         why = (f"hooks.{e.name}.period={e.period} ({unit}) is longer than the run ({lengths[bool(e.by_epoch)]} {unit}) "
                f"and hooks.{e.name}.at_end=false")
-    logger.warning("objective %r will not be recorded: this run never validates, as %s; the run will return NaN. "
-                   "Add validation, or name a training metric, e.g. objective=train/loss objective_mode=min", objective, why)
+    logger.warning("objective %r will not be recorded: this run never validates, as %s; it will return NaN (add "
+                   "validation, or e.g. objective=train/loss objective_mode=min)", objective, why)
     return True
 
 
@@ -82,16 +82,21 @@ def warn_if_last_epochs_unvalidated(trainer: Any) -> None:
     fits = next(m for m in range(trainer.max_epochs + 1, 2 * trainer.max_epochs + 100)
                 if last_validated_epoch(workflow, m) == m)
     logger.warning("trainer.workflow=%s with trainer.max_epochs=%d: the last val phase comes after epoch %d, so the "
-                   "last %d epoch(s) are not validated and val/* (and the objective) describe epoch %d's weights, not "
-                   "the final ones; set trainer.max_epochs=%d, or add hooks.evaluator (it validates at the end)",
-                   [list(w) for w in workflow], trainer.max_epochs, last, trainer.max_epochs - last, last, fits)
+                   "last %d epoch(s) are not validated (val/* is epoch %d's); set trainer.max_epochs=%d, or add "
+                   "hooks.evaluator", [list(w) for w in workflow], trainer.max_epochs, last, trainer.max_epochs - last,
+                   last, fits)
+
+
+def warn_if_a_loss_is_maximized(cfg: Any) -> None:
+    mode = getattr(cfg.get("objective_mode"), "value", cfg.get("objective_mode"))
+    if "loss" in cfg.objective.rsplit("/", 1)[-1].lower() and mode == "max":
+        logger.warning("objective=%s with objective_mode=max: a sweep ranks the highest %s best; set objective_mode=min",
+                       cfg.objective, cfg.objective)
 
 
 class ObjectiveCheck(HookBase):
-    """Stops the run at the first validation that does not record ``objective``, a ``val/`` metric the run returns to
-    Hydra (what a sweeper optimises), with a :class:`ConfigError` naming the closest metric recorded: at that step
-    boundary, with a checkpoint, as for ``hooks.early_stopping.monitor`` (see ``TrainerBase._stop_for``). A run
-    that went on would return NaN, and a sweep would rank, or optimise, nothing."""
+    """Stops the run, with a checkpoint, at the first validation that does not record the ``val/`` objective: a
+    :class:`ConfigError` naming the closest metric recorded (a run that went on would return NaN)."""
 
     priority = Priority.BELOW_NORMAL  # once every hook before it has judged the validation (ReduceLROnPlateau's step)
 
@@ -100,8 +105,7 @@ class ObjectiveCheck(HookBase):
         self.objective = objective
 
     def before_train(self) -> None:
-        # resumed: the checkpoint holds the last validation's metrics; the rerun of a run stopped for a misspelt
-        # objective that still misspells it stops now, not after another epoch's training
+        # resumed: the checkpoint holds the last validation's metrics; a misspelt objective stops the rerun now
         if self.trainer.resumed_from is not None and self.trainer.last_val:
             self.after_val()
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import platform
 import re
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from launcher.engine.errors import ConfigError, RunDirBusy
 from launcher.engine.files import atomic_write, candidates, in_run_dir, readable_archive, resume_off
 
 
@@ -19,10 +21,8 @@ SWEEP_COMMAND_ENV = "LAUNCHER_SWEEP_COMMAND"  # set by ``python -m launcher -m .
 
 
 def command_line() -> List[str]:
-    """This process's command as it can be typed again: ``python -m launcher ...`` for a module run with ``-m``
-    (``sys.argv[0]`` is then the module's file, which as a script lacks the package). In a job process that
-    submitit started for a sweep (its own command is submitit's bootstrap), the sweep's command, which
-    reruns (resumes) the sweep and with it this job."""
+    """This process's command as it can be typed again (``python -m launcher ...``); in a sweep's submitit job,
+    the sweep's command, which reruns the sweep and with it this job."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     module = None if spec is None or spec.name == "__main__" else spec.name  # None: a script, a dir or zip run as one
     sweep = os.environ.get(SWEEP_COMMAND_ENV)
@@ -60,10 +60,8 @@ def _now() -> str:
 
 
 def same_command(run_dir: Path) -> str:
-    """How to run ``run_dir``'s run again in that dir, for the advice to resume: "the same command", or with
-    the dir named when it came from a ``${now:...}`` pattern (the default ``outputs/<date>/<time>``), where
-    the same command makes a new dir and starts over (``hydra.sweep.dir`` for a sweep's job); for a run of
-    the Python API (no ``.hydra/hydra.yaml``), the ``launcher.run`` call that names the dir."""
+    """How to run ``run_dir``'s run again, for advice: "the same command", with the dir named where it was dated
+    (``${now:...}``); from the Python API, the ``launcher.run`` call that names the dir."""
     from omegaconf import OmegaConf
 
     try:
@@ -79,8 +77,7 @@ def same_command(run_dir: Path) -> str:
 
 
 def new_dir_advice() -> str:
-    """Where to give a run a dir of its own, for advice: Hydra's setting on the CLI (a sweep's job too), the
-    argument of ``launcher.run`` from Python (no Hydra job runs there)."""
+    """Where to give a run a dir of its own, for advice: Hydra's setting on the CLI, ``run_dir`` from Python."""
     from hydra.core.hydra_config import HydraConfig
 
     return "a new hydra.run.dir (hydra.sweep.dir for a sweep)" if HydraConfig.initialized() else \
@@ -88,8 +85,7 @@ def new_dir_advice() -> str:
 
 
 def same_sweep(config: Any) -> str:
-    """:func:`same_command` for a sweep, from its launcher's ``config``: "the sweep", or "the sweep with
-    hydra.sweep.dir=<dir>" where the dir is dated."""
+    """:func:`same_command` for a sweep, from its launcher's ``config``."""
     from omegaconf import OmegaConf
 
     try:
@@ -104,9 +100,7 @@ def _naming_dated_dir(node: Mapping[str, Any], key: str, where: Path) -> str:
 
 
 def override_for_shell(key: str, value: str) -> str:
-    """``key=value`` as typed in a shell, quoted for Hydra's override grammar (a path with ``(``, ``,`` or ``'``
-    is one quoted string there) and then for the shell."""
-    import re
+    """``key=value`` as typed in a shell, quoted for Hydra's override grammar and then for the shell."""
     import shlex
 
     if re.fullmatch(r"[A-Za-z0-9_./:@+-]+", value):
@@ -115,19 +109,20 @@ def override_for_shell(key: str, value: str) -> str:
     return f'"{override}"' if not re.search(r'["$`\\!]', override) else shlex.quote(override)
 
 
-def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:
-    """The recorded ``run.json`` of a run that already finished in ``run_dir``, else None.
-
-    Finished: its record says so, and its ``final.pt`` is whole, or its ``checkpoints/`` holds no checkpoint at all
-    (deleted to free the disk, or a run without a checkpointer): its results are in its record, and training it
-    again from the start cut its ``metrics.jsonl`` and rewrote its record before it had saved anything. A damaged
-    ``final.pt`` beside other checkpoints is not finished: the run trains on from the newest readable one."""
-    path = Path(run_dir) / "run.json"
+def read_record(run_dir: Path) -> Dict[str, Any]:
+    """``run_dir``'s ``run.json``; {} where there is none, or it is unreadable."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads((Path(run_dir) / "run.json").read_text())
     except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("status") not in ("completed", "stopped"):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:
+    """The ``run.json`` of a run that finished in ``run_dir``, else None. Finished: its record says so, and its
+    ``final.pt`` is whole or it holds no checkpoint at all (a damaged ``final.pt`` beside others trains on)."""
+    data = read_record(run_dir)
+    if data.get("status") not in ("completed", "stopped"):
         return None
     checkpoints = Path(run_dir) / "checkpoints"
     final = checkpoints / "final.pt"
@@ -135,13 +130,8 @@ def finished_result(run_dir: Path) -> Optional[Dict[str, Any]]:
 
 
 def _attempt_seconds(record: Mapping[str, Any], run_dir: Optional[Path] = None) -> float:
-    """The run time a ``run.json`` accounts for: its ``seconds``, or (older records) its last attempt's span.
-
-    A record still ``running`` is an attempt that was killed before it could record its end; its time
-    runs to its last sign of life in ``run_dir`` (the newest of ``metrics.jsonl`` and ``checkpoints/last``,
-    which the next attempt has not touched yet when it reads the record).
-    """
-    # a record written at an attempt's start carries the earlier total in ``seconds``
+    """The run time a ``run.json`` accounts for: its ``seconds`` (older records: its last attempt's span), plus,
+    for a killed attempt still ``running``, the time to its last sign of life in ``run_dir``."""
     if isinstance(record.get("seconds"), (int, float)):
         total = float(record["seconds"])
         if record.get("status") == "running" and run_dir is not None:
@@ -169,7 +159,7 @@ def _killed_attempt_seconds(record: Mapping[str, Any], run_dir: Path) -> float:
     return max(last - start, 0.0)
 
 
-# run.json statuses that tell a run's result or where it stopped: kept by an attempt that trains nothing
+# run.json statuses kept by an attempt that trains nothing
 KEPT_RECORDS = ("completed", "stopped", "interrupted")
 
 
@@ -194,9 +184,8 @@ class ConfigFilesBefore:
                 self.files[name] = None
 
     def record_kept(self) -> bool:
-        """``run.json`` is the one found, and a record that an attempt training nothing keeps (a finished
-        or interrupted run's): under ``trainer.devices=N`` the workers kept it, and the parent must not mark
-        it failed."""
+        """``run.json`` is the one found and one that an attempt training nothing keeps (the workers of
+        ``trainer.devices=N`` kept it: the parent must not mark it failed)."""
         try:
             found = json.loads(self.record_text or b"{}")
         except ValueError:
@@ -210,7 +199,7 @@ class ConfigFilesBefore:
             return False
 
     def restore_if_record_kept(self) -> None:
-        """Put the files back where ``run.json`` is the one found (an attempt that trained nothing kept it)."""
+        """Put the files back where ``run.json`` is the one found."""
         if not self._unchanged():
             return
         for name, text in self.files.items():
@@ -237,7 +226,6 @@ class RunRecord:
             self._previous_text, previous = None, {}
         if not isinstance(previous, dict):
             self._previous_text, previous = None, {}
-        # a record of the run's result or progress, which an attempt that trains nothing must not replace
         self._keeps = previous.get("status") in KEPT_RECORDS
         self.data: Dict[str, Any] = {
             "status": "running",
@@ -260,8 +248,7 @@ class RunRecord:
             "pid": os.getpid(),
             "start_time": _now(),
             "first_start_time": previous.get("first_start_time") or previous.get("start_time"),
-            # run time over the attempts (gaps between them left out); an attempt killed before it
-            # recorded its end adds nothing, and the total so far is carried here until this one ends
+            # run time over the attempts (gaps left out), the total so far carried here until this one ends
             "seconds": _attempt_seconds(previous, Path(run_dir)),
             "attempt": int(previous.get("attempt", 0)) + 1,
             "end_time": None,
@@ -273,8 +260,6 @@ class RunRecord:
 
         before, now = previous.get("threads"), self.data["threads"]
         if write and isinstance(before, int) and before != now:
-            import logging
-
             logging.getLogger("launcher").warning(
                 "This run's earlier attempt trained with %d torch thread(s), this one with %d: it goes on, but its "
                 "math is no longer bitwise that of one uninterrupted run (OMP_NUM_THREADS=%d keeps the earlier count)",
@@ -305,10 +290,8 @@ class RunRecord:
         self._write()
 
     def keep_earlier(self) -> bool:
-        """Put back the run's earlier record (a finished or interrupted run's) for an attempt that trained
-        nothing: a rerun that fails as it starts (a bad value found while building, the run's length
-        raised with a device this machine lacks) must not lose the recorded result. False (nothing
-        done) where there was none to keep; the caller then records the failure."""
+        """Put back the earlier record (a finished or interrupted run's) for an attempt that trained nothing, so
+        that a rerun failing as it starts loses no result; False where there was none to keep."""
         if not self._keeps or self._previous_text is None:
             return False
         if self.write:
@@ -326,40 +309,27 @@ class RunRecord:
 
 
 def refused_key(run_dir: Path) -> Optional[str]:
-    """The key whose value the run's last attempt refused (``run.json``: failed with exit status 2, its error naming
-    the key first: ``ConfigError: hooks.early_stopping.monitor: ...``), else None. The run may have stopped there
-    with a checkpoint, for the command with that value mended to go on from."""
-    import re
-
-    try:
-        record = json.loads((Path(run_dir) / "run.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or record.get("status") != "failed" or record.get("exit_code") != 2:
+    """The key whose value the run's last attempt refused (failed with exit status 2, its error naming the key
+    first: ``ConfigError: hooks.early_stopping.monitor: ...``), else None."""
+    record = read_record(run_dir)
+    if record.get("status") != "failed" or record.get("exit_code") != 2:
         return None
     key = re.match(r"ConfigError: \+*([A-Za-z_][\w./-]*)", str(record.get("error") or ""))
     return key.group(1).rstrip(".") if key else None
 
 
 def mark_failed(run_dir: Path, error: str, status: str = "failed", exit_code: int = 1) -> None:
-    """Record in ``run.json`` that the run failed with ``error`` (or was aborted: ``status``) when its
-    workers could not say so."""
-    path = Path(run_dir) / "run.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {}
+    """Record in ``run.json`` that the run failed with ``error`` (or ``status``) where its workers could not."""
+    data = read_record(run_dir)
     if data.get("status") in (None, "running", "interrupted", "failed"):
         if data.get("status") == "running":  # the attempt killed outright: its time runs to its last sign of life
             data["seconds"] = round(_attempt_seconds(data, Path(run_dir)), 3)
         data.update(status=status, exit_code=exit_code, end_time=_now(), error=error)
-        text = json.dumps(data, indent=2, default=str) + "\n"
-        atomic_write(path, text.encode())
+        atomic_write(Path(run_dir) / "run.json", (json.dumps(data, indent=2, default=str) + "\n").encode())
 
 
 def _process_state(pid: int) -> Tuple[Optional[str], Optional[float]]:
-    """Process ``pid``'s state letter (Z: ended, not yet reaped) and start (seconds since the epoch),
-    from Linux's /proc; Nones elsewhere."""
+    """Process ``pid``'s state letter (Z: ended, not reaped) and start time, from Linux's /proc; Nones elsewhere."""
     from launcher.engine.signals import process_stat
 
     fields = process_stat(pid)
@@ -372,17 +342,9 @@ def _process_state(pid: int) -> Tuple[Optional[str], Optional[float]]:
 
 
 def training_here_now(run_dir: Path) -> Optional[str]:
-    """Why another process is training in ``run_dir`` right now, or None.
-
-    ``run.json`` says ``running`` on this host and its process is alive, and started no later
-    than the record (not a new process that reuses the number); or it says ``running`` on another host
-    in a SLURM job that SLURM says is running (a sweep rerun on a login node while its job trains on a
-    compute node), other than this process's own job (requeued, it finds its predecessor's record).
-    """
-    try:
-        data = json.loads((Path(run_dir) / "run.json").read_text())
-    except (OSError, ValueError):
-        return None
+    """Who is training in ``run_dir`` now (its ``run.json`` says ``running``: its process alive here and not a
+    reused pid, or its SLURM job running elsewhere, not this process's own), or None."""
+    data = read_record(run_dir)
     pid = data.get("pid")
     if data.get("status") != "running":
         return None
@@ -390,7 +352,7 @@ def training_here_now(run_dir: Path) -> Optional[str]:
         return _training_in_slurm_job(data)
     if not isinstance(pid, int) or pid in (os.getpid(), os.getppid()):
         return None
-    if isinstance(data.get("dir"), str):  # records before 2026-12-07 lack it
+    if isinstance(data.get("dir"), str):
         try:
             if not os.path.samefile(data["dir"], run_dir):
                 return None  # a copy of a run dir made while it trained: that run writes in the dir it was copied from
@@ -417,18 +379,15 @@ def training_here_now(run_dir: Path) -> Optional[str]:
 
 
 def another_run_here(run_dir: Path, who: str, stop: str) -> str:
-    """The refusal of a second run in ``run_dir`` while ``who`` (``pid 12 on this host``) trains there, which ``stop``
-    (``kill -TERM 12``) stops."""
-    return (f"{run_dir}: a run is training in this dir now ({who}); a second one would overwrite its checkpoints and "
-            f"logs. Wait for it to end, stop it ({stop}: it saves a checkpoint to resume from), or give this run "
-            f"{new_dir_advice()}")
+    """The refusal of a second run in ``run_dir`` while ``who`` trains there, which ``stop`` stops."""
+    return (f"{run_dir}: a run is training in this dir now ({who}); wait for it to end, stop it ({stop}: it saves "
+            f"a checkpoint), or give this run {new_dir_advice()}")
 
 
 class RunDirLock:
-    """The run dir held by this process while its run works there: ``flock`` on ``<run dir>/.run.lock``, which
-    names the holder. A second run is refused (:class:`~launcher.engine.errors.RunDirBusy`) before it writes or removes
-    anything there. The kernel lets go when the process dies, however it dies (a resume after a SIGKILL finds the
-    dir free), and processes forked from it (DataLoader workers) do not hold it; the file goes when the run ends."""
+    """The run dir held while its run works there: ``flock`` on ``<run dir>/.run.lock``, which names the holder; a
+    second run is refused (:class:`RunDirBusy`) before it touches anything. The kernel lets go when the process dies;
+    forked children (DataLoader workers) do not hold it."""
 
     NAME = ".run.lock"
 
@@ -485,7 +444,7 @@ class RunDirLock:
             lock._fd = None
 
     def _holder(self, fd: int) -> Tuple[Optional[int], Optional[str]]:
-        """The pid and host that hold the lock: the file's words, or (written as this process read it) Linux's list."""
+        """The pid and host that hold the lock: the file's words, or Linux's list of locks."""
         try:
             pid, host = os.pread(fd, 256, 0).decode().split()
             return int(pid), host
@@ -504,8 +463,6 @@ class RunDirLock:
         return None, None
 
     def _refuse(self, holder: Tuple[Optional[int], Optional[str]]) -> None:
-        from launcher.engine.errors import RunDirBusy
-
         pid, host = holder
         if pid is None:
             who, stop = f"another process holds {self.path}", "kill -TERM the process"
@@ -517,8 +474,7 @@ class RunDirLock:
 
 
 def _training_in_slurm_job(data: Mapping[str, Any]) -> Optional[str]:
-    """For a record saying ``running`` on another host: why its SLURM job is training there now (or will again:
-    requeued), or None (no SLURM job, this process's own, ended, or SLURM cannot be asked)."""
+    """For a record ``running`` on another host: its SLURM job where SLURM says it is active (not this process's)."""
     from launcher.runs.slurmstate import SLURM_ACTIVE, slurm_states
 
     job = data.get("submitit") or {}
@@ -535,12 +491,9 @@ def _training_in_slurm_job(data: Mapping[str, Any]) -> Optional[str]:
             f"attempt {data.get('attempt')}")
 
 
-# What a run's checkpoints and results are made of: resuming them under other values would fail to
-# load or silently train another experiment. Every other key (how long, where, how often to log,
-# which hooks) may change between attempts; the change is logged.
+# What a run's checkpoints are made of: resuming under other values trains another experiment. Other keys may change.
 DEFINING = ("model", "optimizer", "data", "seed", "trainer._target_", "trainer.workflow")
-# not compared: trainer.devices is not the world size under torchrun or srun; the checkpoint's (TrainerBase) is checked;
-# trainer.trust_checkpoint says how this command reads the checkpoints, not what the run is
+# not compared: the world size is checked instead of trainer.devices; trust_checkpoint is how this command reads them
 UNCOMPARED = ("trainer.devices", "trainer.trust_checkpoint")
 # not the run's experiment: how its batches are loaded, and the val data (validation leaves training as it was)
 FREE_IN_DEFINING = ("data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor", "data.val")
@@ -564,16 +517,14 @@ _ENV_CALL = re.compile(r"\$\{\s*oc\.env\s*:")
 
 
 def plain_config(cfg: Any) -> Dict[str, Any]:
-    """A config as plain values, as ``run.json`` records it and a rerun is checked against: a key that reads another
-    (``data.seed: ${seed}``) holds that key's value, and a value that calls a resolver (``${oc.env:TOKEN}``,
-    ``${now:...}``) is kept as written. Nothing read from the environment is written down, and a variable set
-    otherwise for a rerun (a data path on another machine) is not another config."""
+    """A config as ``run.json`` records it: interpolations of other keys resolved, resolver calls (``${oc.env:X}``,
+    ``${now:...}``) kept as written, so nothing from the environment is written down."""
     return resolved_but(cfg, _RESOLVER_CALL)
 
 
 def resolved_but(cfg: Any, kept: "re.Pattern[str]") -> Dict[str, Any]:
-    """``cfg`` as plain values, interpolations resolved but for the strings ``kept`` finds, which stay as written
-    (and so does a key reading one); the whole as written where some key does not resolve here."""
+    """``cfg`` as plain values, resolved but for the strings ``kept`` finds (and keys reading them); as written where
+    some key does not resolve here."""
     from omegaconf import OmegaConf
 
     raw = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
@@ -592,22 +543,16 @@ def resolved_but(cfg: Any, kept: "re.Pattern[str]") -> Dict[str, Any]:
 
 
 def for_workers(cfg: Any) -> Dict[str, Any]:
-    """``cfg`` for the worker processes of ``trainer.devices=N``: resolved here (``${hydra:...}`` resolves only in
-    this Hydra job, ``${now:...}`` once for them all), but for the values read from the environment, which each worker
-    reads from the environment it inherits and records as written, as one process does."""
+    """``cfg`` for the workers of ``trainer.devices=N``: resolved here (``${hydra:...}``, ``${now:...}`` once for all),
+    but for ``${oc.env:...}``, which each worker reads and records as one process does."""
     return resolved_but(cfg, _ENV_CALL)
 
 
 def recorded_config(run_dir: Path) -> Optional[Dict[str, Any]]:
-    """The config the run in ``run_dir`` was last started with, as :func:`plain_config` has it then (``run.json``;
-    an earlier launcher's record holds every value resolved), or (older run dirs) ``.hydra/config.yaml`` read now;
-    None without either."""
+    """The config the run in ``run_dir`` was last started with (``run.json``'s, else ``.hydra/config.yaml``), or None."""
     from omegaconf import OmegaConf
 
-    try:
-        config = json.loads((Path(run_dir) / "run.json").read_text()).get("config")
-    except (OSError, ValueError, AttributeError):
-        config = None
+    config = read_record(run_dir).get("config")
     if isinstance(config, dict):
         return config
     path = Path(run_dir) / ".hydra" / "config.yaml"
@@ -647,8 +592,7 @@ def config_changes(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
 
 
 def _called_before_recorded_as_written(before: Mapping[str, Any], after: Mapping[str, Any]) -> List[str]:
-    """The keys whose value calls a resolver now (``${oc.env:DATA}``) where the record holds a plain value that
-    differs: a record made when such values were recorded resolved, to compare with the value resolved now."""
+    """The keys that call a resolver now (``${oc.env:DATA}``) where an older record holds the value resolved."""
     def calls(value: Any) -> bool:
         return bool(_RESOLVER_CALL.search(str(value)))
 
@@ -657,8 +601,7 @@ def _called_before_recorded_as_written(before: Mapping[str, Any], after: Mapping
 
 
 def same_value(a: Any, b: Any) -> bool:
-    """Whether two config values are one, as ``==`` has it, but NaN is NaN (``x=nan`` is the same value in the same
-    command run again), in lists and mappings too."""
+    """``a == b``, but NaN equals NaN (``x=nan`` run again is no change), in lists and mappings too."""
     if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
         return True
     if isinstance(a, list) and isinstance(b, list):
@@ -670,16 +613,11 @@ def same_value(a: Any, b: Any) -> bool:
 
 def split_additions(run_dir: Path, changes: Sequence[Tuple[str, Any, Any]],
                     overrides: Optional[Sequence[str]]) -> Tuple[List[Tuple[str, Any, Any]], List[Tuple[str, Any, Any]]]:
-    """``changes`` split into those of this command, and the keys the run's record lacks that no override names
-    that this command or the run's own had and the other lacks: settings a later launcher added, at their values now
-    (a run of an earlier version lacks ``data.persistent_workers``). Without ``overrides`` (a config made in
-    Python) every change is this command's."""
+    """``changes`` split into this command's and the keys the record lacks that no differing override names
+    (settings added to the config files since). Without ``overrides`` (a config made in Python) all are this command's."""
     if overrides is None:
         return list(changes), []
-    try:
-        recorded = json.loads((Path(run_dir) / "run.json").read_text()).get("overrides")
-    except (OSError, ValueError, AttributeError):
-        recorded = None
+    recorded = read_record(run_dir).get("overrides")
     if not isinstance(recorded, list):
         return list(changes), []
     # this command's overrides the run was not started with, and the run's that this command dropped (hooks=minimal)
@@ -696,10 +634,7 @@ def split_additions(run_dir: Path, changes: Sequence[Tuple[str, Any, Any]],
 
 
 def _timed_keys(cfg: Any) -> List[str]:
-    """The keys of ``cfg`` whose value, as written, holds a ``${now:...}``, or interpolates such a key (``name:
-    run-${tag}`` with ``tag: ${now:%H-%M}``): each command resolves it anew."""
-    import re
-
+    """The keys of ``cfg`` whose value holds a ``${now:...}`` or reads such a key: each command resolves it anew."""
     from omegaconf import DictConfig, OmegaConf
 
     if not isinstance(cfg, DictConfig):
@@ -716,8 +651,7 @@ def _timed_keys(cfg: Any) -> List[str]:
 
 
 def _whole_groups(old: Any, new: Any, prefix: str = "") -> List[Tuple[str, Any, Any]]:
-    """``(key, value, value)`` for each non-empty mapping on one side whose other side is none (``_ABSENT``, null, a
-    single value): a hook removed, ``data.val=null``."""
+    """``(key, old, new)`` for each mapping on one side whose other side is none (a hook removed, ``data.val=null``)."""
     if not (isinstance(old, dict) and isinstance(new, dict)):
         return []
     out: List[Tuple[str, Any, Any]] = []
@@ -751,22 +685,15 @@ def describe_changes(changes: Sequence[Tuple[str, Any, Any]], limit: int = 6) ->
 
 
 def _changes_since(run_dir: Path, cfg: Any, ignore: Sequence[str] = ()) -> Tuple[List[Tuple[str, Any, Any]], List[Tuple[str, Any, Any]]]:
-    """The changes from the config ``run_dir``'s run recorded (those that define the run first), and those
-    that define it."""
+    """The changes from ``run_dir``'s recorded config (those that define the run first), and those that define it."""
     changes = sorted((c for c in config_changes(run_dir, cfg) if c[0] not in ignore),
                      key=lambda c: (not _defines(c[0]), not c[0].startswith("trainer.")))
     return changes, [c for c in changes if _defines(c[0])]
 
 
 def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
-    """Refuse to continue a run dir's run under a config that defines another experiment.
-
-    Returns the other changes (logged by the caller); raises :class:`ConfigError` naming the keys
-    that define the run when those differ, or when ``trainer.resume=false`` would start a new run over
-    the dir's checkpoints, before anything in the run dir is touched.
-    """
-    from launcher.engine.errors import ConfigError
-
+    """The changes from the run dir's run; a :class:`ConfigError` where they define another experiment, or where
+    ``trainer.resume=false`` would start over the dir's checkpoints."""
     saved = candidates(Path(run_dir) / "checkpoints")
     if not saved and finished_result(run_dir) is None:
         return []  # nothing trained here yet (or a first attempt that failed to build): nothing to protect
@@ -777,8 +704,7 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
         raise ConfigError(
             f"trainer.resume={str(resume).lower() if isinstance(resume, bool) or resume is None else resume}: run dir {str(run_dir)!r} holds checkpoints of an earlier run "
             f"({', '.join(p.name for p in saved[:3])}{', ...' if len(saved) > 3 else ''}) that a fresh start would "
-            f"overwrite; choose {new_dir_advice()}, or delete "
-            f"{str(Path(run_dir) / 'checkpoints')!r} to start over there (trainer.resume=auto resumes them)")
+            f"overwrite; choose {new_dir_advice()}, or delete its checkpoints/ (trainer.resume=auto resumes them)")
     changes, defining = _changes_since(run_dir, cfg)
     if defining:
         raise ConfigError(
@@ -789,28 +715,18 @@ def check_rerun(run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
 
 
 def check_world_size(run_dir: Path, coming: int) -> None:
-    """Refuse, before anything in the run dir is touched, to train on a run of another number of processes than
-    ``coming`` (its global batch and epoch length would differ): the world size its ``run.json`` recorded (records
-    from before 2026-12-07 have none: the checkpoint's own check refuses it as the run resumes)."""
-    from launcher.engine.errors import ConfigError
-
-    try:
-        recorded = json.loads((Path(run_dir) / "run.json").read_text()).get("world_size")
-    except (OSError, ValueError, AttributeError):
-        return
+    """Refuse to train on a run of another number of processes than ``coming`` (its global batch and epoch length
+    would differ), before anything in the run dir is touched."""
+    recorded = read_record(run_dir).get("world_size")
     if not isinstance(recorded, int) or recorded == coming or not candidates(Path(run_dir) / "checkpoints"):
         return
     raise ConfigError(
-        f"run dir {str(run_dir)!r} holds a run of {recorded} process(es), and this run would have {coming}: each step's "
-        f"global batch and each epoch's steps would differ from the run it continues; resume it with "
-        f"trainer.devices={recorded} (or as many processes under torchrun or SLURM), or choose {new_dir_advice()} "
-        f"(trainer.load_from=<one of its checkpoints> starts a new run from its weights)")
+        f"run dir {str(run_dir)!r} holds a run of {recorded} process(es), and this run would have {coming} (another "
+        f"global batch); resume it with trainer.devices={recorded}, or choose {new_dir_advice()}")
 
 
 def values_back(defining: Sequence[Tuple[str, Any, Any]], cfg: Any) -> str:
-    """How to give a run's recorded values back, for the advice to resume it: the overrides that do it, where
-    they can be written (a value may differ because a config file changed since, where the run's own overrides
-    are this command's), else its recorded overrides."""
+    """How to give a run's recorded values back, for the advice to resume it."""
     back = restoring_overrides(defining, cfg)
     if back:
         return (f"give that run's values back ({back} on the command line, or the config file that set them as it "
@@ -819,12 +735,9 @@ def values_back(defining: Sequence[Tuple[str, Any, Any]], cfg: Any) -> str:
 
 
 def restoring_overrides(changes: Sequence[Tuple[str, Any, Any]], cfg: Any) -> str:
-    """The command-line overrides that give ``changes``' keys their recorded values back (``seed=3 ~model.bias``,
-    ``+key=v`` for a key the config no longer has), leaving out a key that follows another of them by
-    interpolation (``data.seed: ${seed}``); "" where a group of settings differs as a whole or in its ``_target_``
-    (another option of a group: only the run's overrides say which), where a value does not read back the same
-    from an override written plainly (a string such as 'nan' or 'a b': the shell's quoting would have to keep
-    Hydra's), or where it takes more than four."""
+    """The overrides that give ``changes``' keys their recorded values back (``seed=3 ~model.bias``), skipping a key
+    that interpolates another of them; "" where a whole group or a ``_target_`` differs, a value does not read
+    back plainly, or it takes more than four."""
     from omegaconf import OmegaConf
 
     keys = {key for key, _, _ in changes}
@@ -845,8 +758,7 @@ def restoring_overrides(changes: Sequence[Tuple[str, Any, Any]], cfg: Any) -> st
 
 
 def _absolute_key(target: str, parent: str) -> Optional[str]:
-    """The key an interpolation ``${target}`` in the node ``parent`` names: ``${seed}`` the root's seed, ``${.x}``
-    ``parent``'s x, ``${..x}`` its parent's; None where it climbs above the root."""
+    """The key ``${target}`` in node ``parent`` names (``${.x}``: parent's x); None above the root."""
     name = target.lstrip(".")
     up = len(target) - len(name) - 1  # ${.x}: no level up; ${..x}: one
     if up < 0:
@@ -886,12 +798,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def check_resume_source(checkpoint: Any, run_dir: Path, cfg: Any) -> List[Tuple[str, Any, Any]]:
-    """For ``trainer.resume=<checkpoint of another run dir>``: refuse, as :func:`check_rerun` does for the
-    run dir's own, a config that defines another experiment than the checkpoint's run (its batches, schedule
-    and length would silently be this config's); return the other changes. A checkpoint outside a run dir
-    that recorded its config is not checked."""
-    from launcher.engine.errors import ConfigError
-
+    """:func:`check_rerun` for ``trainer.resume=<a checkpoint of another run dir>``, against that run's record."""
     path = Path(os.path.abspath(str(checkpoint)))  # not resolved: a checkpoints/ linked elsewhere is still its run's
     if not path.is_file():
         return []  # the trainer says what is wrong with it
@@ -902,8 +809,8 @@ def check_resume_source(checkpoint: Any, run_dir: Path, cfg: Any) -> List[Tuple[
     if defining:
         raise ConfigError(
             f"trainer.resume={checkpoint}: that checkpoint's run ({source}) was made with another config "
-            f"({describe_changes(defining)}); resuming goes on with that run as it was. To resume it, "
-            f"{values_back(defining, cfg)}, or start from its weights alone with trainer.load_from={checkpoint}")
+            f"({describe_changes(defining)}). To resume it, {values_back(defining, cfg)}, or start from its weights "
+            f"with trainer.load_from={checkpoint}")
     return changes
 
 
@@ -924,10 +831,7 @@ def save_config_files(run_dir: Path, files: Mapping[str, Any]) -> None:
 
 
 def ignore_outputs_in_git(run_dir: Path) -> None:
-    """``outputs/.gitignore`` (ignore all) when the run dir is under ``./outputs`` and it has none.
-
-    Runs are not source: a project that runs the launcher from its root keeps a clean ``git status``.
-    """
+    """``outputs/.gitignore`` (ignore all) when the run dir is under ``./outputs``: runs stay out of ``git status``."""
     root = Path.cwd() / "outputs"
     try:
         Path(run_dir).resolve().relative_to(root.resolve())

@@ -65,9 +65,7 @@ def check_same_config(config: Any) -> None:
             shown = ", ".join(f"{k}={other.get(k, '(absent)')} (rank 0: {first.get(k, '(absent)')})" for k in keys[:5])
             more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
             raise DistributedError(f"rank {rank} was started with another config than rank 0: {shown}{more}; start every "
-                                   f"rank (each node's torchrun) with the same overrides (a value that must differ by "
-                                   f"node, such as a local data path, can come from the environment: "
-                                   f"key='${{oc.env:VAR}}')")
+                                   f"rank (each node's torchrun) with the same overrides (a per-node value: key='${{oc.env:VAR}}')")
 
 
 class TorchrunCallback(Callback):  # type: ignore[misc]

@@ -410,7 +410,8 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
 
     from omegaconf import open_dict, read_write
 
-    from launcher.runs.run import check_trainer_config, check_values_not_applied, nothing_to_train_on
+    from launcher.runs.checks import check_trainer_config, check_values_not_applied
+    from launcher.runs.rerun import nothing_to_train_on
     from launcher.engine.errors import ConfigError
     from launcher.engine.files import candidates
     from launcher.runs.rundir import REPORTED, check_rerun, check_world_size, lengthens, split_additions
