@@ -18,6 +18,12 @@ def did_you_mean(value: str, accepted, key: str) -> str:
     return f"; did you mean {key}={close[0]}?" if close else ""
 
 
+def not_a_metric(key: str, name: str, metrics) -> ConfigError:
+    """The error for ``key`` naming ``name``, which validation (recording ``metrics``) does not record."""
+    return ConfigError(f"{key}: {name!r} is not a validation metric (validation records: "
+                       f"{', '.join(sorted(metrics)) or 'none'}){did_you_mean(name, metrics, key)}")
+
+
 def output_dir_refused(err: OSError) -> str:
     """The config error for a run or sweep dir that cannot be made."""
     import os
