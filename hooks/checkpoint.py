@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from launcher.engine import distributed
 from launcher.engine.hook import HookBase, Priority, is_number
 from launcher.engine.checkpoint import TRUST_RISK, BackgroundWriter, objects_beyond_weights, unsaveable_hook_state
 
@@ -100,7 +101,6 @@ class PeriodicCheckpointer(HookBase):
             return True
         due = time.monotonic() - self._last_save >= self.min_interval_secs
         if self.trainer.dist is not None:
-            from launcher.engine import distributed
             due = bool(distributed.max_int(int(due)))
         if not due and not self._skip_said and self.trainer.is_main:
             self._skip_said = True

@@ -6,7 +6,7 @@ import functools
 import inspect
 import logging
 import re
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import torch
 
@@ -76,6 +76,12 @@ class LRScheduler(HookBase):
         self._plateau = False
         self._unjudged = False  # ReduceLROnPlateau not stepped on the last validation for want of the monitor
 
+    def _target_and_given(self) -> Tuple[Any, Dict[str, Any]]:
+        """The schedule's class (or function) and the arguments the config gives it."""
+        factory = self._factory
+        partial = isinstance(factory, functools.partial)
+        return (factory.func, factory.keywords) if partial else (factory, {})
+
     @property
     def _key(self) -> str:
         return f"hooks.{self.name or 'lr_scheduler'}"
@@ -84,8 +90,7 @@ class LRScheduler(HookBase):
     def _build(self) -> Any:
         if self.scheduler is None:
             factory = self._factory
-            target = factory.func if isinstance(factory, functools.partial) else factory
-            given = factory.keywords if isinstance(factory, functools.partial) else {}
+            target, given = self._target_and_given()
             schedules = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
             if isinstance(target, type) and not issubclass(target, schedules) and not (
                     callable(getattr(target, "step", None)) and callable(getattr(target, "state_dict", None))):
@@ -185,9 +190,7 @@ class LRScheduler(HookBase):
 
     def _describe(self) -> str:
         """``hooks.<name>.scheduler (module.Class, given k=v, ...)``: the config that built the schedule."""
-        factory = self._factory
-        target = factory.func if isinstance(factory, functools.partial) else factory
-        given = factory.keywords if isinstance(factory, functools.partial) else {}
+        target, given = self._target_and_given()
         what = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', target)}"
         given_text = f", given {', '.join(f'{k}={v!r}' for k, v in given.items())}" if given else ""
         return f"{self._key}.scheduler ({what}{given_text})"

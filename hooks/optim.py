@@ -12,6 +12,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import torch
 
+from launcher.engine import distributed
 from launcher.engine.errors import ConfigError
 from launcher.engine.hook import HookBase, Priority
 
@@ -118,7 +119,6 @@ class OptimizerStep(HookBase):
         """Whether the loss is finite; under DDP on every rank (they must skip a batch together)."""
         finite = bool(torch.isfinite(loss.detach()).all())
         if self.trainer.dist is not None:
-            from launcher.engine import distributed
             finite = distributed.max_int(0 if finite else 1) == 0
         return finite
 

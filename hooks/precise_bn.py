@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.utils.data import IterableDataset
 
+from launcher.engine import distributed
 from launcher.engine.hook import HookBase, Priority
 from launcher.engine.trainer import get_rng_state, move_to_device, set_rng_state
 
@@ -63,7 +64,6 @@ class PreciseBN(HookBase):
 
     def _average_over_ranks(self, layers: list) -> None:
         """Average each rank's statistics (one all-reduce), so every rank validates the same model."""
-        from launcher.engine import distributed
         stats = [s for m in layers for s in (m.running_mean, m.running_var)]
         flat = distributed.sum_tensor(torch.cat([s.reshape(-1).float() for s in stats])) / self.trainer.world_size
         offset = 0

@@ -361,14 +361,6 @@ class TensorBoardWriter(BufferedFileWriter):
         if to_disk:
             self._writer.flush()
 
-    def after_train(self) -> None:
-        t = self.trainer
-        if t.status != "interrupted":  # as PeriodicWriter.after_train
-            self._flush()  # on every rank: under DDP the last values are averaged over the ranks here
-        if self._writer is not None and t.status in ("completed", "stopped"):
-            self._write_hparams()
-        super().after_train()
-
     def _write_hparams(self) -> None:
         """The run's overrides and final metrics for TensorBoard's HParams tab, in an event file of their own
         (``*.hparams``) beside the scalars. TensorBoard keeps a tag's first summary, so an earlier attempt's file (and
@@ -397,6 +389,8 @@ class TensorBoardWriter(BufferedFileWriter):
 
     def close(self) -> None:
         if self._writer is not None:
+            if self.trainer.status in ("completed", "stopped"):
+                self._write_hparams()
             self.sync()
             self._writer.close()
             self._writer = None

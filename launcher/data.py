@@ -5,6 +5,7 @@ what an uninterrupted one would (docs/contracts.md).
 """
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
@@ -15,7 +16,12 @@ if TYPE_CHECKING:
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset
 
+from launcher.engine.checkpoint import brief
+from launcher.engine.distributed import is_main_process
+from launcher.engine.errors import ConfigError
 from launcher.engine.loaders import EpochLoader, ShardSampler, StreamLoader, ValLoader
+
+logger = logging.getLogger(__name__)
 
 
 def _split(n: int, split: str, val_fraction: float, split_seed: int) -> torch.Tensor:
@@ -95,8 +101,6 @@ def check_splits(data: Any) -> None:
 
     from omegaconf import OmegaConf
 
-    from launcher.engine.errors import ConfigError
-
     train, val = (data.get(k) if OmegaConf.is_dict(data) else None for k in ("train", "val"))
     if not (OmegaConf.is_dict(train) and OmegaConf.is_dict(val)):
         return
@@ -138,8 +142,6 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
         else:
             content = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:
-        from launcher.engine.checkpoint import brief
-
         raise ValueError(f"data file {str(file)!r} is unreadable as a .npz or a torch.save'd dict of arrays: {brief(err)}") from err
     if not isinstance(content, dict):
         raise ValueError(f"data file {str(file)!r} holds a {type(content).__name__}; expected a dict of arrays ({inputs!r}, {targets!r})")
@@ -167,12 +169,8 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
         raise ValueError(f"data file {str(file)!r}: {inputs!r} has {len(x)} samples but {targets!r} has {len(y)}")
     if x.is_floating_point():
         bad = [int((~torch.isfinite(chunk)).flatten(1).any(1).sum()) for chunk in x.split(65536)]
-        from launcher.engine.distributed import is_main_process
-
         if sum(bad) and is_main_process():
-            import logging
-
-            logging.getLogger(__name__).warning(
+            logger.warning(
                 "data file %r: %d of %d samples of %r hold nan or infinite values; a model given them will likely "
                 "return a nan loss (which stops the run)", str(file), sum(bad), len(x), inputs)
     return TensorDataset(x, y)
@@ -225,23 +223,17 @@ class DataLoaders:
                     not (hasattr(dataset, "__getitem__") or hasattr(dataset, "__iter__")):
                 raise ValueError(f"data.{key} should be a dataset (a config with a _target_ that builds one)"
                                  f"{' or null for none' if key == 'val' else ''}, got {dataset!r}")
-        self.train, self.val = train, val
-        self.batch_size = batch_size
+        self.train, self.val, self.batch_size, self.seed = train, val, batch_size, seed
         self.val_batch_size = batch_size if val_batch_size is None else val_batch_size
-        self.num_workers = num_workers
-        self.shuffle = shuffle
-        self.drop_last = drop_last
+        self.num_workers, self.shuffle, self.drop_last = num_workers, shuffle, drop_last
         self.pin_memory = pin_memory and torch.cuda.is_available()
-        self.seed = seed
         # worker options, which torch refuses without workers
         unused = [f"data.{k}={v if not isinstance(v, bool) else str(v).lower()}" for k, v in
                   (("persistent_workers", persistent_workers), ("prefetch_factor", prefetch_factor)) if v not in (None, False)]
         if unused and not num_workers:
-            import logging
-
-            logging.getLogger(__name__).warning("%s %s no effect with data.num_workers=0 (batches are loaded in the "
-                                                "training process); set data.num_workers=N for loader processes",
-                                                " and ".join(unused), "has" if len(unused) == 1 else "have")
+            logger.warning("%s %s no effect with data.num_workers=0 (batches are loaded in the training process); set "
+                           "data.num_workers=N for loader processes", " and ".join(unused),
+                           "has" if len(unused) == 1 else "have")
         self._workers = {"persistent_workers": persistent_workers, "prefetch_factor": prefetch_factor} if num_workers else {}
         self._warned: set = set()  # streams already warned about (loaders are built again, e.g. by PreciseBN)
 
@@ -292,8 +284,6 @@ class DataLoaders:
 
 
 def _warn_stream_under_ddp(key: str, dataset: IterableDataset) -> None:
-    import logging
-
-    logging.getLogger(__name__).warning(
+    logger.warning(
         "%s is a stream (%s): under DDP it must yield each rank its own share (torch.distributed.get_rank()), with "
         "as many batches on each", key, type(dataset).__name__)

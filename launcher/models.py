@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from launcher.engine.errors import ConfigError, ModelInputError, describe
+
 
 class Classifier(nn.Module):
     """Wraps ``self.net`` (inputs -> logits) in the train/eval contract."""
@@ -33,8 +35,6 @@ class Classifier(nn.Module):
 
     def not_a_pair(self, batch: Any) -> BaseException:
         """The error for a batch that is no (inputs, labels) pair: what the loader gave, what to change."""
-        from launcher.engine.errors import ModelInputError, describe
-
         given = describe(batch) + ("" if isinstance(batch, (dict, list, tuple)) else " alone (no labels)")
         return ModelInputError(f"{type(self).__name__} takes batches of (inputs, labels); the data loader gave {given}: "
                                f"use a dataset whose items are (x, y) pairs, or your own model (docs/contracts.md)")
@@ -43,8 +43,6 @@ class Classifier(nn.Module):
 
     def misfit(self, inputs: Any, labels: Any, err: BaseException) -> BaseException:
         """A ConfigError naming the ``model.*`` key that does not fit this batch (``data.val`` in eval mode), or ``err``."""
-        from launcher.engine.errors import ConfigError
-
         shape = list(inputs.shape) if isinstance(inputs, torch.Tensor) else None
         why = None
         if isinstance(inputs, torch.Tensor) and not inputs.is_floating_point():

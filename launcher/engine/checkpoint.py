@@ -6,10 +6,12 @@ temporary file that the next save removes.
 """
 from __future__ import annotations
 
+import _compat_pickle
 import io
 import logging
 import os
 import pickle
+import pickletools
 import queue
 import re
 import sys
@@ -297,8 +299,6 @@ def _refused_objects(path: Path, err: Exception) -> Tuple[List[str], BaseExcepti
 
 def _globals_in_pickle(path: Path) -> List[str]:
     """The functions and classes the first pickle in ``path`` names, read without unpickling."""
-    import pickletools
-
     found: List[str] = []
     strings: List[str] = []
     try:
@@ -318,9 +318,6 @@ def _globals_in_pickle(path: Path) -> List[str]:
 def objects_beyond_weights(obj: Any) -> List[str]:
     """The Python objects in ``obj`` (``module.name``) that ``torch.load(weights_only=True)`` refuses; [] for
     tensors and plain values."""
-    import _compat_pickle
-    import pickletools
-
     buffer = io.BytesIO()
     try:
         _TensorsByReference(buffer, protocol=2).dump(obj)  # torch.save's protocol: every function or class a GLOBAL

@@ -344,10 +344,8 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
         if rank >= len(processes) or (signum in SignalLatch.SIGNALS and not ready[rank]):
             held.append((rank, signum))  # a stop: passed on once the worker holds it; a Ctrl-C once it is started
         elif rank < len(processes) and processes[rank].is_alive() and processes[rank].pid:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(processes[rank].pid, signum)
-            except ProcessLookupError:
-                pass
 
     def forward(signum: int, frame: Any) -> None:
         if received.count(signal.SIGINT) >= 2 and signum == signal.SIGINT:
@@ -414,10 +412,8 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for name in error_files:  # read into the exception by now; torch leaves them behind
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(name)
-            except OSError:
-                pass
         shutil.rmtree(rendezvous, ignore_errors=True)  # the workers have ended: a rerun meets in a new one
     first = received[0] if received else None
     return first, SignalLatch.unlatched(previous.get(first), first) if first is not None else None
@@ -448,9 +444,13 @@ def rank_log_files(rank: int, run_dir: Path) -> None:
             root.addHandler(moved)
 
 
+def _rank_format(rank: int) -> logging.Formatter:
+    return logging.Formatter(f"[%(asctime)s][%(levelname)s][rank {rank}] %(message)s", "%H:%M:%S")
+
+
 def worker_logging(rank: int, run_dir: "Path", console_level: int = logging.INFO) -> None:
     """A spawned worker's log: the console (rank 0 alone below warnings), tagged with its rank, and its own file."""
-    fmt = logging.Formatter(f"[%(asctime)s][%(levelname)s][rank {rank}] %(message)s", "%H:%M:%S")
+    fmt = _rank_format(rank)
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     name = "train.log" if rank == 0 else f"train_rank{rank}.log"
@@ -471,7 +471,7 @@ def errors_in_main_log(run_dir: "Path", env: Optional[DistEnv]) -> Iterator[None
         return
     handler = logging.FileHandler(Path(run_dir) / "train.log")  # appended to, as rank 0's handler does
     handler.setLevel(logging.ERROR)
-    handler.setFormatter(logging.Formatter(f"[%(asctime)s][%(levelname)s][rank {env.rank}] %(message)s", "%H:%M:%S"))
+    handler.setFormatter(_rank_format(env.rank))
     root = logging.getLogger()
     root.addHandler(handler)
     try:
@@ -492,10 +492,8 @@ def worker_started(rank: int, parent: int, ready: Any) -> None:
     if sys.platform.startswith("linux"):
         import ctypes
 
-        try:
+        with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
     if os.getppid() != parent:  # the parent died before the line above took effect
         os._exit(1)
 

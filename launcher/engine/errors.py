@@ -1,6 +1,9 @@
 """The error a user's bad input ends in: the CLI prints its one-line message and exits 2."""
 from __future__ import annotations
 
+import difflib
+import os
+
 
 class ConfigError(ValueError):
     """A config value that cannot be built or used; the message names the key and what is accepted."""
@@ -12,8 +15,6 @@ class RunDirBusy(ConfigError):
 
 def did_you_mean(value: str, accepted, key: str) -> str:
     """``"; did you mean <key>=<closest>?"`` for the accepted name closest to a misspelt ``value``, else ``""``."""
-    import difflib
-
     close = difflib.get_close_matches(str(value), [str(a) for a in accepted], n=1)
     return f"; did you mean {key}={close[0]}?" if close else ""
 
@@ -26,8 +27,6 @@ def not_a_metric(key: str, name: str, metrics) -> ConfigError:
 
 def output_dir_refused(err: OSError) -> str:
     """The config error for a run or sweep dir that cannot be made."""
-    import os
-
     where = f" (in {os.getcwd()})" if err.filename and not os.path.isabs(str(err.filename)) else ""
     return (f"cannot make the output dir {err.filename}: {err.strerror}{where}; hydra.run.dir (hydra.sweep.dir and "
             f"hydra.sweep.subdir with -m) must name a directory this user can write to")

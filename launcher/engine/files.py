@@ -6,6 +6,7 @@ import contextlib
 import os
 import re
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, List, Optional, Union
 
@@ -107,8 +108,6 @@ def in_run_dir(path: Path, directory: PathLike) -> bool:
 def readable_archive(path: Path) -> bool:
     """Whether ``path`` is a whole ``torch.save`` file, by its zip directory (at the end: a truncated file fails),
     without reading the tensors."""
-    import zipfile
-
     try:
         with zipfile.ZipFile(path) as archive:
             return any(name.endswith("/data.pkl") or name == "data.pkl" for name in archive.namelist())
