@@ -125,14 +125,8 @@ class BackgroundWriter:
             data = self._serialize(state)  # the previous checkpoint is on disk: its memory takes this one
         path = Path(path)
         self.prepare(path.parent)
-        try:
-            if not background:
-                write_checkpoint(data, path)
-        except OSError as err:
-            raise _write_failed(f"writing checkpoint {path}", path.parent, err, self.rerun_hint) from err
         if not background:
-            data.release()
-            self._remove(then_remove)
+            self._write_now(data, path, then_remove)
             return path
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="checkpoint-writer", daemon=True)
@@ -172,8 +166,13 @@ class BackgroundWriter:
             self._buffer = None
         return data
 
-    def _remove(self, paths: Sequence[Path]) -> None:
-        for old in paths:  # retention: only once the new file is safe
+    def _write_now(self, data: memoryview, path: Path, then_remove: Sequence[Path], catch: Any = OSError) -> None:
+        try:
+            write_checkpoint(data, path)
+        except catch as err:
+            raise _write_failed(f"writing checkpoint {path}", path.parent, err, self.rerun_hint) from err
+        data.release()
+        for old in then_remove:  # retention: only once the new file is safe
             try:
                 old.unlink(missing_ok=True)
             except OSError as err:
@@ -187,12 +186,7 @@ class BackgroundWriter:
                     return
                 data, path, then_remove = job
                 job = None  # the buffer's next checkpoint needs every view of this one gone
-                try:
-                    write_checkpoint(data, path)
-                except BaseException as err:
-                    raise _write_failed(f"writing checkpoint {path}", path.parent, err, self.rerun_hint) from err
-                data.release()
-                self._remove(then_remove)
+                self._write_now(data, path, then_remove, catch=BaseException)
             except CheckpointWriteError as err:
                 self._error = err
             except BaseException as err:  # noqa: B036 -- never lost: the next write or wait raises it
