@@ -357,9 +357,12 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
         for rank in range(nprocs):
             send(rank, signum)
 
-    handlers = {signal.SIGTERM: forward, signal.SIGINT: forward}
-    if hasattr(signal, "SIGUSR2"):
-        handlers[signal.SIGUSR2] = forward
+    def pass_on_held(now: Callable[[int, int], bool]) -> None:
+        for rank, signum in [h for h in held if now(*h)]:
+            held.remove((rank, signum))
+            send(rank, signum)
+
+    handlers: Dict[int, Any] = dict.fromkeys(SIGNALS, forward)
     if hasattr(signal, "SIGTSTP"):  # Ctrl-Z: the workers stop with this process, and go on with it
         handlers[signal.SIGTSTP] = suspend_along(lambda: [p.pid for p in processes if p.is_alive() and p.pid])
     previous: Dict[int, Any] = {}
@@ -386,9 +389,7 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
             try:
                 previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
                 context = start()
-                for rank, signum in [h for h in held if h[1] not in SignalLatch.SIGNALS]:  # a Ctrl-C while they started
-                    held.remove((rank, signum))
-                    send(rank, signum)
+                pass_on_held(lambda rank, signum: signum not in SignalLatch.SIGNALS)  # a Ctrl-C while they started
                 for sig, old in previous.items():  # a signal held while this run started (a SLURM job's): pass it on
                     if isinstance(old, SignalLatch) and old.take(sig):
                         forward(sig, None)
@@ -397,9 +398,7 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
                     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         # after a Ctrl-C the workers are aborting: one that lingers (waiting for a peer gone) is killed soon
         while not context.join(timeout=0.2, grace_period=2.0 if signal.SIGINT in received else 10.0):
-            for rank, signum in [h for h in held if ready[h[0]]]:  # started since: pass the signal on now
-                held.remove((rank, signum))
-                send(rank, signum)
+            pass_on_held(lambda rank, signum: ready[rank])  # started since: pass the signal on now
     except Exception as err:
         if signal.SIGINT in received:  # a worker ended by the Ctrl-C (e.g. before training): an abort, not a failure
             raise KeyboardInterrupt from None
