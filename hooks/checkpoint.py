@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from launcher.engine import distributed
 from launcher.engine.hook import HookBase, Priority, is_number
 from launcher.engine.checkpoint import TRUST_RISK, BackgroundWriter, objects_beyond_weights, unsaveable_hook_state
 
@@ -17,18 +18,11 @@ logger = logging.getLogger(__name__)
 class PeriodicCheckpointer(HookBase):
     """Saves ``trainer.state_dict()`` (model, optimizer, counters, RNG, storage, every hook's state).
 
-    Periodic files are ``checkpoints/epoch_NNNN.pt`` or ``checkpoints/iter_NNNNNNN.pt``. A periodic
-    checkpoint due less than ``min_interval_secs`` after the last one (or after training started) is
-    skipped, except the run's last: epochs of a tenth of a second would otherwise write ten files a
-    second, which costs the loop a few percent and a shared filesystem far more, to bound a hard kill's
-    loss to a tenth of a second rather than ``min_interval_secs`` (a signal's stop saves where it stops
-    either way). 0 saves every period. The
-    state is taken at the step boundary after the period ends, so it is whole, and written to
-    disk on a background thread while training goes on; the newest ``keep_last`` are kept
-    (0 keeps all), an old one removed only once the new one is safe. A run that completes (or stops early) writes
-    ``checkpoints/final.pt``; a run interrupted by a signal writes ``iter_NNNNNNN.pt`` to
-    resume from (outside the ``keep_last`` rotation; the resumed run removes it once it has
-    written its next checkpoint). ``checkpoints/last`` names the newest file.
+    Periodic files ``checkpoints/epoch_NNNN.pt`` or ``iter_NNNNNNN.pt`` are taken at the step boundary after each
+    period and written on a background thread; one due under ``min_interval_secs`` after the last is skipped
+    (except the run's last; 0 saves every period). The newest ``keep_last`` are kept (0: all). A run that ends
+    writes ``final.pt``; one interrupted by a signal writes ``iter_NNNNNNN.pt`` to resume from, outside the
+    rotation. ``checkpoints/last`` names the newest file (docs/resume.md).
     """
 
     saves_checkpoints = True
@@ -61,10 +55,10 @@ class PeriodicCheckpointer(HookBase):
         self.save_final = save_final
         self._saved: List[str] = []  # periodic checkpoints on disk, oldest first
         self._interrupt_file: Optional[str] = None  # the interrupt checkpoint this run resumed from
-        self._strays: List[str] = []  # periodic checkpoints out of the rotation, to remove (see _find_strays)
+        self._strays: List[str] = []  # periodic checkpoints out of the rotation, to remove
         self._writer = BackgroundWriter()
         self._objects_said: set = set()  # parts of the state said to hold Python objects
-        if by_epoch:  # one of the two periodic events has nothing to do: the trainer skips it (see HookBase)
+        if by_epoch:  # the trainer skips an event set to None
             self.after_step = None  # type: ignore[assignment]
         else:
             self.after_epoch = None  # type: ignore[assignment]
@@ -86,8 +80,7 @@ class PeriodicCheckpointer(HookBase):
         return path
 
     def _say_objects(self, state: Mapping[str, Any]) -> None:
-        """Warn, once for each, of a hook (or part of the trainer's state) whose state holds Python objects besides
-        tensors and plain values: resuming reads checkpoints with ``weights_only=True``, which refuses them."""
+        """Warn, once for each, of a part of the state holding Python objects, which ``weights_only`` loading refuses."""
         if not objects_beyond_weights(state):
             return
         hooks = {h.name: h for h in self.trainer.hooks}
@@ -98,27 +91,23 @@ class PeriodicCheckpointer(HookBase):
             objects = [] if what in self._objects_said else objects_beyond_weights(part)
             if objects:
                 self._objects_said.add(what)
-                logger.warning("The state of %s holds Python objects (%s) besides tensors and plain values: resuming "
-                               "from its checkpoints will need trainer.trust_checkpoint=true (%s); return plain values "
-                               "from its state_dict() to resume without it", what, ", ".join(objects[:5]), TRUST_RISK)
+                logger.warning("The state of %s holds Python objects (%s): resuming will need trainer.trust_checkpoint=true "
+                               "(%s); return plain values from its state_dict()", what, ", ".join(objects[:5]), TRUST_RISK)
 
     def _due(self, last: bool) -> bool:
-        """Whether the periodic checkpoint that the period asks for now is saved: not while the last one is under
-        ``min_interval_secs`` old, unless it is the run's last. Under DDP the ranks agree (any rank's clock past it
-        saves on all: the save gathers from every rank)."""
+        """Whether the periodic checkpoint due now is saved: not while the last one is under ``min_interval_secs``
+        old, unless it is the run's last. Under DDP any rank past it saves on all (the save gathers from each)."""
         if not self.min_interval_secs or last:
             return True
         due = time.monotonic() - self._last_save >= self.min_interval_secs
         if self.trainer.dist is not None:
-            from launcher.engine import distributed
             due = bool(distributed.max_int(int(due)))
         if not due and not self._skip_said and self.trainer.is_main:
             self._skip_said = True
             every = ("epoch" if self.period == 1 else f"{self.period} epochs") if self.by_epoch else \
                 ("iteration" if self.period == 1 else f"{self.period} iterations")
-            logger.info("Periodic checkpoints: one every %s takes under %g s here, so one is saved at most every %g s "
-                        "and at the end (hooks.%s.min_interval_secs=0 saves every %s)", every, self.min_interval_secs,
-                        self.min_interval_secs, self.name or "checkpointer", every)
+            logger.info("Periodic checkpoints: at most one every %g s, and one at the end (hooks.%s.min_interval_secs=0 "
+                        "saves every %s)", self.min_interval_secs, self.name or "checkpointer", every)
         return due
 
     def _save_periodic(self, name: str, background: bool = True, last: bool = False) -> Path:
@@ -134,9 +123,8 @@ class PeriodicCheckpointer(HookBase):
         return self.save(name, background, then_remove=expired + strays + self._take_interrupt_file(name))
 
     def _find_strays(self) -> List[str]:
-        """Periodic checkpoints left out of the rotation, older than the oldest it keeps: a process killed after it
-        wrote a checkpoint and before it removed the one that expired leaves that one on disk, and the state it
-        wrote no longer lists it. They go with the next periodic checkpoint, once that one is safe."""
+        """Periodic checkpoints older than the rotation's oldest that it no longer lists (a kill between writing one
+        and removing the expired one): removed with the next periodic checkpoint."""
         pattern = re.compile(r"epoch_(\d{4,})\.pt" if self.by_epoch else r"iter_(\d{7,})\.pt")
         kept = [int(m.group(1)) for m in map(pattern.fullmatch, self._saved) if m]
         if not self.keep_last or not kept:
@@ -156,11 +144,9 @@ class PeriodicCheckpointer(HookBase):
 
     def before_train(self) -> None:
         self._writer.rerun_hint = self.trainer.rerun_hint
-        if self.trainer.is_main:  # a checkpoint dir that refuses files stops the run now, not after an epoch's training
+        if self.trainer.is_main:  # a checkpoint dir that refuses files stops the run now
             self._writer.prepare(self.trainer.checkpoint_dir)
-        # and so does a hook of the user's own whose state a checkpoint cannot hold (asked once more here, on every
-        # rank, as a save asks them: a state_dict may gather across ranks; the built-in ones build what they hold
-        # lazily, a schedule that sets the lr: their first save asks them)
+        # and so does a user hook whose state a checkpoint cannot hold (asked on every rank, as a save asks)
         states = {}
         for hook in self.trainer.hooks:
             if type(hook).__module__.startswith("launcher.hooks.") or type(hook).state_dict is HookBase.state_dict:
@@ -172,8 +158,7 @@ class PeriodicCheckpointer(HookBase):
         unsaveable = unsaveable_hook_state(states, self.trainer.hooks)
         if unsaveable is not None:
             raise unsaveable
-        # An interrupt checkpoint is not one of the periodic ones (they rotate as in a run never
-        # stopped, and so does this hook's state); it goes once the next checkpoint is written.
+        # an interrupt checkpoint is outside the rotation: it goes once the next checkpoint is written
         resumed = self.trainer.resumed_from
         if resumed is not None and Path(resumed).parent == Path(self.trainer.checkpoint_dir) and \
                 Path(resumed).name.startswith("iter_") and Path(resumed).name not in self._saved:

@@ -5,17 +5,13 @@ import math
 from typing import Any, Dict, List, Mapping, Optional
 
 from launcher.engine.hook import HookBase, Priority, is_number
-from launcher.engine.errors import ConfigError, did_you_mean
+from launcher.engine.errors import not_a_metric
 
 
 class EarlyStopping(HookBase):
-    """After each validation, compare ``monitor`` with the best so far (``mode`` min or max).
-
-    An improvement must beat the best by more than ``min_delta``. After ``patience``
-    validations without one, training stops at the next step boundary: the run ends
-    ``stopped``, writes ``checkpoints/final.pt``, and ``run.json`` says why. With ``check_finite``
-    (mmengine's and Lightning's), a validation whose ``monitor`` is NaN or infinite stops the run
-    the same way at once, rather than counting towards ``patience``.
+    """After ``patience`` validations in which ``monitor`` did not beat the best by more than ``min_delta``
+    (``mode`` min or max), stop at the next step boundary: the run ends ``stopped`` with ``final.pt``. With
+    ``check_finite`` a NaN or infinite ``monitor`` stops it at once.
     """
 
     priority = Priority.BELOW_NORMAL  # after the Evaluator (50) has recorded val/*
@@ -28,7 +24,6 @@ class EarlyStopping(HookBase):
         if not isinstance(patience, int) or patience < 1:
             raise ValueError(f"EarlyStopping: patience should be an integer >= 1, got {patience!r}")
         if not is_number(min_delta) or not 0 <= min_delta < math.inf:
-            # a negative one was taken as its absolute value, nan made every validation no improvement
             raise ValueError(f"EarlyStopping: min_delta should be a number >= 0 (how much a validation must beat "
                              f"the best by), got {min_delta!r}")
         if not isinstance(check_finite, bool):
@@ -38,27 +33,23 @@ class EarlyStopping(HookBase):
         self.best = math.inf if mode == "min" else -math.inf
         self.best_iter = -1
         self.bad = 0
-        # the iteration of a validation not judged for want of the monitor (the run stopped there for that config
-        # error, see TrainerBase._stop_for): the mended rerun judges it as it starts, from the checkpoint's last_val
+        # a validation not judged for want of the monitor (the run stopped for that): the mended rerun judges it first
         self.unjudged: Optional[int] = None
-        self.stopped = False  # this hook stopped the run (its decision came while it trained)
-        self.not_finite: Optional[List[float]] = None  # [value, steps] of the validation that stopped it (check_finite)
+        self.stopped = False  # this hook stopped the run while it trained
+        self.not_finite: Optional[List[float]] = None  # [value, steps] of the validation that stopped it
 
     def before_train(self) -> None:
-        # Resumed after the decision to stop (killed before or just after final.pt was written, or a signal at that
-        # very step): the run stops again at once, as the uninterrupted one did, rather than training on. A stopped
-        # run lengthened (max_epochs or max_iters raised) was asked for more: it trains on, to its next validation.
+        # resumed after the decision to stop: stop again at once, unless the run was lengthened
         if self.unjudged is not None:
-            self._judge(self.unjudged)  # the last straw stops the run at once, as it stopped the run that had the key
+            self._judge(self.unjudged)
         elif self.stopped and not self.trainer.lengthened:
             self._stop()
         else:
-            self.stopped = False  # a lengthened run trains on: its next validation decides again
+            self.stopped = False
             self.not_finite = None
 
     def _stop(self) -> None:
-        # A decision in the validation at the run's end (after_train) stops nothing: the run has completed, and a
-        # rerun from its final.pt completes again rather than taking the decision as one that stopped it.
+        # a decision at the run's end (after_train) stops nothing: the run has completed
         self.stopped = self.trainer.status == "running"
         if self.not_finite is not None:
             value, steps = self.not_finite
@@ -66,7 +57,7 @@ class EarlyStopping(HookBase):
                                       f"{self._after(int(steps))} (not finite; hooks.{self.name or 'early_stopping'}."
                                       f"check_finite=false counts it towards patience instead)")
             return
-        if self.best_iter < 0:  # no validation gave a value to improve on (nan each time)
+        if self.best_iter < 0:
             self.trainer.request_stop(f"early stopping: no validation gave {self.monitor} a value to improve on (NaN or "
                                       f"infinite each time) in {self.bad} validations")
             return
@@ -82,17 +73,13 @@ class EarlyStopping(HookBase):
         return f"{steps} steps"
 
     def after_val(self) -> None:
-        # not .iter: inside a step (IterTrainer's validations) that is its 0-based index (checkpoints before 2026-12-06
-        # hold that one-lower count for the iteration trainer: only the message's numbers differ)
         self._judge(self.trainer.steps_done)
 
     def _judge(self, iteration: int) -> None:
         metrics = self.trainer.last_val
         if self.monitor not in metrics:
             self.unjudged = iteration
-            key = f"hooks.{self.name or 'early_stopping'}.monitor"
-            raise ConfigError(f"{key}: {self.monitor!r} is not a validation metric (validation records: "
-                              f"{', '.join(sorted(metrics))}){did_you_mean(self.monitor, metrics, key)}")
+            raise not_a_metric(f"hooks.{self.name or 'early_stopping'}.monitor", self.monitor, metrics)
         self.unjudged = None
         value = metrics[self.monitor]
         if self.check_finite and not math.isfinite(value):
@@ -114,5 +101,5 @@ class EarlyStopping(HookBase):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.best, self.best_iter, self.bad = state["best"], state["best_iter"], state["bad"]
         self.unjudged = state.get("unjudged")
-        self.stopped = bool(state.get("stopped", self.bad >= self.patience))  # checkpoints before 2026-12-06 lack it
+        self.stopped = bool(state.get("stopped", self.bad >= self.patience))  # older checkpoints lack it
         self.not_finite = state.get("not_finite")

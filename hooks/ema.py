@@ -10,17 +10,10 @@ from launcher.engine.hook import HookBase, Priority, iterations_per_step
 
 
 class EMA(HookBase):
-    """After every step ``ema = decay * ema + (1 - decay) * weights`` (torch's ``AveragedModel``;
-    buffers such as BatchNorm statistics are copied along with ``use_buffers``).
+    """After every optimizer step ``ema = decay * ema + (1 - decay) * weights`` (torch's ``AveragedModel``).
 
-    With ``eval_with_ema`` each validation runs on the EMA weights (the model's own are put back
-    afterwards); with ``final_weights_ema`` the model holds the EMA weights when training ends,
-    so the final validation and ``checkpoints/final.pt`` use them.
-
-    The buffers a validation of the EMA weights used become the EMA's own (``PreciseBN``
-    recomputes BatchNorm statistics for the weights being validated), so the weights validated
-    are the weights saved. When the EMA weights are put in at the end, the model's own are kept
-    in this hook's state, and a run trained on from ``final.pt`` trains on from them.
+    ``eval_with_ema``: validations run on the EMA weights; ``final_weights_ema``: the model ends with them, so
+    the final validation and ``final.pt`` use them (the model's own stay in this hook's state, to train on from).
     """
 
     priority = Priority.ABOVE_NORMAL  # after the optimizer step, before validation and checkpoints
@@ -55,7 +48,6 @@ class EMA(HookBase):
         self._every = iterations_per_step(self.trainer)
 
     def after_step(self) -> None:
-        # with gradient accumulation, after each optimizer step (not each micro-batch): as in the run on larger batches
         if self._every == 1 or (self.trainer.iter + 1) % self._every == 0:
             self.ema.update_parameters(self.trainer.model)
 
@@ -83,8 +75,7 @@ class EMA(HookBase):
     def after_val(self) -> None:
         if self._last_val is None or not self._last_val[1]:
             return
-        # Keep the buffers this validation used (PreciseBN's statistics for these weights), so the
-        # EMA, and final.pt after it, hold what was validated; a no-op when nothing changed them.
+        # keep the buffers this validation used (PreciseBN's statistics), so the EMA holds what was validated
         for own, used in zip(self.ema.module.buffers(), self.trainer.model.buffers()):
             own.copy_(used)
         if not self._final:
@@ -96,14 +87,13 @@ class EMA(HookBase):
             return
         self._swap_in()
         self._final = True
-        # A validation of this step on the model's own weights no longer describes the model:
-        # validate the EMA weights, as the Evaluator (after this hook) would take it as current.
+        # a validation of this step on the model's own weights no longer describes the model
         if self._last_val == (t.last_step, False):
             t.validate()
 
     def state_dict(self) -> Dict[str, Any]:
         state: Dict[str, Any] = {"ema": self._build().state_dict()}
-        if self._last_val is not None:  # a run resumed at its end validates the EMA weights only if it had not
+        if self._last_val is not None:
             state["last_val"] = [self._last_val[0], self._last_val[1]]
         if self._final:
             state["raw"] = self._raw
@@ -113,8 +103,7 @@ class EMA(HookBase):
         self._state = state["ema"]
         if self.ema is not None:
             self.ema.load_state_dict(self._state)
-        # The trainer loaded the checkpoint's model (the EMA weights when it is a final.pt);
-        # training goes on from the weights the optimizer state belongs to.
+        # training goes on from the weights the optimizer state belongs to, not final.pt's EMA weights
         self._raw, self._final = state.get("raw"), False
         self._put_back_raw()
         last_val = state.get("last_val")

@@ -11,11 +11,8 @@ logger = logging.getLogger(__name__)
 
 
 class Evaluator(HookBase):
-    """Runs ``trainer.validate()`` every ``period`` epochs (or iterations when ``by_epoch`` is false).
-
-    With ``at_end`` it also validates once after training when the last validation is
-    older than the last step, so a run always ends with fresh ``val/*`` metrics.
-    """
+    """Runs ``trainer.validate()`` every ``period`` epochs (iterations unless ``by_epoch``); with ``at_end`` once
+    more after training if the last validation is older than the last step."""
 
     validates = True
 
@@ -29,10 +26,8 @@ class Evaluator(HookBase):
         self.by_epoch = by_epoch
         self.at_end = at_end
         self._enabled = True  # false when the data has no val set
-        # a validation that raised (val data that does not fit the model, its eval output), for which the run may have
-        # stopped at that boundary with a checkpoint (TrainerBase._stop_for): the mended rerun does it first
-        self._missed = False
-        if by_epoch:  # the other periodic event has nothing to do: the trainer skips it (see HookBase)
+        self._missed = False  # a validation raised (the run stopped there): the mended rerun does it first
+        if by_epoch:  # the trainer skips an event set to None
             self.after_step = None  # type: ignore[assignment]
         else:
             self.after_epoch = None  # type: ignore[assignment]
@@ -41,7 +36,7 @@ class Evaluator(HookBase):
         if self.trainer.val_loader is None:
             logger.warning("hooks.evaluator: %s; no validation will run", getattr(self.trainer, "no_val_set", "there is no val set"))
             self._enabled = False
-        elif self._missed:  # at the first step boundary, once every hook is ready (the writers' files open)
+        elif self._missed:  # at the first step boundary, once every hook is ready
             self.trainer.call_at_boundary(self._validate)
 
     def _validate(self) -> None:

@@ -6,24 +6,20 @@ import functools
 import inspect
 import logging
 import re
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import torch
 
 from launcher.engine.hook import HookBase, Priority, is_number, iterations_per_step
-from launcher.engine.errors import ConfigError, did_you_mean
+from launcher.engine.errors import ConfigError, not_a_metric
 
-# Parameters that hold a scheduler's horizon; filled in from the run's length when left out.
-_HORIZON_PARAMS = ("T_max", "total_steps", "total_iters")
-
-
+_HORIZON_PARAMS = ("T_max", "total_steps", "total_iters")  # filled in from the run's length when left out
 _INF = float("inf")
 DEFAULT_MONITOR = "val/loss"  # the metric ReduceLROnPlateau steps on unless told; others warn when given another
 logger = logging.getLogger(__name__)
 
 
-# Arguments torch's schedules take without a word that make no schedule: eta_min=-1 trained with a negative lr,
-# T_max=-1 with the lr jumping between its base and 0 each step. What each must be, and the test.
+# Arguments torch's schedules accept that make no schedule (eta_min=-1, T_max=-1): what each must be, and the test.
 _BOUNDS = {
     "eta_min": ("a number >= 0 (the lowest lr)", lambda v: 0 <= v < _INF),
     "T_max": ("an integer >= 1 (steps or epochs)", lambda v: isinstance(v, int) and v >= 1),
@@ -41,16 +37,9 @@ _BOUNDS = {
 
 
 class LRScheduler(HookBase):
-    """Builds ``scheduler(optimizer)`` and steps it after each step (or epoch with ``by_epoch``).
-
-    ``scheduler`` is a factory, typically a Hydra ``_partial_: true`` config. When it has a
-    horizon parameter (``T_max``, ``total_steps``, ``total_iters``) that the config leaves out,
-    the hook passes the number of scheduler steps in the run, so a cosine schedule spans the
-    run whatever ``max_epochs`` or ``max_iters`` is. ``ReduceLROnPlateau`` is stepped after
-    each validation with the metric named by ``monitor``. The lr each step used is recorded
-    as ``lr``. With gradient accumulation (``hooks.optimizer_step.accumulate``) the schedule is
-    stepped once per optimizer step, and its horizon and ``warmup_iters`` are counted in optimizer
-    steps, so it matches the same run on batches ``accumulate`` times larger.
+    """Builds ``scheduler(optimizer)`` (a ``_partial_`` factory) and steps it after each optimizer step, or epoch
+    with ``by_epoch``; ``ReduceLROnPlateau`` after each validation, on ``monitor``. A horizon the config leaves out
+    (``T_max``, ``total_steps``, ``total_iters``) is the run's length; the lr each step used is recorded as ``lr``.
     """
 
     priority = Priority.HIGH
@@ -72,7 +61,6 @@ class LRScheduler(HookBase):
         if isinstance(warmup_iters, bool) or not isinstance(warmup_iters, int) or warmup_iters < 0:
             raise ValueError(f"LRScheduler: warmup_iters should be an integer >= 0 (0: no warmup), got {warmup_iters!r}")
         if not is_number(warmup_factor) or not 0 < warmup_factor <= 1:
-            # torch's LinearLR and ConstantLR refuse it only as the run starts, with a traceback that names no key
             raise ValueError(f"LRScheduler: warmup_factor should be a number in (0, 1] (the warmup's first lr as a "
                              f"fraction of the schedule's), got {warmup_factor!r}")
         if warmup_iters and by_epoch:
@@ -87,54 +75,57 @@ class LRScheduler(HookBase):
         self.scheduler: Any = None
         self._plateau = False
         self._unjudged = False  # ReduceLROnPlateau not stepped on the last validation for want of the monitor
+
+    def _target_and_given(self) -> Tuple[Any, Dict[str, Any]]:
+        """The schedule's class (or function) and the arguments the config gives it."""
+        factory = self._factory
+        partial = isinstance(factory, functools.partial)
+        return (factory.func, factory.keywords) if partial else (factory, {})
+
+    @property
+    def _key(self) -> str:
+        return f"hooks.{self.name or 'lr_scheduler'}"
         self._every = 1  # iterations per optimizer step (gradient accumulation), set when the scheduler is built
 
     def _build(self) -> Any:
         if self.scheduler is None:
             factory = self._factory
-            target = factory.func if isinstance(factory, functools.partial) else factory
-            given = factory.keywords if isinstance(factory, functools.partial) else {}
+            target, given = self._target_and_given()
             schedules = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
             if isinstance(target, type) and not issubclass(target, schedules) and not (
                     callable(getattr(target, "step", None)) and callable(getattr(target, "state_dict", None))):
-                raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.scheduler._target_: {target.__module__}."
-                                  f"{target.__qualname__} is not a learning-rate schedule; use one of "
-                                  f"torch.optim.lr_scheduler (CosineAnnealingLR, StepLR, OneCycleLR, ...) or a class "
-                                  f"with step() and state_dict()")
+                raise ConfigError(f"{self._key}.scheduler._target_: {target.__module__}.{target.__qualname__} is not a "
+                                  f"learning-rate schedule; use torch.optim.lr_scheduler's (CosineAnnealingLR, ...) "
+                                  f"or a class with step() and state_dict()")
             try:
                 params = inspect.signature(target).parameters
             except (TypeError, ValueError):
                 params = {}
             accumulate = self._every = iterations_per_step(self.trainer)
             warmup = -(-self.warmup_iters // accumulate)  # in optimizer steps, as the schedule is stepped
-            # the optimizer steps the run takes: micro-batches left over past the last whole step are not stepped
             horizon = self.trainer.max_epochs if self.by_epoch else self.trainer.max_iters // accumulate - warmup
-            if warmup and horizon is not None and horizon < 1:  # the whole run in its warmup: the schedule never starts
+            if warmup and horizon is not None and horizon < 1:
                 most = (self.trainer.max_iters // accumulate - 1) * accumulate  # whole optimizer steps, in iterations
-                raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.warmup_iters={self.warmup_iters}: the warmup "
-                                  f"would last the whole run ({self.trainer.max_iters} iterations), so the schedule would "
-                                  f"never start; use 0 to {most}")
+                raise ConfigError(f"{self._key}.warmup_iters={self.warmup_iters}: the warmup would last the whole run "
+                                  f"({self.trainer.max_iters} iterations); use 0 to {most}")
             for name in _HORIZON_PARAMS:
                 if name in params and name not in given:
-                    if horizon is None:  # by epoch, over a stream of unknown length: no count of epochs to give
-                        raise ConfigError(
-                            f"hooks.{self.name or 'lr_scheduler'}.by_epoch: the schedule's {name} would be the run's "
-                            f"number of epochs, which a train stream without __len__ does not tell; set it "
-                            f"(hooks.{self.name or 'lr_scheduler'}.scheduler.{name}=...) or step the schedule every "
-                            f"iteration (by_epoch=false)")
+                    if horizon is None:  # by epoch, over a stream of unknown length
+                        raise ConfigError(f"{self._key}.by_epoch: a train stream without __len__ has no count of "
+                                          f"epochs for the schedule's {name}; set {self._key}.scheduler.{name}=... or "
+                                          f"by_epoch=false")
                     factory = functools.partial(factory, **{name: max(horizon, 1)})
                     break
             for name, value in given.items():
                 bound = _BOUNDS.get(name) if name in params else None
                 if bound is not None and is_number(value) and not bound[1](value):
-                    raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.scheduler.{name}={value!r}: {name} should be "
-                                      f"{bound[0]}")
+                    raise ConfigError(f"{self._key}.scheduler.{name}={value!r}: {name} should be {bound[0]}")
             optimizer = self.trainer.optimizer
             try:
                 main = factory(optimizer)
-            except (TypeError, ValueError) as err:  # e.g. StepLR without step_size: the config's, named as such
+            except (TypeError, ValueError) as err:  # e.g. StepLR without step_size
                 missing = re.findall(r"'(\w+)'", str(err).partition("missing")[2])
-                key = f"hooks.{self.name or 'lr_scheduler'}.scheduler"
+                key = f"{self._key}.scheduler"
                 hint = "; add " + " ".join(f"+{key}.{m}=<value>" for m in missing) if missing else ""
                 unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(err))
                 if unexpected and isinstance(target, type):
@@ -146,10 +137,9 @@ class LRScheduler(HookBase):
                         (f" {target.__qualname__} takes: {', '.join(takes)}" if takes else "")
                 raise ConfigError(f"{self._describe()}: {type(err).__name__}: {err}{hint}") from err
             if self.warmup_iters and isinstance(main, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                # torch cannot chain a plateau schedule (SequentialLR refuses it): say so, rather than train without warmup
-                raise ConfigError(f"hooks.{self.name or 'lr_scheduler'}.warmup_iters={self.warmup_iters}: a warmup cannot "
-                                  f"go in front of ReduceLROnPlateau (torch's SequentialLR does not take it); "
-                                  f"set warmup_iters=0 or use another scheduler")
+                raise ConfigError(f"{self._key}.warmup_iters={self.warmup_iters}: a warmup cannot go in front of "
+                                  f"ReduceLROnPlateau (torch's SequentialLR does not take it); set warmup_iters=0 or use "
+                                  f"another scheduler")
             if self.warmup_iters:
                 sched = torch.optim.lr_scheduler
                 kind = sched.LinearLR if self.warmup == "linear" else sched.ConstantLR
@@ -159,13 +149,13 @@ class LRScheduler(HookBase):
             self.scheduler = main
             self._plateau = isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
             if not self._plateau and self.monitor != DEFAULT_MONITOR and getattr(self.trainer, "is_main", True):
-                logger.warning("hooks.%s.monitor=%s is not used: only ReduceLROnPlateau steps on a metric, and %s "
-                               "follows its own schedule", self.name or "lr_scheduler", self.monitor, type(main).__name__)
+                logger.warning("%s.monitor=%s is not used: only ReduceLROnPlateau steps on a metric, and %s "
+                               "follows its own schedule", self._key, self.monitor, type(main).__name__)
         return self.scheduler
 
     def before_train(self) -> None:
         self._build()
-        if self._unjudged:  # the run stopped for a wrong monitor at its last validation: the mended rerun steps on it now
+        if self._unjudged:  # the run stopped for a wrong monitor: the mended rerun steps on that validation now
             self._unjudged = False
             self.after_val()
 
@@ -175,8 +165,7 @@ class LRScheduler(HookBase):
         if self.log_all_groups:
             for i, group in enumerate(groups):
                 self.trainer.storage.put_scalar(f"lr/group{i}", group["lr"], smoothing_hint=False)
-        # With gradient accumulation the schedule moves with the optimizer steps, not the micro-batches:
-        # it then matches the same run on batches `accumulate` times larger (and torch's order of steps).
+        # with gradient accumulation, once per optimizer step
         if not self.by_epoch and not self._plateau and (self._every == 1 or (self.trainer.iter + 1) % self._every == 0):
             self._step(self.trainer.iter + 1 < self.trainer.max_iters)
 
@@ -192,37 +181,31 @@ class LRScheduler(HookBase):
                 lr = group["lr"]
                 if lr.__class__ is float and not 0.0 <= lr < _INF:  # a tensor lr (capturable) would sync here
                     raise ValueError(f"it set lr={lr!r} for the next step; an lr is a finite number >= 0")
-        except (ZeroDivisionError, ValueError, TypeError, OverflowError) as err:
-            # torch checks few of a schedule's arguments when it is built (StepLR(step_size=0) divides by zero here)
+        except (ZeroDivisionError, ValueError, TypeError, OverflowError) as err:  # torch checks few arguments up front
             resumed = self.trainer.resumed_from
-            hint = (f"; this run trains on from {resumed}, and its schedule, restored from there, was made for the "
-                    f"earlier length (a fixed-length one such as OneCycleLR cannot run past it): start a new run dir "
-                    f"for the longer run" if resumed is not None and resumed.name == "final.pt" else "; check its arguments")
+            hint = (f"; its schedule, restored from {resumed}, was made for the earlier length (OneCycleLR cannot run "
+                    f"past it): start a new run dir for the longer run" if resumed is not None and resumed.name == "final.pt"
+                    else "; check its arguments")
             raise ConfigError(f"{self._describe()}: stepping the schedule failed with {type(err).__name__}: {err}{hint}") from err
 
     def _describe(self) -> str:
         """``hooks.<name>.scheduler (module.Class, given k=v, ...)``: the config that built the schedule."""
-        factory = self._factory
-        target = factory.func if isinstance(factory, functools.partial) else factory
-        given = factory.keywords if isinstance(factory, functools.partial) else {}
+        target, given = self._target_and_given()
         what = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', target)}"
         given_text = f", given {', '.join(f'{k}={v!r}' for k, v in given.items())}" if given else ""
-        return f"hooks.{self.name or 'lr_scheduler'}.scheduler ({what}{given_text})"
+        return f"{self._key}.scheduler ({what}{given_text})"
 
     def after_val(self) -> None:
         if self._plateau:
             metrics = self.trainer.last_val
             if self.monitor not in metrics:
                 self._unjudged = True  # the run stops here for this error (TrainerBase._stop_for)
-                key = f"hooks.{self.name or 'lr_scheduler'}.monitor"
-                raise ConfigError(f"{key}: {self.monitor!r} is not a validation metric (validation records: "
-                                  f"{', '.join(sorted(metrics))}){did_you_mean(self.monitor, metrics, key)}")
+                raise not_a_metric(f"{self._key}.monitor", self.monitor, metrics)
             self._unjudged = False
             self.scheduler.step(metrics[self.monitor])
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        # Building a scheduler may rewrite the lr (LinearLR, SequentialLR...) that the optimizer
-        # state just restored: keep every group's hyperparameters across the build.
+        # building a scheduler may rewrite the lr the optimizer state just restored: keep the groups' values
         groups = self.trainer.optimizer.param_groups
         restored = [{k: v for k, v in g.items() if k != "params"} for g in groups]
         self._build()
@@ -230,19 +213,14 @@ class LRScheduler(HookBase):
             group.update(values)
         self.scheduler.load_state_dict(state["scheduler"])
         self._unjudged = bool(state.get("unjudged"))
-        # the iterations per schedule step it was saved with: a checkpoint without them is of launchers before
-        # 2026-12-04, which stepped the schedule every iteration whatever the gradient accumulation
-        saved_every = state.get("every", 1)
+        saved_every = state.get("every", 1)  # absent: a launcher before 2026-12-04 stepped every iteration
         if saved_every != self._every and not self.by_epoch and not self._plateau and getattr(self.trainer, "is_main", True):
             logger.warning(
-                "hooks.%s: the checkpoint's schedule was stepped once every %d iteration(s)%s, and this run steps it "
-                "once every %d (hooks.optimizer_step.accumulate=%d): its length, counted in the checkpoint's steps, no "
-                "longer matches this run's, and the learning rate will not end where the run ends. To finish the run "
-                "as it started, resume it with %s; or train it in a new run dir",
-                self.name or "lr_scheduler", saved_every, "" if "every" in state else " (a checkpoint of a launcher "
-                "before 2026-12-04, which stepped it every iteration whatever the accumulation)", self._every,
-                self._every, f"hooks.optimizer_step.accumulate={saved_every}" if "every" in state else
-                "the launcher it started with (run.json records its git commit), or with accumulate=1 if it started so")
+                "%s: the checkpoint's schedule was stepped once every %d iteration(s)%s, and this run steps it once every "
+                "%d (hooks.optimizer_step.accumulate=%d), so the lr will not end with the run; resume with %s, or use a "
+                "new run dir", self._key, saved_every, "" if "every" in state else " (a checkpoint of a launcher before "
+                "2026-12-04)", self._every, self._every, f"hooks.optimizer_step.accumulate={saved_every}" if "every" in
+                state else "the launcher it started with (run.json's git commit), or accumulate=1 if it started so")
 
     def state_dict(self) -> Dict[str, Any]:
         return {"scheduler": self._build().state_dict(), "unjudged": self._unjudged, "every": self._every}

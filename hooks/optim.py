@@ -1,8 +1,7 @@
 """OptimizerStep: gradient accumulation, clipping, mixed precision and the non-finite-loss policy.
 
-It takes over the trainer's optimizer step (the trainer calls ``optimizer_step`` instead of its
-plain ``zero_grad, backward, step``) and wraps the forward in ``forward_context`` (autocast).
-"""
+The trainer calls its ``optimizer_step`` instead of a plain backward and step, and runs the forward in
+``forward_context`` (autocast)."""
 from __future__ import annotations
 
 import contextlib
@@ -13,6 +12,8 @@ from typing import Any, Dict, Mapping, Optional
 
 import torch
 
+from launcher.engine import distributed
+from launcher.engine.errors import ConfigError
 from launcher.engine.hook import HookBase, Priority
 
 logger = logging.getLogger(__name__)
@@ -26,17 +27,10 @@ def _positive(value: Any) -> bool:
 class OptimizerStep(HookBase):
     """How a loss becomes an optimizer step.
 
-    - ``accumulate``: micro-batches per optimizer step. Each loss is divided by it and the
-      gradients summed, so 4 micro-batches of 16 step like one batch of 64 (for a mean loss).
-      Under DDP the backward of all but the last micro-batch runs in ``no_sync``. Iterations
-      (and so schedules and periods) count micro-batches.
-    - ``clip_grad_norm`` (with ``norm_type``) or ``clip_grad_value``: clip before the step; the
-      total norm before clipping is recorded as ``grad_norm`` (also with ``log_grad_norm``).
-    - ``amp``: ``fp16`` (autocast with a ``GradScaler``; a step whose gradients are not finite
-      is skipped with a warning, counted in ``skipped_steps``) or ``bf16`` (autocast, no scaler;
-      works on the CPU too).
-    - ``nonfinite``: ``raise`` (``FloatingPointError`` naming the iteration and every loss) or
-      ``skip`` (that batch does not step; a warning, and ``skipped_batches`` counts it).
+    - ``accumulate``: micro-batches per optimizer step (each loss divided by it; ``no_sync`` under DDP).
+    - ``clip_grad_norm`` (with ``norm_type``) or ``clip_grad_value``; ``grad_norm`` records the norm before it.
+    - ``amp``: ``fp16`` (a ``GradScaler``; non-finite steps skipped, counted in ``skipped_steps``) or ``bf16``.
+    - ``nonfinite``: ``raise`` (naming the iteration and every loss) or ``skip`` (counted in ``skipped_batches``).
     """
 
     priority = Priority.HIGH
@@ -62,7 +56,6 @@ class OptimizerStep(HookBase):
         if clip_grad_norm is not None and clip_grad_value is not None:
             raise ValueError("OptimizerStep: set clip_grad_norm or clip_grad_value, not both")
         for key, value in (("clip_grad_norm", clip_grad_norm), ("clip_grad_value", clip_grad_value)):
-            # a negative bound flips the gradients (torch scales them by bound / norm) and 0 zeroes them, silently
             if value is not None and not _positive(value):
                 raise ValueError(f"OptimizerStep: {key} should be a number greater than zero (null: no clipping), got {value!r}")
         if not _positive(float(norm_type) if norm_type in ("inf", "Infinity") else norm_type):
@@ -82,9 +75,8 @@ class OptimizerStep(HookBase):
         self._pending_grads: Optional[list] = None
 
     def _warn_if_uneven(self) -> None:
-        """Accumulation runs over the run's iterations in order, across epochs: say where that is not the run on
-        batches ``accumulate`` times larger (an epoch's steps not a multiple of it), and where the last
-        micro-batches are never stepped (the run's iterations not a multiple of it)."""
+        """Warn where accumulation is not the run on larger batches: the last micro-batches never stepped, or
+        optimizer steps that straddle two epochs."""
         t, n = self.trainer, self.accumulate
         if n == 1 or not getattr(t, "is_main", True):
             return
@@ -92,17 +84,14 @@ class OptimizerStep(HookBase):
         left = t.max_iters % n
         if left:
             logger.warning("%s: the run's %d iterations are not a multiple of it, so its last %d micro-batch(es) are not "
-                           "stepped (their gradients are kept in the checkpoints, for a run trained on); give the run a "
-                           "length that is a multiple of %d", name, t.max_iters, left, n)
+                           "stepped; give the run a length that is a multiple of %d", name, t.max_iters, left, n)
         if t.steps_per_epoch and t.steps_per_epoch % n:
-            logger.warning("%s: an epoch has %d steps, not a multiple of it, so optimizer steps take micro-batches of two "
-                           "epochs: the run is not the one on batches %d times larger (make data.batch_size or the epoch's "
-                           "length fit)", name, t.steps_per_epoch, n)
+            logger.warning("%s: an epoch has %d steps, not a multiple of it, so optimizer steps straddle epochs (not "
+                           "the run on batches %d times larger); make data.batch_size or the epoch fit", name,
+                           t.steps_per_epoch, n)
 
     def before_train(self) -> None:
-        if self.accumulate > self.trainer.max_iters:  # no optimizer step would run: the weights never changed
-            from launcher.engine.errors import ConfigError
-
+        if self.accumulate > self.trainer.max_iters:
             raise ConfigError(f"hooks.{self.name or 'optimizer_step'}.accumulate={self.accumulate}: more micro-batches "
                               f"than the run's {self.trainer.max_iters} iterations, so no optimizer step would run; use "
                               f"1 to {self.trainer.max_iters}")
@@ -130,8 +119,7 @@ class OptimizerStep(HookBase):
         """Whether the loss is finite; under DDP on every rank (they must skip a batch together)."""
         finite = bool(torch.isfinite(loss.detach()).all())
         if self.trainer.dist is not None:
-            from launcher.engine import distributed
-            finite = distributed.max_int(0 if finite else 1) == 0  # one small all-reduce per step, in this mode only
+            finite = distributed.max_int(0 if finite else 1) == 0
         return finite
 
     def optimizer_step(self, loss: torch.Tensor, losses: Optional[Mapping[str, torch.Tensor]]) -> None:

@@ -4,14 +4,13 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from launcher.engine.errors import ConfigError, did_you_mean
 from launcher.engine.hook import HookBase, Priority, is_number, iterations_per_step
 
 
 class ParamSchedule(HookBase):
-    """Sets ``param_group[key]`` (``momentum``, ``weight_decay``, or one of ``betas`` with
-    ``key: betas.0``) in every group from ``start`` to ``end`` over the run's iterations,
-    ``linear`` or ``cosine``; the value each step used is recorded as ``<key>``. For an
-    optimizer with ``betas`` and no ``momentum`` (Adam, AdamW), ``momentum`` means ``betas.0``."""
+    """Sets ``param_group[key]`` (``momentum``, ``weight_decay``, ``betas.0``) in every group from ``start`` to
+    ``end`` over the run, ``linear`` or ``cosine``, recorded as ``<key>``. For Adam, ``momentum`` means ``betas.0``."""
 
     priority = Priority.HIGH
 
@@ -47,10 +46,7 @@ class ParamSchedule(HookBase):
         self._check_key(group)
 
     def _check_key(self, group: dict) -> None:
-        """A ConfigError naming ``hooks.<name>.key`` and the optimizer's settings that can be scheduled, where the key
-        is none of them (a typo, the lr, a true/false setting, ``betas`` without its index or past its end)."""
-        from launcher.engine.errors import ConfigError, did_you_mean
-
+        """A ConfigError naming ``hooks.<name>.key`` and the settings that can be scheduled, where the key is none."""
         accepted = [k for k, v in group.items() if k not in ("params", "lr", "initial_lr") and is_number(v)]
         accepted += [f"{k}.{i}" for k, v in group.items() if isinstance(v, (tuple, list)) and k != "params"
                      for i, x in enumerate(v) if is_number(x)]
@@ -77,10 +73,7 @@ class ParamSchedule(HookBase):
                           f"settings it can schedule: {', '.join(accepted) or 'none'}")
 
     def _check_range(self) -> None:
-        """A ConfigError where ``start`` or ``end`` is out of the setting's range (torch checks it only as the optimizer
-        is made: a momentum of -1 or 2, a beta of 2, trained)."""
-        from launcher.engine.errors import ConfigError
-
+        """A ConfigError where ``start`` or ``end`` is out of the setting's range (torch checks it only at build)."""
         fraction = self._name in ("momentum", "dampening", "betas")
         for name, value in (("start", self.start), ("end", self.end)):
             if value < 0 or (fraction and value > 1) or (self._name == "betas" and value == 1):

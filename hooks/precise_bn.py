@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.utils.data import IterableDataset
 
+from launcher.engine import distributed
 from launcher.engine.hook import HookBase, Priority
 from launcher.engine.trainer import get_rng_state, move_to_device, set_rng_state
 
@@ -15,14 +16,9 @@ _BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 
 class PreciseBN(HookBase):
-    """Before each validation, set every BatchNorm's running mean and variance to their plain
-    average over ``num_batches`` training batches with the current weights, instead of the
-    momentum-smoothed values gathered while the weights moved.
-
-    The batches come from a separate pass over the training set (epoch order of epoch
-    ``-1 - epoch``), so the training data order and random state are untouched (a stream's
-    ``set_epoch`` is put back to the pass training is in). Under DDP each rank
-    runs ``num_batches`` of its own shard and the statistics are averaged over the ranks.
+    """Before each validation, set every BatchNorm's running statistics to their plain average over
+    ``num_batches`` training batches with the current weights. The batches come from a separate pass (epoch
+    ``-1 - epoch``), leaving training's data order and random state untouched; under DDP averaged over the ranks.
     """
 
     priority = Priority.ABOVE_NORMAL + 1  # after EMA's, which may put the weights to be validated in first
@@ -56,8 +52,7 @@ class PreciseBN(HookBase):
                     batch = move_to_device(batch, t.device)
                 t.model(batch)
         finally:
-            # dropout in these forwards, and augmentation drawn from random or numpy, must not shift training's draws
-            set_rng_state(rng)
+            set_rng_state(rng)  # these forwards' draws must not shift training's
             dataset = getattr(loader, "dataset", None)
             if isinstance(dataset, IterableDataset) and callable(getattr(dataset, "set_epoch", None)):
                 dataset.set_epoch(t.epoch)  # a stream is training's own object too: back to the pass it is in
@@ -68,9 +63,7 @@ class PreciseBN(HookBase):
             self._average_over_ranks(layers)
 
     def _average_over_ranks(self, layers: list) -> None:
-        """Under DDP each rank saw its own shard: average the statistics (one all-reduce), so every rank
-        validates the same model, and the checkpoint (rank 0's) holds statistics of all the data."""
-        from launcher.engine import distributed
+        """Average each rank's statistics (one all-reduce), so every rank validates the same model."""
         stats = [s for m in layers for s in (m.running_mean, m.running_var)]
         flat = distributed.sum_tensor(torch.cat([s.reshape(-1).float() for s in stats])) / self.trainer.world_size
         offset = 0

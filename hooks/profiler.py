@@ -16,13 +16,9 @@ _HOW_TO_OPEN = "a Chrome trace (JSON): open it in https://ui.perfetto.dev or chr
 
 
 class Profiler(HookBase):
-    """Skips ``wait`` steps, warms up for ``warmup``, records ``active`` steps (once), and writes the
-    trace to ``<run dir>/profiler/<host>_<pid>.<time>.pt.trace.json``: a Chrome trace, which opens in
-    https://ui.perfetto.dev or chrome://tracing. CUDA activity is recorded when CUDA is in use.
-
-    The window counts the steps this run trains (from where a resumed run starts). A run shorter
-    than ``wait + warmup + active`` steps says so when it starts; its trace holds the steps it has,
-    and none is written when no step reaches the window."""
+    """Skips ``wait`` steps, warms up for ``warmup``, records ``active`` steps once (CUDA too when in use) and
+    writes ``<run dir>/profiler/<host>_<pid>.<time>.pt.trace.json``. The window counts the steps this run trains;
+    a run too short for it says so as it starts."""
 
     priority = Priority.HIGHEST  # its step() marks the end of each step before other hooks add work
 

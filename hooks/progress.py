@@ -11,13 +11,8 @@ from launcher.engine.hook import HookBase, Priority, is_number
 
 
 class ProgressBar(HookBase):
-    """Redrawn at most ``refresh_per_second`` times a second. Off when stdout is not a terminal
-    (logs, SLURM output files) unless ``force``, and on every rank but 0.
-
-    While the bar is up, log records that go to the same terminal (the console handler Hydra puts
-    on the root logger writes to stdout) clear the bar, print on a line of their own and redraw it
-    below, with the current epoch and loss; the handlers get their own streams back when training
-    ends, however it ends."""
+    """Redrawn at most ``refresh_per_second`` times a second; off when stdout is no terminal (unless ``force``) and
+    on ranks but 0. Log records to the same terminal print above the bar, which is redrawn below them."""
 
     priority = Priority.LOWER - 1  # counts the step before the console writer logs it: the bar under a line agrees
 
@@ -38,7 +33,7 @@ class ProgressBar(HookBase):
             return
         from tqdm import tqdm  # imported here: only a terminal run needs it
 
-        # Drawn when after_step says (tqdm's own throttle would draw before the text is set).
+        # drawn when after_step says (tqdm's own throttle would draw before the text is set)
         self.bar = tqdm(total=t.max_iters, initial=t.iter, unit="it", dynamic_ncols=True, mininterval=0, miniters=0,
                         file=sys.stdout)
         self._next_draw = 0.0
@@ -97,9 +92,8 @@ class _AroundBar:
 
 
 def _route_around(bar: Any, file: TextIO, describe: Callable[[], None]) -> List[Tuple[logging.StreamHandler, TextIO]]:
-    """Give every console log handler that writes where the bar is drawn (``file``, or another
-    terminal: stdout and stderr share one) a stream that keeps its records off the bar.
-    Level, format and filters stay the handler's own. Returns what to give back."""
+    """Give every console log handler writing to the bar's terminal a stream that keeps its records off the bar;
+    returns the (handler, stream) pairs to give back."""
     loggers = [logging.getLogger()] + [each for each in logging.Logger.manager.loggerDict.values()
                                        if isinstance(each, logging.Logger)]
     on_terminal = _isatty(file)

@@ -12,12 +12,8 @@ logger = logging.getLogger(__name__)
 
 
 class IterationTimer(HookBase):
-    """Records ``time`` (seconds per step, data loading included) and ``data_time`` (seconds of it
-    spent waiting for the batch) each step.
-
-    Writers derive the ETA from its median; at the end the total training time and speed
-    are logged (the first ``warmup`` steps are left out of the speed).
-    """
+    """Records ``time`` (seconds per step, data loading included) and ``data_time`` (waiting for the batch) each
+    step; at the end logs the training time and speed (without the first ``warmup`` steps)."""
 
     priority = Priority.VERY_HIGH
 
@@ -56,5 +52,4 @@ class IterationTimer(HookBase):
             line = ("Trained %d steps in %s (%.4f s/step over the last %d steps)", self._steps,
                     datetime.timedelta(seconds=int(total)) if total >= 60 else f"{total:.1f} s",
                     self._timed_seconds / self._timed_steps, self._timed_steps)
-            # said once the other hooks' after_train ran: under the writers' last line, not above it
             self.trainer.call_at_boundary(lambda: logger.info(*line))

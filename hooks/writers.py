@@ -1,13 +1,11 @@
-"""Writers: the console, ``metrics.jsonl`` and TensorBoard, each a hook that writes every N steps.
-
-A writer writes what the storage recorded since its last write: every ``period`` steps,
-after each validation, and at the end. Under DDP every rank reads (the values are averaged
-over the ranks then) and only rank 0 writes. Reading the storage is the only place where
-recorded tensors are turned into numbers, so steps between writes never wait on the device.
+"""Writers: the console, ``metrics.jsonl`` and TensorBoard, each writing what the storage recorded since its last
+write, every ``period`` steps, after each validation and at the end. Under DDP every rank reads (averaging over the
+ranks) and rank 0 writes. Reading the storage turns tensors into numbers, so steps between writes never sync.
 """
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime
 import json
 import logging
@@ -19,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from launcher.engine.errors import ConfigError
 from launcher.engine.hook import HookBase, Priority, is_number, run_file_name
 from launcher.engine.files import atomic_write
 
@@ -34,7 +33,7 @@ class PeriodicWriter(HookBase):
         super().__init__(priority)
         if not isinstance(period, int) or period <= 0:
             raise ValueError(f"{type(self).__name__}: period should be an integer greater than zero, got {period!r}")
-        if isinstance(window, bool) or not isinstance(window, int) or window <= 0:  # 0 failed at the first write
+        if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
             raise ValueError(f"{type(self).__name__}: window should be an integer greater than zero (the steps a "
                              f"median is taken over; 1: each step's own value), got {window!r}")
         self.period = period
@@ -66,8 +65,7 @@ class PeriodicWriter(HookBase):
         self._flush()
 
     def after_train(self) -> None:
-        # Interrupted: what was recorded since the last write waits in the checkpoint for the resumed
-        # run's next write, so the files get the rows an uninterrupted run writes, no extra one here.
+        # interrupted: what was recorded since the last write waits in the checkpoint for the resumed run
         if self.trainer.status != "interrupted":
             self._flush()
         self.close()
@@ -83,10 +81,9 @@ class PeriodicWriter(HookBase):
 
 
 def _hparams(seed: Any, overrides: List[str]) -> Dict[str, Any]:
-    """The run's seed and overrides as TensorBoard's HParams tab should sort and filter them: each value the int,
-    float, bool or string Hydra reads (``data.batch_size=32``, ``optimizer.lr=0.1``, ``data.shuffle=false``), else
-    its text as typed (a list, ``null``, an interpolation, an int a float cannot hold exactly)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser  # here: only runs that end need it
+    """The run's seed and overrides for TensorBoard's HParams tab: each value as Hydra reads it where it is an int,
+    float, bool or string, else its text as typed."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
     hparams: Dict[str, Any] = {"seed": seed}
@@ -103,22 +100,19 @@ def _hparams(seed: Any, overrides: List[str]) -> Dict[str, Any]:
     return hparams
 
 
-# TensorBoard groups its charts by a tag's first part, sorted by name, and opens the first two groups: the
-# launcher's training scalars with no group of their own go under train/, its timing last, under wallclock/.
+# TensorBoard groups charts by a tag's first part: the launcher's own scalars under train/, its timing under wallclock/
 _TENSORBOARD_TAGS = {"lr": "train/lr", "grad_norm": "train/grad_norm", "skipped_steps": "train/skipped_steps",
                      "skipped_batches": "train/skipped_batches", "time": "wallclock/iter_time",
                      "data_time": "wallclock/data_time"}
 
 
 def tensorboard_tag(key: str) -> str:
-    """The TensorBoard tag of a recorded scalar: its own name, but ``lr``, ``lr/groupN``, ``grad_norm`` and
-    ``skipped_*`` under ``train/``, and ``time``, ``data_time`` as ``wallclock/iter_time``, ``wallclock/data_time``."""
+    """The TensorBoard tag of a recorded scalar: its own name, or its place in ``_TENSORBOARD_TAGS``."""
     return "train/" + key if key.startswith("lr/") else _TENSORBOARD_TAGS.get(key, key)
 
 
 def _hparams_summaries(hparams: Mapping[str, Any], metric_tags: List[str]) -> List[Any]:
-    """The HParams plugin's experiment, session-start and session-end summaries of one finished run: its
-    hyperparameters (numbers, bools and strings each as their own type) and the scalar tags it reports."""
+    """The HParams plugin's experiment, session-start and session-end summaries of one finished run."""
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
@@ -150,12 +144,8 @@ def memory_mb() -> Tuple[str, float]:
 
 
 class ConsoleWriter(PeriodicWriter):
-    """One log line per write: epoch, iteration, ETA, losses, lr, step and data time, memory.
-
-    The ETA follows the wall clock over the last ``ETA_MARKS`` lines, so the time that validation,
-    checkpoints and logging take between steps counts in it; until there are two lines, the median
-    step time (the ``timer`` hook's) stands in.
-    """
+    """One log line per write: epoch, iteration, ETA, losses, lr, step and data time, memory. The ETA follows
+    the wall clock over the last ``ETA_MARKS`` lines (the median step time until there are two)."""
 
     ETA_MARKS = 20
 
@@ -177,7 +167,7 @@ class ConsoleWriter(PeriodicWriter):
 
     def _flush(self) -> None:
         if self.trainer.dist is None and not logger.isEnabledFor(logging.INFO):
-            return  # nothing would be printed, and no other rank waits for this read of the storage
+            return  # nothing would be printed, and no other rank waits for this read
         super()._flush()
 
     def write(self, scalars: Mapping[str, Tuple[float, int]]) -> None:
@@ -191,7 +181,6 @@ class ConsoleWriter(PeriodicWriter):
             parts.append(f"iter {step}/{t.max_iters}")
             eta = self._eta(step) if t.max_iters > step else None
             if eta is not None:
-                # past timedelta's range (trainer.max_epochs=10**20) it says so rather than failing the run
                 parts.append(f"eta {datetime.timedelta(seconds=int(eta))}" if eta < 8.64e13 else "eta >10**9 days")
         for key in sorted(scalars):
             if key not in ("time", "data_time", "lr"):
@@ -208,18 +197,12 @@ class ConsoleWriter(PeriodicWriter):
 
 
 class BufferedFileWriter(PeriodicWriter):
-    """A writer whose rows go to a file in batches: every ``flush_secs`` seconds, after each
-    validation, whenever a checkpoint is taken, and at the end.
-
-    Taking a checkpoint calls :meth:`state_dict`, which writes the batch first: a run killed
-    after a checkpoint finds every row that checkpoint covers in the file. Batching matters on
-    fast steps: formatting and flushing one row every ``period`` steps runs cold code each time
-    (tens of µs), a batch once a second runs it warm. ``flush_secs=0`` writes at every period.
-    """
+    """A writer whose rows go to a file in batches: every ``flush_secs`` seconds (0: every period), after each
+    validation, at each checkpoint (:meth:`state_dict` writes first, so the file covers it) and at the end."""
 
     def __init__(self, period: int = 20, window: int = 20, flush_secs: float = 1.0, priority: Optional[int] = None) -> None:
         super().__init__(period, window, priority)
-        if not is_number(flush_secs) or not flush_secs >= 0:  # nan too
+        if not is_number(flush_secs) or not flush_secs >= 0:
             raise ValueError(f"{type(self).__name__}: flush_secs should be a number of seconds >= 0, got {flush_secs!r}")
         self.flush_secs = float(flush_secs)
         self._due = 0.0  # time.monotonic() after which the next write goes to the file
@@ -245,7 +228,7 @@ class BufferedFileWriter(PeriodicWriter):
 
     def state_dict(self) -> Dict[str, Any]:
         if self.trainer is not None and self.trainer.is_main:
-            self.sync()  # a checkpoint is being taken: what it covers goes to the file first
+            self.sync()
         return super().state_dict()
 
 
@@ -258,20 +241,16 @@ class JSONWriter(BufferedFileWriter):
         self.filename = run_file_name("JSONWriter", "filename", filename, "metrics.jsonl")
         self._file: Any = None
         self._rows: List[Dict[str, Any]] = []
-        # The last row in the file and where it starts: a validation at its iteration rewrites it, joined
         self._last: Optional[Tuple[int, Dict[str, Any]]] = None
-        self._cut_at: Optional[int] = None  # where the file is cut before the next write (that row goes again)
+        self._cut_at: Optional[int] = None  # where the file is cut before the next write
 
     def before_train(self) -> None:
         if not self.trainer.is_main:
             return
         path = self.trainer.work_dir / self.filename
-        if not _inside(path, self.trainer.work_dir):  # ../x.jsonl: a file runs would share, each resume cutting it
-            from launcher.engine.errors import ConfigError
-
+        if not _inside(path, self.trainer.work_dir):  # runs would share it, each resume cutting it
             raise ConfigError(f"hooks.{self.name or 'jsonl'}.filename={self.filename}: {path} is outside the run dir "
-                              f"{self.trainer.work_dir}; each run keeps its own rows (a resume rewrites them): give a "
-                              f"path inside it, e.g. metrics.jsonl")
+                              f"{self.trainer.work_dir}; give a path inside it, e.g. metrics.jsonl")
         path.parent.mkdir(parents=True, exist_ok=True)  # logs/metrics.jsonl
         if path.exists():
             self._last = self._drop_rows_after(path, self.trainer.iter)
@@ -279,17 +258,14 @@ class JSONWriter(BufferedFileWriter):
 
     @staticmethod
     def _drop_rows_after(path: Path, resume_iter: int) -> Optional[Tuple[int, Dict[str, Any]]]:
-        """Keep the rows a resumed run's checkpoint covers (``iter < resume_iter``); a fresh run keeps none.
-
-        Returns the last row kept and where it starts: a value of its iteration that the run writes
-        later (one put at an epoch's end, after that iteration's row) joins it, as in a run never stopped.
-        """
+        """Keep the rows a resumed run's checkpoint covers (``iter < resume_iter``); returns where the last row kept
+        starts and that row, which a later value of its iteration joins."""
         kept: List[bytes] = []
         last = None
         for raw in path.read_bytes().splitlines():
             try:
                 row = json.loads(raw)
-            except ValueError:  # a line cut short by a kill, or bytes that are no text (a UnicodeDecodeError)
+            except ValueError:  # a line cut short by a kill, or no text
                 continue
             if isinstance(row, dict) and isinstance(row.get("iter"), int) and row["iter"] < resume_iter:
                 kept.append(raw + b"\n")
@@ -306,8 +282,7 @@ class JSONWriter(BufferedFileWriter):
                 row = rows[it] = {"iter": it, "epoch": storage.epoch_of(it)}
             row[key] = value
         first = min(rows, default=None)
-        # A validation at the iteration of the last periodic write (an epoch that ends on one) joins its row:
-        # still here, or already in the file, which is then cut where that row starts and the row written again.
+        # a validation at the last periodic write's iteration joins its row (in the file: cut there and rewritten)
         if first is not None and self._rows and self._rows[-1]["iter"] == first:
             rows[first] = {**self._rows.pop(), **rows[first]}
         elif first is not None and not self._rows and self._last is not None and self._last[1]["iter"] == first:
@@ -344,8 +319,8 @@ def _inside(path: Path, directory: Path) -> bool:
 
 
 class TensorBoardWriter(BufferedFileWriter):
-    """Writes every scalar at its own iteration to TensorBoard event files in the run dir, each under
-    :func:`tensorboard_tag`; a run that ends completed or stopped adds its HParams entry to them."""
+    """Writes every scalar to TensorBoard event files in the run dir under :func:`tensorboard_tag`; a run that ends
+    completed or stopped adds its HParams entry."""
 
     def __init__(self, log_dir: str = ".", period: int = 20, window: int = 20, flush_secs: float = 1.0,
                  priority: Optional[int] = None) -> None:
@@ -357,10 +332,9 @@ class TensorBoardWriter(BufferedFileWriter):
     def before_train(self) -> None:
         if not self.trainer.is_main:
             return
-        from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
+        from torch.utils.tensorboard import SummaryWriter  # slow to import
 
-        # purge_step hides events a previous attempt logged after the checkpoint this run resumed from;
-        # a queue deep enough for a batch of events (see BufferedFileWriter) rarely makes sending one wait
+        # purge_step hides events a previous attempt logged after the checkpoint this run resumed from
         self._writer = SummaryWriter(log_dir=str(self.trainer.work_dir / self.log_dir), purge_step=self.trainer.iter,
                                      max_queue=1000)
 
@@ -373,8 +347,7 @@ class TensorBoardWriter(BufferedFileWriter):
         if self._writer is None:
             return
         if events:
-            # One event per iteration holding all its scalars (add_scalar writes one per value): a
-            # third of the cost, and a third of the records for TensorBoard's pure-Python CRC.
+            # one event per iteration holding all its scalars: a third of add_scalar's cost
             from tensorboard.compat.proto.summary_pb2 import Summary
 
             by_iter: Dict[int, list] = {}
@@ -388,22 +361,10 @@ class TensorBoardWriter(BufferedFileWriter):
         if to_disk:
             self._writer.flush()
 
-    def after_train(self) -> None:
-        t = self.trainer
-        if t.status != "interrupted":  # as PeriodicWriter.after_train
-            self._flush()  # on every rank: under DDP the last values are averaged over the ranks here
-        if self._writer is not None and t.status in ("completed", "stopped"):
-            self._write_hparams()
-        super().after_train()
-
     def _write_hparams(self) -> None:
-        """The run's overrides and final metrics for TensorBoard's HParams tab (sweeps side by side).
-
-        They go to an event file of their own (``*.hparams``) in the run's log dir: the same TensorBoard run as its
-        scalars, whose last values are the metrics shown. One entry per run: TensorBoard keeps the first summary of
-        a tag it reads, so an attempt that trained on (max_epochs raised) deletes the last one's file (also the
-        ``hparams/`` dir earlier versions wrote), only in the run's own dir: a log_dir outside it may be shared.
-        """
+        """The run's overrides and final metrics for TensorBoard's HParams tab, in an event file of their own
+        (``*.hparams``) beside the scalars. TensorBoard keeps a tag's first summary, so an earlier attempt's file (and
+        the old ``hparams/`` dir) is deleted, in the run's own dir only."""
         t = self.trainer
         metric_tags = [tensorboard_tag(k) for k in t.final_metrics(sync=False) if k.startswith(("val/", "train/"))]
         if not metric_tags:
@@ -412,7 +373,7 @@ class TensorBoardWriter(BufferedFileWriter):
         legacy = log_dir / "hparams"
         earlier = [*log_dir.glob("events.out.tfevents.*.hparams"), *legacy.glob("events.out.tfevents.*")] \
             if _inside(log_dir, t.work_dir) else []
-        self.sync()  # the scalars first: a TensorBoard reading the dir meanwhile moves on to the newer file
+        self.sync()  # the scalars first
         from torch.utils.tensorboard.writer import FileWriter
 
         writer = FileWriter(str(log_dir), filename_suffix=".hparams")
@@ -420,18 +381,16 @@ class TensorBoardWriter(BufferedFileWriter):
             writer.add_summary(summary, t.iter)
         writer.close()
         for path in earlier:
-            try:
+            with contextlib.suppress(OSError):
                 path.unlink()
-            except OSError:
-                pass
         if any(path.parent == legacy for path in earlier):
-            try:
+            with contextlib.suppress(OSError):  # something else in it
                 legacy.rmdir()
-            except OSError:  # something else in it
-                pass
 
     def close(self) -> None:
         if self._writer is not None:
+            if self.trainer.status in ("completed", "stopped"):
+                self._write_hparams()
             self.sync()
             self._writer.close()
             self._writer = None

@@ -1,17 +1,11 @@
-"""Built-in datasets and the loaders the trainers draw batches from.
+"""Built-in datasets, and ``DataLoaders``, which builds a run's train and val loaders from two datasets.
 
-``DataLoaders`` turns a train set and an optional val set into ``torch.utils.data.DataLoader``
-objects. Shuffling uses ``DistributedSampler`` (with one replica when not distributed): a
-permutation fixed by ``seed`` and the epoch, so the order of every epoch is reproducible.
-With ``num_workers > 0`` the worker that loads a training batch first reseeds ``torch``,
-``random`` and ``numpy``'s global generators from (``seed``, rank, epoch, batch number), so random
-augmentation in a dataset's ``__getitem__`` is the same whichever worker loads the batch, and a run
-resumed mid-epoch draws exactly what an uninterrupted one would (the loader's ``dataset`` is then a
-wrapper; the user's is its ``dataset``). The main process is never reseeded: without workers the
-run's own random state, which checkpoints hold, covers the loading.
+Each epoch's order and each worker's seeds follow (``seed``, rank, epoch, batch), so a run resumed mid-epoch draws
+what an uninterrupted one would (docs/contracts.md).
 """
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
@@ -22,7 +16,12 @@ if TYPE_CHECKING:
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset
 
+from launcher.engine.checkpoint import brief
+from launcher.engine.distributed import is_main_process
+from launcher.engine.errors import ConfigError
 from launcher.engine.loaders import EpochLoader, ShardSampler, StreamLoader, ValLoader
+
+logger = logging.getLogger(__name__)
 
 
 def _split(n: int, split: str, val_fraction: float, split_seed: int) -> torch.Tensor:
@@ -36,11 +35,8 @@ def _split(n: int, split: str, val_fraction: float, split_seed: int) -> torch.Te
 
 
 def _bundled_digits() -> "np.ndarray":
-    """scikit-learn's ``datasets/data/digits.csv.gz`` (64 pixels then the label, per row).
-
-    Read straight from the installed package: importing ``sklearn.datasets`` takes about a
-    second, most of a run's start-up. ``load_digits`` remains the fallback.
-    """
+    """scikit-learn's ``datasets/data/digits.csv.gz`` (64 pixels then the label, per row), read from the installed
+    package: importing ``sklearn.datasets`` takes a second. ``load_digits`` is the fallback."""
     import importlib.util
 
     import numpy as np
@@ -58,11 +54,8 @@ def _bundled_digits() -> "np.ndarray":
 
 
 def digits(split: str = "train", val_fraction: float = 0.2, split_seed: int = 0) -> TensorDataset:
-    """scikit-learn's bundled 8x8 handwritten digits (1,797 images, 10 classes; no download).
-
-    Items are ``(image, label)`` with images of shape ``(1, 8, 8)`` scaled to ``[0, 1]``.
-    The train/val split depends on ``split_seed`` only, so runs with different seeds share it.
-    """
+    """scikit-learn's bundled 8x8 digits (1,797 images, 10 classes): ``(image, label)`` items, images ``(1, 8, 8)``
+    in ``[0, 1]``. The split depends on ``split_seed`` only, so runs with different seeds share it."""
     table = _bundled_digits()
     images = torch.tensor(table[:, :-1], dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
     labels = torch.tensor(table[:, -1], dtype=torch.long)
@@ -84,7 +77,6 @@ def synthetic(
     where = f"data.{split}" if split in ("train", "val") else "synthetic"
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or not shape or not all(
             isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
-        # [0] asked for a model of 0 features; abc, [] and -8 ended in torch's errors
         raise ValueError(f"{where}.shape should be a list of positive integers, one sample's shape (e.g. [64] or "
                          f"[1, 8, 8]), got {shape!r}")
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
@@ -97,22 +89,17 @@ def synthetic(
     return TensorDataset(x[idx], y[idx])
 
 
-# The built-in datasets cut train and val from one draw: these settings make the draw (and its labels), so both
-# splits must share them, and split says which part each takes. (A val shape of other numbers of features is not
-# an overlap: the model's check names it as the val data not fitting.)
+# The built-in datasets cut train and val from one draw that these settings make: both splits must share them.
 _DRAW_KEYS = {"launcher.data.synthetic": ("size", "num_classes", "val_fraction", "split_seed"),
               "launcher.data.digits": ("val_fraction", "split_seed")}
 
 
 def check_splits(data: Any) -> None:
-    """A ConfigError where ``data.train`` and ``data.val`` are the two splits of one built-in dataset but would
-    overlap: a draw setting given to one alone (``data.val.val_fraction=0.5`` validated on 77 of 128 training
-    samples, ``data.val.size=512`` on inputs the teacher labelled anew), or the same split twice."""
+    """A ConfigError where ``data.train`` and ``data.val`` are splits of one built-in dataset that would overlap:
+    a draw setting given to one alone, or the same split twice."""
     import inspect
 
     from omegaconf import OmegaConf
-
-    from launcher.engine.errors import ConfigError
 
     train, val = (data.get(k) if OmegaConf.is_dict(data) else None for k in ("train", "val"))
     if not (OmegaConf.is_dict(train) and OmegaConf.is_dict(val)):
@@ -126,12 +113,10 @@ def check_splits(data: Any) -> None:
         mine, theirs = (OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for v in (mine, theirs))
         if key == "split" and mine == theirs:
             raise ConfigError(f"data.val.split={theirs}: data.train takes the {mine} split too, so the run would validate "
-                              f"on the data it trains on; give data.train.split=train and "
-                              f"data.val.split=val")
+                              f"on its training data; give data.train.split=train and data.val.split=val")
         if key != "split" and mine != theirs and not (isinstance(mine, (list, tuple)) and list(mine) == list(theirs or [])):
             raise ConfigError(f"data.val.{key}={theirs} differs from data.train.{key}={mine}: both splits are cut from "
-                              f"one draw that {key} makes, so they would overlap (or label the same inputs apart); give "
-                              f"both splits the same {key}")
+                              f"one draw, so they would overlap; give both splits the same {key}")
 
 
 def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float32") -> TensorDataset:
@@ -145,7 +130,7 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
         raise FileNotFoundError(f"data file {str(file)!r} {what} (expected a .npz or .pt file{where})")
     with open(file, "rb") as f:
         head = f.read(64)
-    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x80")):  # .npz and torch.save: zip; older torch.save: pickle
+    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x80")):  # zip (.npz, torch.save) or pickle (old torch.save)
         text = head.decode("utf-8", "replace").splitlines()[0][:40] if head else ""
         raise ValueError(f"data file {str(file)!r} is not a .npz or a torch.save'd dict of arrays: it "
                          + (f"starts {text!r} (a text file? load it and save its arrays with numpy.savez(path, "
@@ -157,8 +142,6 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
         else:
             content = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:
-        from launcher.engine.checkpoint import brief
-
         raise ValueError(f"data file {str(file)!r} is unreadable as a .npz or a torch.save'd dict of arrays: {brief(err)}") from err
     if not isinstance(content, dict):
         raise ValueError(f"data file {str(file)!r} holds a {type(content).__name__}; expected a dict of arrays ({inputs!r}, {targets!r})")
@@ -177,21 +160,17 @@ def arrays(path: str, inputs: str = "x", targets: str = "y", dtype: str = "float
     if y.ndim != 1:
         raise ValueError(f"data file {str(file)!r}: {targets!r} has shape {tuple(y.shape)}; targets are one class number "
                          f"per sample, shape ({len(y)},)" + (" (one-hot rows? store y.argmax(1))" if y.ndim == 2 else ""))
-    if y.is_floating_point() and not torch.equal(y, y.round()):  # .long() would cut 0.7 to class 0, unseen
+    if y.is_floating_point() and not torch.equal(y, y.round()):  # .long() would cut 0.7 to class 0
         bad = y[y != y.round()].flatten()[0].item()
         raise ValueError(f"data file {str(file)!r}: {targets!r} holds non-integer values ({bad:g}): a classifier's "
                          f"labels are class numbers 0, 1, ...; store them as integers")
     y = y.long()
     if len(x) != len(y):
         raise ValueError(f"data file {str(file)!r}: {inputs!r} has {len(x)} samples but {targets!r} has {len(y)}")
-    if x.is_floating_point():  # a nan input ended the run at its first step, its loss nan, naming no file
+    if x.is_floating_point():
         bad = [int((~torch.isfinite(chunk)).flatten(1).any(1).sum()) for chunk in x.split(65536)]
-        from launcher.engine.distributed import is_main_process
-
-        if sum(bad) and is_main_process():  # said once, not by each rank
-            import logging
-
-            logging.getLogger(__name__).warning(
+        if sum(bad) and is_main_process():
+            logger.warning(
                 "data file %r: %d of %d samples of %r hold nan or infinite values; a model given them will likely "
                 "return a nan loss (which stops the run)", str(file), sum(bad), len(x), inputs)
     return TensorDataset(x, y)
@@ -224,7 +203,7 @@ class DataLoaders:
                 limit = "zero or more" if key == "num_workers" else "greater than zero"
                 also = " (or null: batch_size)" if key == "val_batch_size" else ""
                 raise ValueError(f"data.{key} should be an integer {limit}{also}, got {value!r}")
-            if value > LARGEST:  # torch's samplers take it, and fail at the first batch, blaming the data
+            if value > LARGEST:  # torch's samplers would fail at the first batch, blaming the data
                 raise ValueError(f"data.{key} should be an integer from {0 if key == 'num_workers' else 1} to "
                                  f"2**31-1 ({LARGEST}), got {value!r}")
         if prefetch_factor is not None and (isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int)
@@ -238,30 +217,23 @@ class DataLoaders:
         if not isinstance(seed, int):
             raise ValueError(f"data.seed should be an integer, got {seed!r}")
         for key, dataset in (("train", train), ("val", val)):
-            if dataset is None:  # no val set; no train set where a finished run's loader settings alone are checked
+            if dataset is None:
                 continue
             if isinstance(dataset, (str, bytes, int, float, dict)) or \
                     not (hasattr(dataset, "__getitem__") or hasattr(dataset, "__iter__")):
-                # data.val=3 failed in the trainer's build (no len()), data.val=abc validated on its letters
                 raise ValueError(f"data.{key} should be a dataset (a config with a _target_ that builds one)"
                                  f"{' or null for none' if key == 'val' else ''}, got {dataset!r}")
-        self.train, self.val = train, val
-        self.batch_size = batch_size
+        self.train, self.val, self.batch_size, self.seed = train, val, batch_size, seed
         self.val_batch_size = batch_size if val_batch_size is None else val_batch_size
-        self.num_workers = num_workers
-        self.shuffle = shuffle
-        self.drop_last = drop_last
+        self.num_workers, self.shuffle, self.drop_last = num_workers, shuffle, drop_last
         self.pin_memory = pin_memory and torch.cuda.is_available()
-        self.seed = seed
-        # Worker options, which torch refuses without workers: they take effect when there are some.
+        # worker options, which torch refuses without workers
         unused = [f"data.{k}={v if not isinstance(v, bool) else str(v).lower()}" for k, v in
                   (("persistent_workers", persistent_workers), ("prefetch_factor", prefetch_factor)) if v not in (None, False)]
         if unused and not num_workers:
-            import logging
-
-            logging.getLogger(__name__).warning("%s %s no effect with data.num_workers=0 (batches are loaded in the "
-                                                "training process); set data.num_workers=N for loader processes",
-                                                " and ".join(unused), "has" if len(unused) == 1 else "have")
+            logger.warning("%s %s no effect with data.num_workers=0 (batches are loaded in the training process); set "
+                           "data.num_workers=N for loader processes", " and ".join(unused),
+                           "has" if len(unused) == 1 else "have")
         self._workers = {"persistent_workers": persistent_workers, "prefetch_factor": prefetch_factor} if num_workers else {}
         self._warned: set = set()  # streams already warned about (loaders are built again, e.g. by PreciseBN)
 
@@ -269,8 +241,8 @@ class DataLoaders:
         if isinstance(self.train, IterableDataset):
             if self._workers.get("persistent_workers"):
                 raise ValueError(f"data.persistent_workers: true keeps each worker's copy of the stream "
-                                 f"{type(self.train).__name__} from pass to pass, so its set_epoch and seeds never "
-                                 f"reach them and every pass repeats the first; set it to false for a stream")
+                                 f"{type(self.train).__name__} from pass to pass, so every pass repeats the first; "
+                                 f"set it to false for a stream")
             if world_size > 1 and rank == 0 and "data.train" not in self._warned:
                 self._warned.add("data.train")
                 _warn_stream_under_ddp("data.train", self.train)
@@ -279,7 +251,6 @@ class DataLoaders:
         sampler = DistributedSampler(
             self.train, num_replicas=world_size, rank=rank, shuffle=self.shuffle, seed=self.seed, drop_last=self.drop_last
         )
-        # Persistent workers or not, each batch's random draws follow (seed, rank, epoch, batch): see EpochLoader.
         loader = EpochLoader(
             self.train, self.batch_size, sampler, self.drop_last, self.seed,
             num_workers=self.num_workers, pin_memory=self.pin_memory, collate_fn=collate_fn, **self._workers,
@@ -313,9 +284,6 @@ class DataLoaders:
 
 
 def _warn_stream_under_ddp(key: str, dataset: IterableDataset) -> None:
-    import logging
-
-    logging.getLogger(__name__).warning(
-        "%s is a %s, an IterableDataset: under DDP every rank reads the stream it is given, so the stream must yield "
-        "each rank its own share (torch.distributed.get_rank()), and the same number of batches on each", key,
-        type(dataset).__name__)
+    logger.warning(
+        "%s is a stream (%s): under DDP it must yield each rank its own share (torch.distributed.get_rank()), with "
+        "as many batches on each", key, type(dataset).__name__)

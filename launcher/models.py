@@ -1,8 +1,5 @@
-"""Built-in classifiers that follow the trainer's model contract (see ``launcher.engine.trainer``).
-
-``forward(batch)`` takes ``(inputs, labels)``: in train mode it returns the cross-entropy
-loss, in eval mode ``{"loss", "accuracy"}``.
-"""
+"""Built-in classifiers: ``forward((inputs, labels))`` returns the cross-entropy loss in train mode,
+``{"loss", "accuracy"}`` in eval mode (docs/contracts.md)."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -10,6 +7,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from launcher.engine.errors import ConfigError, ModelInputError, describe
 
 
 class Classifier(nn.Module):
@@ -24,10 +23,7 @@ class Classifier(nn.Module):
             inputs, labels = batch
         except (TypeError, ValueError):
             raise self.not_a_pair(batch) from None
-        # Not ``self.net`` first: a submodule read as an attribute fails the normal lookup and builds
-        # an AttributeError before Module.__getattr__ finds it, ~9k instructions a step on the
-        # benchmark's MLP. (A subclass whose ``net`` is no submodule still gets ``self.net``.)
-        net = self._modules.get("net")
+        net = self._modules.get("net")  # faster than self.net, which goes through Module.__getattr__
         try:  # costs nothing until it raises (Python 3.11+)
             logits = (net if net is not None else self.net)(inputs)
             loss = F.cross_entropy(logits, labels)
@@ -39,22 +35,14 @@ class Classifier(nn.Module):
 
     def not_a_pair(self, batch: Any) -> BaseException:
         """The error for a batch that is no (inputs, labels) pair: what the loader gave, what to change."""
-        from launcher.engine.errors import ModelInputError, describe
-
         given = describe(batch) + ("" if isinstance(batch, (dict, list, tuple)) else " alone (no labels)")
         return ModelInputError(f"{type(self).__name__} takes batches of (inputs, labels); the data loader gave {given}: "
-                               f"use a dataset whose items are (x, y) pairs, or a model of your own whose forward reads "
-                               f"your batches (README: 'Model contract')")
+                               f"use a dataset whose items are (x, y) pairs, or your own model (docs/contracts.md)")
 
-    # The config keys that size the network to the data, as the subclasses take them.
-    num_classes: int = 0
+    num_classes: int = 0  # set by the subclasses
 
     def misfit(self, inputs: Any, labels: Any, err: BaseException) -> BaseException:
-        """A ConfigError naming the ``model.*`` key that does not fit this batch, or ``err`` itself. In eval mode
-        (validation) it names ``data.val``: the fix is to make the val data like the train data, which fits
-        the model (or is checked against it first), not to resize the model to the val data."""
-        from launcher.engine.errors import ConfigError
-
+        """A ConfigError naming the ``model.*`` key that does not fit this batch (``data.val`` in eval mode), or ``err``."""
         shape = list(inputs.shape) if isinstance(inputs, torch.Tensor) else None
         why = None
         if isinstance(inputs, torch.Tensor) and not inputs.is_floating_point():

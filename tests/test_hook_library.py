@@ -142,8 +142,7 @@ def test_with_accumulation_ema_and_momentum_schedule_move_with_the_optimizer_ste
     odd.train()
     said = [r.getMessage() for r in caplog.records if "accumulate=2" in r.getMessage()]
     assert said and said[0].endswith("accumulate=2: the run's 15 iterations are not a multiple of it, so its last 1 "
-                                     "micro-batch(es) are not stepped (their gradients are kept in the checkpoints, for a run "
-                                     "trained on); give the run a length that is a multiple of 2"), said
+                                     "micro-batch(es) are not stepped; give the run a length that is a multiple of 2"), said
     assert cosine.scheduler.T_max == 7 and cosine.scheduler.last_epoch == 7  # the 7 optimizer steps the run takes
 
 

@@ -769,8 +769,8 @@ def test_a_schedule_by_epoch_over_a_stream_of_unknown_length_needs_no_count_unle
     trainer.train()
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * 0.25)
     cosine = LRScheduler(functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR), by_epoch=True)
-    with pytest.raises(ConfigError, match=r"^hooks.lr_scheduler.by_epoch: the schedule's T_max would be the run's "
-                                          r"number of epochs, which a train stream without __len__ does not tell"):
+    with pytest.raises(ConfigError, match=r"^hooks.lr_scheduler.by_epoch: a train stream without __len__ has no count "
+                                          r"of epochs for the schedule's T_max; set hooks.lr_scheduler.scheduler.T_max"):
         stream_trainer("iter", hooks={"lr_scheduler": cosine}, max_iters=20).train()
 
 

@@ -1,17 +1,17 @@
 """Checkpoint files: atomic writes, a ``last`` pointer, and loading that never trusts a bad file.
 
-A checkpoint is written to a hidden temporary file in the same directory, flushed and
-fsynced, renamed over its name, and the directory fsynced; only then is ``last`` (a one-line
-text file naming the newest checkpoint) replaced the same way. A kill at any moment leaves
-either the old files or the new ones, plus at worst a stray temporary file that the next
-save removes.
+A checkpoint goes to a temporary file, fsynced and renamed over its name; then ``last`` (a one-line file naming
+the newest checkpoint) is replaced the same way. A kill leaves the old files or the new ones, and at worst a stray
+temporary file that the next save removes.
 """
 from __future__ import annotations
 
+import _compat_pickle
 import io
 import logging
 import os
 import pickle
+import pickletools
 import queue
 import re
 import sys
@@ -28,18 +28,15 @@ logger = logging.getLogger(__name__)
 
 PathLike = Union[str, Path]
 
-# Test-only: seconds to sleep between writing a checkpoint's temporary file and renaming it,
-# so a test can kill the process inside a checkpoint write.
+# Test-only: seconds to sleep between writing and renaming, so a test can kill a process inside a write.
 _WRITE_DELAY_ENV = "LAUNCHER_TEST_CHECKPOINT_WRITE_DELAY"
 
 
 def serialize(state: Dict[str, Any], buffer: Optional[io.BytesIO] = None) -> memoryview:
     """The bytes ``torch.save`` would write: a snapshot that later training cannot change.
 
-    Given a ``buffer`` that held an earlier checkpoint, they are written over its start, into
-    memory already allocated: 2.5x faster than into a new buffer for a 33 MB state (growing one
-    copies it again and again, and fresh pages fault in). Every view of that earlier checkpoint
-    must be released first (``BufferError`` otherwise).
+    Given a ``buffer`` of an earlier checkpoint, they overwrite it in place (2.5x faster than a new buffer for
+    33 MB); every view of that checkpoint must be released first (``BufferError`` otherwise).
     """
     if buffer is None:
         buffer = io.BytesIO()
@@ -49,16 +46,14 @@ def serialize(state: Dict[str, Any], buffer: Optional[io.BytesIO] = None) -> mem
 
 
 class _TensorsByReference(pickle.Pickler):
-    """A pickler that writes tensors and storages as references: what a state pickles to, besides its tensors, at
-    little cost for a large state."""
+    """A pickler that writes tensors and storages as references: cheap for a large state."""
 
     def persistent_id(self, value: Any) -> Optional[int]:
         return id(value) if isinstance(value, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)) else None
 
 
 def pickling_error(obj: Any) -> Optional[str]:
-    """Why ``torch.save`` cannot take ``obj`` (it holds an object pickle refuses: a lambda, a lock, an open file),
-    or None. Pickled to nowhere, its tensors by reference: it costs little for a large state."""
+    """Why ``torch.save`` cannot take ``obj`` (a lambda, a lock, an open file in it), or None."""
     class Nowhere:
         write = staticmethod(len)
 
@@ -81,15 +76,9 @@ def unsaveable_hook_state(states: Dict[str, Any], hooks: Sequence[Any]) -> Optio
 
 
 def write_checkpoint(data: Union[bytes, memoryview], path: PathLike) -> Path:
-    """Write serialized checkpoint bytes atomically to ``path`` (its directory exists), then point ``<dir>/last`` at it.
-
-    The file is written to a temporary name and fsynced, renamed over ``path``; ``last`` is
-    replaced the same way; one fsync of the directory then makes both renames durable. A
-    crash between the renames leaves ``last`` naming the previous checkpoint; one before the
-    directory's fsync may lose ``last`` itself, and loading then goes by modification time.
-    A dozen system calls, on purpose: on a background thread each one hands the GIL back and
-    forth with the training step.
-    """
+    """Write serialized checkpoint bytes atomically to ``path`` (its directory exists), then point ``<dir>/last`` at
+    it; one directory fsync makes both renames durable (a lost ``last`` falls back to modification times).
+    Raw system calls: on a background thread each one hands the GIL back to the training step."""
     path = Path(path)
     directory = path.parent
     delay = float(os.environ.get(_WRITE_DELAY_ENV, "0") or 0)
@@ -102,8 +91,7 @@ def write_checkpoint(data: Union[bytes, memoryview], path: PathLike) -> Path:
 
 
 def remove_stale_temporaries(directory: PathLike, pattern: str = ".*.tmp*") -> None:
-    """Remove temporary files that a process killed inside an atomic write (a checkpoint's, by default) left in
-    ``directory``."""
+    """Remove the temporary files a process killed inside an atomic write left in ``directory``."""
     for stale in Path(directory).glob(pattern):
         stale.unlink(missing_ok=True)
 
@@ -115,40 +103,30 @@ def save_checkpoint(state: Dict[str, Any], path: PathLike) -> Path:
 
 
 class BackgroundWriter:
-    """Writes checkpoints on a thread: the state is serialized at once, the disk work overlaps training.
+    """Writes checkpoints on one thread, in order: the state is serialized at once, the disk work overlaps training.
 
-    One write at a time, in order, on one thread that lives from the first write to :meth:`close`
-    (a thread started per write cost the training step more: starting one waits for it to run).
-    A failed write (disk full...) is raised by the next :meth:`write` or by :meth:`wait`, never lost.
-    Each checkpoint is serialized into the memory that held the previous one (see :func:`serialize`),
-    so between saves the writer keeps one checkpoint's size of memory (up to ``REUSE_LIMIT``, 1 GiB;
-    a larger checkpoint takes new memory each time), given back by :meth:`close`.
+    A failed write is raised by the next :meth:`write` or by :meth:`wait`, never lost. Each checkpoint reuses the
+    previous one's memory (up to ``REUSE_LIMIT``), given back by :meth:`close`.
     """
 
     def __init__(self) -> None:
         self._jobs: "queue.Queue[Optional[Tuple[memoryview, Path, Sequence[Path]]]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[CheckpointWriteError] = None  # a failed background write's, raised by the next call
-        self._ready: set = set()  # directories made and cleared of a killed writer's temporary files
+        self._ready: set = set()  # directories made and cleared of stale temporary files
         self._buffer: Optional[io.BytesIO] = None
-        self.rerun_hint = "the same command"  # how to run the run again, for the advice of a failed write
+        self.rerun_hint = "the same command"  # for the advice of a failed write
 
     def write(self, state: Dict[str, Any], path: PathLike, then_remove: Sequence[Path] = (), background: bool = True) -> Path:
-        # the previous write still going (a slow disk): this checkpoint in new memory, serialized while it goes on
+        # the previous write still going: serialize into new memory meanwhile
         data = serialize(state) if self._thread is not None and self._jobs.unfinished_tasks else None
         self.wait()
         if data is None:
             data = self._serialize(state)  # the previous checkpoint is on disk: its memory takes this one
         path = Path(path)
         self.prepare(path.parent)
-        try:
-            if not background:
-                write_checkpoint(data, path)
-        except OSError as err:
-            raise _write_failed(f"writing checkpoint {path}", path.parent, err, self.rerun_hint) from err
         if not background:
-            data.release()
-            self._remove(then_remove)
+            self._write_now(data, path, then_remove)
             return path
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="checkpoint-writer", daemon=True)
@@ -157,8 +135,8 @@ class BackgroundWriter:
         return path
 
     def prepare(self, directory: PathLike) -> None:
-        """Make ``directory``, clear it of a killed writer's temporary files and check that a file can be
-        written there (once per directory): a run whose checkpoints cannot be written stops before training."""
+        """Make ``directory``, clear stale temporary files and check that a file can be written there (once per
+        directory), so a run whose checkpoints cannot be written stops before training."""
         directory = Path(directory)
         if directory in self._ready:
             return
@@ -179,17 +157,22 @@ class BackgroundWriter:
         if self._buffer is not None:
             try:
                 data = serialize(state, self._buffer)
-            except BufferError:  # a view of the previous checkpoint is still held: this one gets new memory
+            except BufferError:  # a view of the previous checkpoint is still held
                 pass
         if data is None:
             self._buffer = io.BytesIO()
             data = serialize(state, self._buffer)
-        if len(data) > self.REUSE_LIMIT:  # not kept for the next: a larger state's copy stays out of memory between saves
+        if len(data) > self.REUSE_LIMIT:
             self._buffer = None
         return data
 
-    def _remove(self, paths: Sequence[Path]) -> None:
-        for old in paths:  # retention: only once the new file is safe
+    def _write_now(self, data: memoryview, path: Path, then_remove: Sequence[Path], catch: Any = OSError) -> None:
+        try:
+            write_checkpoint(data, path)
+        except catch as err:
+            raise _write_failed(f"writing checkpoint {path}", path.parent, err, self.rerun_hint) from err
+        data.release()
+        for old in then_remove:  # retention: only once the new file is safe
             try:
                 old.unlink(missing_ok=True)
             except OSError as err:
@@ -203,12 +186,7 @@ class BackgroundWriter:
                     return
                 data, path, then_remove = job
                 job = None  # the buffer's next checkpoint needs every view of this one gone
-                try:
-                    write_checkpoint(data, path)
-                except BaseException as err:
-                    raise _write_failed(f"writing checkpoint {path}", path.parent, err, self.rerun_hint) from err
-                data.release()
-                self._remove(then_remove)
+                self._write_now(data, path, then_remove, catch=BaseException)
             except CheckpointWriteError as err:
                 self._error = err
             except BaseException as err:  # noqa: B036 -- never lost: the next write or wait raises it
@@ -238,11 +216,11 @@ class BackgroundWriter:
 
 
 def _write_failed(what: str, directory: Path, err: BaseException, rerun_hint: str = "the same command") -> CheckpointWriteError:
-    """The error of a failed checkpoint write (or retention), naming the file, the reason and the way on."""
+    """The error of a failed checkpoint write or removal: the file, the reason and the way on."""
     earlier = bool(candidates(directory))
     rerun = f"run {rerun_hint} to " + ("resume from the newest" if earlier else "start it again")
     if isinstance(err, OSError):
-        where = err.filename2 or err.filename  # the file in the way: checkpoints/last made a directory, say
+        where = err.filename2 or err.filename  # the file in the way
         why = f"{type(err).__name__}: {err.strerror or err}" + (f": {where}" if where and str(where) not in what else "")
         advice = f"free space, or make {directory} a directory you can write to, then {rerun}"
     else:
@@ -252,8 +230,7 @@ def _write_failed(what: str, directory: Path, err: BaseException, rerun_hint: st
 
 
 class UntrustedCheckpointError(RuntimeError):
-    """A file that ``torch.load(weights_only=True)`` refuses: it holds pickled Python objects (``objects``, named
-    ``module.name``)."""
+    """A file that ``torch.load(weights_only=True)`` refuses for the Python objects it holds (``objects``)."""
 
     def __init__(self, message: str, objects: Sequence[str] = ()) -> None:
         super().__init__(message)
@@ -264,11 +241,9 @@ TRUST_RISK = "unpickling them can run any code the file holds"
 
 
 def load_checkpoint(path: PathLike, map_location: Any = "cpu", trust: bool = False) -> Dict[str, Any]:
-    """Load one checkpoint with ``torch.load(weights_only=True)``: tensors and plain types only, since unpickling
-    anything else can run any code in the file (one planted in a run dir, or downloaded). A file holding more raises
-    :class:`UntrustedCheckpointError` naming the objects; with ``trust`` (``trainer.trust_checkpoint=true``) it is
-    then loaded in full, with a warning naming it. A missing, truncated or corrupt file raises with the file named.
-    """
+    """Load one checkpoint with ``torch.load(weights_only=True)``. A file holding Python objects raises
+    :class:`UntrustedCheckpointError`, or with ``trust`` loads in full with a warning; a missing or corrupt file
+    raises naming it."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
@@ -278,7 +253,7 @@ def load_checkpoint(path: PathLike, map_location: Any = "cpu", trust: bool = Fal
     except Exception as err:
         objects, reason = _refused_objects(path, err)
         if not objects:
-            raise RuntimeError(f"checkpoint {str(path)!r} is unreadable (truncated or corrupt): {brief(reason)}") from err
+            raise _unreadable(path, reason) from err
         listed = ", ".join(objects[:5]) + (", ..." if len(objects) > 5 else "")
         if not trust:
             raise UntrustedCheckpointError(f"{str(path)!r} holds Python objects ({listed}) besides tensors and plain "
@@ -288,25 +263,28 @@ def load_checkpoint(path: PathLike, map_location: Any = "cpu", trust: bool = Fal
         try:
             state = torch.load(path, map_location=map_location, weights_only=False)
         except Exception as full:
-            raise RuntimeError(f"checkpoint {str(path)!r} is unreadable (truncated or corrupt): {brief(full)}") from full
+            raise _unreadable(path, full) from full
     if not isinstance(state, dict):
         raise RuntimeError(f"checkpoint {str(path)!r} holds a {type(state).__name__}, not a dict of state")
     return state
 
 
+def _unreadable(path: Path, err: BaseException) -> RuntimeError:
+    return RuntimeError(f"checkpoint {str(path)!r} is unreadable (truncated or corrupt): {brief(err)}")
+
+
 def _refused_objects(path: Path, err: Exception) -> Tuple[List[str], BaseException]:
-    """What ``torch.load(weights_only=True)`` refused in ``path`` (``err``): the objects it holds that are not read
-    here (none: the file is truncated or corrupt), and the error to report if none."""
+    """The objects ``torch.load(weights_only=True)`` refused in ``path`` ([]: the file is corrupt), and the error."""
     if not isinstance(err, pickle.UnpicklingError):
         return [], err
     allowed = {g[1] if isinstance(g, tuple) else f"{g.__module__}.{g.__qualname__}" for g in _data_globals()}
-    try:  # refused for the objects it holds (not those read here), or not a torch.save file at all?
+    try:
         objects = [o for o in torch.serialization.get_unsafe_globals_in_checkpoint(path) if o not in allowed]
-    except Exception as why:  # not a zip archive: a raw pickle, or torch's legacy format; read without unpickling
+    except Exception as why:  # not a zip archive: a raw pickle, or torch's legacy format
         objects = [o for o in _globals_in_pickle(path) if o not in allowed]
         if not objects:
             return [], why
-    # every global allowed, yet refused: a NumPy array of strings or objects, whose dtype class torch names
+    # every global allowed, yet refused: a NumPy array of strings or objects
     refused = re.search(r"but got <class '([\w.]+)'>", str(err)) if not objects and "Weights only load failed" in str(err) else None
     if refused:
         objects = [refused.group(1)]
@@ -314,10 +292,7 @@ def _refused_objects(path: Path, err: Exception) -> Tuple[List[str], BaseExcepti
 
 
 def _globals_in_pickle(path: Path) -> List[str]:
-    """The functions and classes the (first) pickle in ``path`` names, read without unpickling anything; [] for a
-    file that is no pickle."""
-    import pickletools
-
+    """The functions and classes the first pickle in ``path`` names, read without unpickling."""
     found: List[str] = []
     strings: List[str] = []
     try:
@@ -335,12 +310,8 @@ def _globals_in_pickle(path: Path) -> List[str]:
 
 
 def objects_beyond_weights(obj: Any) -> List[str]:
-    """The Python objects in ``obj`` (``module.name`` each) that ``torch.load(weights_only=True)`` does not
-    unpickle, [] for tensors and plain values: a checkpoint holding them resumes only with
-    ``trainer.trust_checkpoint=true``. Pickled to memory with its tensors by reference, so a large state costs little."""
-    import _compat_pickle
-    import pickletools
-
+    """The Python objects in ``obj`` (``module.name``) that ``torch.load(weights_only=True)`` refuses; [] for
+    tensors and plain values."""
     buffer = io.BytesIO()
     try:
         _TensorsByReference(buffer, protocol=2).dump(obj)  # torch.save's protocol: every function or class a GLOBAL
@@ -350,9 +321,9 @@ def objects_beyond_weights(obj: Any) -> List[str]:
     if not names:
         return []
     found, unknown = [], []
-    for name in names:  # "module qualname": the object itself, to ask torch whether it reads it
+    for name in names:  # "module qualname"
         module, _, qualname = name.partition(" ")
-        # protocol 2 names builtins as Python 2 did (__builtin__.set): the names unpickling maps them back to
+        # protocol 2 names builtins as Python 2 did (__builtin__.set): map them back
         module, qualname = _compat_pickle.NAME_MAPPING.get((module, qualname),
                                                            (_compat_pickle.IMPORT_MAPPING.get(module, module), qualname))
         target: Any = sys.modules.get(module)
@@ -365,21 +336,19 @@ def objects_beyond_weights(obj: Any) -> List[str]:
         probe.seek(0)
         with torch.serialization.safe_globals(_data_globals()):
             refused = set(torch.serialization.get_unsafe_globals_in_checkpoint(probe))
-    except Exception:  # noqa: BLE001 -- not pickled by reference as it was named: not one torch reads either
+    except Exception:  # noqa: BLE001 -- not pickled by reference as named: torch would not read it either
         refused = {name for name, _ in found}
     return [name for name, _ in unknown] + [name for name, _ in found if name in refused]
 
 
 def _data_globals() -> List[Any]:
-    """What ``weights_only`` loading reads besides torch's defaults: data, no code. ``bytes``: pickle's protocol 2 (torch's)
-    writes an empty ``bytes`` as a call of it (an empty storage at a run's first step); and NumPy arrays of numbers."""
+    """What ``weights_only`` loading reads besides torch's defaults: ``bytes`` (protocol 2 writes an empty one as
+    a call) and NumPy arrays of numbers."""
     return [bytes, *_numpy_array_globals()]
 
 
 def _numpy_array_globals() -> List[Any]:
-    """What a NumPy array of numbers unpickles through (as torch's docs list them for ``weights_only``): data, no
-    code. This launcher's checkpoints before 2026-12-03 held the NumPy RNG state as an array, which
-    ``trainer.load_from`` refused as "Python objects"."""
+    """What a NumPy array of numbers unpickles through (as torch's docs list them for ``weights_only``)."""
     try:
         import numpy as np
     except ImportError:
@@ -402,10 +371,8 @@ def brief(err: BaseException) -> str:
 def load_newest_valid(directory: PathLike, map_location: Any = "cpu", trust: bool = False) -> Optional[Tuple[Path, Dict[str, Any]]]:
     """The newest checkpoint in ``directory`` that loads, skipping bad ones with a warning naming both files.
 
-    Only the files this launcher wrote there (:func:`~launcher.engine.files.candidates`), each read with
-    ``weights_only=True``. One that holds Python objects raises :class:`UntrustedCheckpointError` (unless ``trust``:
-    see :func:`load_checkpoint`), as an older one would lose the training since; one that is not even a
-    ``torch.save`` archive (a raw pickle) is no file this launcher wrote: skipped as unreadable, never unpickled.
+    One that holds Python objects raises :class:`UntrustedCheckpointError` (unless ``trust``) rather than lose the
+    training since; a raw pickle is no file this launcher wrote: skipped, never unpickled.
     """
     skipped: List[Tuple[Path, str]] = []
     for path in candidates(directory):

@@ -1,17 +1,8 @@
 """torch.distributed for the launcher: one code path for torchrun, ``trainer.devices=N`` and SLURM tasks.
 
-Where a run's processes come from decides only how each learns its rank:
-
-* ``torchrun --nproc_per_node=N -m launcher ...`` sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
-  ``MASTER_ADDR`` and ``MASTER_PORT``;
-* ``trainer.devices=N`` makes :func:`spawn` start N workers that get the same variables, less the master's
-  address and port: they meet through a file (:data:`STORE_ENV`), so no process listens on a port that
-  another host, or another user of this one, could reach;
-* a SLURM job with several tasks (``hydra.launcher.tasks_per_node``, ``nodes``) gives them through
-  submitit's ``JobEnvironment``; the master is the job's first node, the port follows the job id.
-
-Then :func:`init` sets up the process group (gloo on the CPU, NCCL for CUDA tensors) with a
-timeout, and the trainer wraps the model in ``DistributedDataParallel``.
+They differ only in how each process learns its rank: torchrun's variables; :func:`spawn`'s workers, which meet
+through a file (:data:`STORE_ENV`) rather than a port; or submitit's ``JobEnvironment`` (master: the job's first
+node). Then :func:`init` sets up the process group (gloo on the CPU, NCCL for CUDA tensors).
 """
 from __future__ import annotations
 
@@ -20,6 +11,7 @@ import datetime
 import logging
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -28,6 +20,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from launcher.engine.signals import SIGNALS, SignalLatch, suspend_along
 
 if TYPE_CHECKING:
     import torch
@@ -62,7 +56,7 @@ class DistEnv:
 
 
 def is_main_process() -> bool:
-    """Whether this process is rank 0 of its distributed run, or runs alone: the one that says what all ranks would."""
+    """Whether this process is rank 0 of its distributed run, or runs alone."""
     env = from_environment()
     return env is None or env.is_main
 
@@ -91,8 +85,8 @@ def _slurm_env() -> DistEnv:
     import submitit
 
     job = submitit.JobEnvironment()
-    hostnames = job.hostnames  # the job's nodes, expanded from SLURM_JOB_NODELIST
-    # One port per job (array tasks have their own job ids); a requeued job keeps its id and port.
+    hostnames = job.hostnames
+    # one port per job; a requeued job keeps its id and port
     job_id = os.environ["SLURM_JOB_ID"]
     port = int(os.environ.get("MASTER_PORT") or 20000 + int(job_id) % 20000)
     return DistEnv(
@@ -106,7 +100,7 @@ def _slurm_env() -> DistEnv:
 
 
 def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity: what a container or ``taskset`` leaves it)."""
+    """The CPU cores this process may run on (its affinity)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -117,20 +111,15 @@ CPUS_ENV = "LAUNCHER_CPUS_PER_TASK"  # a local sweep's job: its share of the mac
 
 
 def threads_for(env: Optional[DistEnv]) -> Optional[int]:
-    """The intra-op threads this process should use, or None for torch's own choice.
-
-    ``OMP_NUM_THREADS`` where it gives a count (:func:`omp_threads`); else :func:`cores_share`. The same
-    thread count wherever a run starts keeps the math, and so the results, the same.
-    """
+    """The intra-op threads this process should use (``OMP_NUM_THREADS``, else :func:`cores_share`), or None for
+    torch's own choice. The same count wherever a run starts keeps its results the same."""
     omp = omp_threads()
     return omp if omp is not None else cores_share(env)
 
 
 def cores_share(env: Optional[DistEnv]) -> Optional[int]:
-    """This process's share of the CPUs: those given to its job, by SLURM (``SLURM_CPUS_PER_TASK``) or by the
-    local launcher (``LAUNCHER_CPUS_PER_TASK``, from ``hydra.launcher.cpus_per_task``), shared among the ranks
-    the job starts (``trainer.devices``, torchrun); else, for one of several ranks on this machine, its share
-    of the usable cores; None for a lone process outside any job."""
+    """This process's share of the CPUs its job was given (SLURM's or the local launcher's), split among the job's
+    local ranks; else of the usable cores for one of several ranks; None for a lone process outside any job."""
     cpus = _whole(os.environ.get(CPUS_ENV))
     if cpus is None and "SLURM_JOB_ID" in os.environ:
         cpus = _whole(os.environ.get("SLURM_CPUS_PER_TASK"))
@@ -143,9 +132,7 @@ def cores_share(env: Optional[DistEnv]) -> Optional[int]:
 
 
 def omp_threads() -> Optional[int]:
-    """The thread count ``OMP_NUM_THREADS`` gives (its first level's, as in ``4,2``), or None where it gives
-    none: unset, empty, 0 or not a number, which OpenMP ignores too (a warning says so for a value that
-    is not empty)."""
+    """The thread count ``OMP_NUM_THREADS`` gives (its first level's), or None where it gives none (warned if set)."""
     value = os.environ.get("OMP_NUM_THREADS")
     if value is None or not value.strip():
         return None
@@ -179,9 +166,9 @@ def timeout_s() -> float:
         seconds = float(value)
     except ValueError:
         seconds = float("nan")
-    if not 0 < seconds < float("inf"):  # 0 or less timed out at once, blaming the network; nan and inf broke torch's timedelta
-        raise DistributedError(f"LAUNCHER_DIST_TIMEOUT_S={value!r} is not a number of seconds above 0 (the wait to set up "
-                               f"the process group and for any one collective; unset, {DEFAULT_TIMEOUT_S})")
+    if not 0 < seconds < float("inf"):
+        raise DistributedError(f"LAUNCHER_DIST_TIMEOUT_S={value!r} is not a number of seconds above 0 (the wait for "
+                               f"the process group and each collective; unset, {DEFAULT_TIMEOUT_S})")
     return seconds
 
 
@@ -216,14 +203,8 @@ def init(env: DistEnv, device: str = "auto") -> bool:
     master = f"rendezvous file {env.store}" if env.store else f"master {env.master_addr}:{env.master_port}"
     logger.info("Joining the process group: rank %d of %d, %s, backend %s (%s)",
                 env.rank, env.world_size, master, backend, env.source)
-    # A SIGTERM or SIGUSR2 that interrupts the rendezvous (its retry's sleep) makes torch print a C++ stack of an
-    # "Interrupted system call" and retry. One that a Python handler takes (a spawned worker's latch, submitit's)
-    # could not run that handler before the join returns anyway: held blocked until then. One that would end the
-    # process (no handler: torchrun's agent stopping its workers) still does, and so does a Ctrl-C.
-    import signal
-
-    from launcher.engine.signals import SignalLatch
-
+    # A stop signal with a Python handler is blocked during the join (it could not run before the join returns,
+    # and interrupting torch's rendezvous prints a C++ stack); one with no handler still ends the process.
     held = [sig for sig in SignalLatch.SIGNALS if callable(signal.getsignal(sig))] \
         if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread() else []
     if held:
@@ -232,14 +213,11 @@ def init(env: DistEnv, device: str = "auto") -> bool:
         dist.init_process_group(backend=backend, init_method=f"file://{env.store}" if env.store else "env://",
                                 rank=env.rank, world_size=env.world_size, timeout=datetime.timedelta(seconds=seconds))
     except Exception as err:  # DistStoreError, RuntimeError, TimeoutError, depending on where it stalled
-        reach = "that the file can be written" if env.store else \
-            "that the master address is reachable from this host and that the port is free"
+        reach = "the file is writable" if env.store else "the master is reachable and its port free"
         raise DistributedError(
-            f"rank {env.rank} of {env.world_size} could not join the process group at {master} "
-            f"within {seconds:.0f} s ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else ''}). Check that every rank was started and none failed before "
-            f"joining (its node's output says why), {reach} (LAUNCHER_DIST_TIMEOUT_S sets the wait)"
-        ) from err
+            f"rank {env.rank} of {env.world_size} could not join the process group at {master} within {seconds:.0f} s "
+            f"({type(err).__name__}: {(str(err).splitlines() or [''])[0]}); check that every rank started and {reach} "
+            f"(LAUNCHER_DIST_TIMEOUT_S sets the wait)") from err
     finally:
         if held:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
@@ -262,14 +240,10 @@ RELEASE_S = 0.05  # see shutdown()
 
 
 def shutdown(wait_for_peers: bool = True) -> None:
-    """Leave the process group; ``wait_for_peers``: first wait until every rank is done (a clean end).
+    """Leave the process group; with ``wait_for_peers`` (a clean end), first a barrier.
 
-    gloo's worker threads drop a finished collective (and its tensors, which takes the GIL) a moment
-    after the caller sees it complete; the barrier's own work holds the collectives before it. A
-    process that reaches interpreter shutdown inside that moment aborts ("terminate called without
-    an active exception", SIGABRT, about one DDP run in 50 here). So: a barrier (no rank leaves while
-    rank 0 still writes the final checkpoint), then a short sleep that hands the GIL to those threads.
-    After a failure the peers may be gone or inside another collective: no barrier then.
+    The short sleeps hand the GIL to gloo's threads, which drop a finished collective a moment after it completes:
+    a process reaching interpreter shutdown meanwhile aborts (SIGABRT, about one DDP run in 50).
     """
     import time
 
@@ -351,28 +325,14 @@ def free_port() -> int:
 
 
 def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Optional[int], Any]:
-    """Start ``worker(rank, nprocs, store, parent_pid, ready, *args)`` in ``nprocs`` processes here and wait for all.
+    """Start ``worker(rank, nprocs, store, parent_pid, ready, *args)`` in ``nprocs`` processes and wait for all.
 
-    ``store``: the file the workers' process group meets through (torch's ``FileStore``), in a directory of
-    this user's alone, removed once they have ended: no port to pick, nor any process listening on one.
-
-    SIGTERM, SIGUSR2 and SIGINT sent to this process are passed on to the workers (each checkpoints
-    and stops at the same step boundary; a second SIGINT aborts them, a third stops the wait). The
-    workers have process groups of their own (:func:`worker_started`), so a Ctrl-C in the terminal
-    reaches this process alone and each worker gets it once, through here, as with ``kill -INT``;
-    a Ctrl-Z (SIGTSTP) stops the workers with this process, and they go on when it does.
-    When one worker fails the others are stopped (SIGTERM, then SIGKILL) and torch's
-    ``ProcessRaisedException``/``ProcessExitedException`` is raised, naming its rank; after a
-    Ctrl-C, KeyboardInterrupt instead. Returns the signal forwarded (or None) and the handler it
-    replaced, for the caller to chain.
+    ``store``: the file the workers meet through, in a private temporary directory. SIGTERM, SIGUSR2 and SIGINT
+    are passed on to the workers (a second SIGINT aborts them, a third stops the wait); Ctrl-Z stops them with
+    this process. When one fails the others are stopped and torch's exception raised (KeyboardInterrupt after a
+    Ctrl-C). Returns the signal forwarded (or None) and the handler it replaced, for the caller to chain.
     """
-    import signal
-
     import torch.multiprocessing as mp
-
-    from launcher.engine.signals import suspend_along
-
-    from launcher.engine.signals import SignalLatch
 
     ready = mp.get_context("spawn").RawArray("b", nprocs)  # set by each worker once it holds signals (worker_started)
     processes: List[Any] = []
@@ -382,27 +342,27 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
 
     def send(rank: int, signum: int) -> None:
         if rank >= len(processes) or (signum in SignalLatch.SIGNALS and not ready[rank]):
-            # a stop: passed on once the worker holds it; a Ctrl-C as soon as the worker is started (an abort)
-            held.append((rank, signum))
+            held.append((rank, signum))  # a stop: passed on once the worker holds it; a Ctrl-C once it is started
         elif rank < len(processes) and processes[rank].is_alive() and processes[rank].pid:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(processes[rank].pid, signum)
-            except ProcessLookupError:
-                pass
 
     def forward(signum: int, frame: Any) -> None:
         if received.count(signal.SIGINT) >= 2 and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a third Ctrl-C: stop waiting (the workers are killed below)
         repeated = signum != signal.SIGINT and signum in received
         received.append(signum)
-        if repeated:  # a SIGTERM asked again (a sweep stopping its jobs): the workers have it already, and one
-            return    # that has left training (rank 1 waiting for rank 0's checkpoint) would die of a second
+        if repeated:  # the workers have it already; a second would kill one that has left training
+            return
         for rank in range(nprocs):
             send(rank, signum)
 
-    handlers = {signal.SIGTERM: forward, signal.SIGINT: forward}
-    if hasattr(signal, "SIGUSR2"):
-        handlers[signal.SIGUSR2] = forward
+    def pass_on_held(now: Callable[[int, int], bool]) -> None:
+        for rank, signum in [h for h in held if now(*h)]:
+            held.remove((rank, signum))
+            send(rank, signum)
+
+    handlers: Dict[int, Any] = dict.fromkeys(SIGNALS, forward)
     if hasattr(signal, "SIGTSTP"):  # Ctrl-Z: the workers stop with this process, and go on with it
         handlers[signal.SIGTSTP] = suspend_along(lambda: [p.pid for p in processes if p.is_alive() and p.pid])
     previous: Dict[int, Any] = {}
@@ -420,12 +380,8 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
         if threading.current_thread() is not threading.main_thread():  # no handlers to set, no signals to block
             context = start()
         else:
-            # The workers start with the stop signals blocked (a mask they inherit across exec), so that one
-            # sent to every process of a SLURM step waits, pending, until the worker holds it
-            # (worker_started) instead of killing one still importing torch. This process takes its own
-            # copy in the handlers below, set before they are unblocked: a signal that arrives meanwhile
-            # is taken by any thread that does not block it, and was lost while the handler was SIG_IGN;
-            # it is passed on to each worker once the worker holds it.
+            # The workers inherit the stop signals blocked, so one sent to every process waits until the worker
+            # holds it (worker_started) rather than killing it mid-import; this process's handlers are set first.
             from multiprocessing import resource_tracker
 
             resource_tracker.ensure_running()  # starting it unblocks SIGINT and SIGTERM: before they are blocked
@@ -433,9 +389,7 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
             try:
                 previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
                 context = start()
-                for rank, signum in [h for h in held if h[1] not in SignalLatch.SIGNALS]:  # a Ctrl-C while they started
-                    held.remove((rank, signum))
-                    send(rank, signum)
+                pass_on_held(lambda rank, signum: signum not in SignalLatch.SIGNALS)  # a Ctrl-C while they started
                 for sig, old in previous.items():  # a signal held while this run started (a SLURM job's): pass it on
                     if isinstance(old, SignalLatch) and old.take(sig):
                         forward(sig, None)
@@ -444,9 +398,7 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
                     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         # after a Ctrl-C the workers are aborting: one that lingers (waiting for a peer gone) is killed soon
         while not context.join(timeout=0.2, grace_period=2.0 if signal.SIGINT in received else 10.0):
-            for rank, signum in [h for h in held if ready[h[0]]]:  # started since: pass the signal on now
-                held.remove((rank, signum))
-                send(rank, signum)
+            pass_on_held(lambda rank, signum: ready[rank])  # started since: pass the signal on now
     except Exception as err:
         if signal.SIGINT in received:  # a worker ended by the Ctrl-C (e.g. before training): an abort, not a failure
             raise KeyboardInterrupt from None
@@ -458,11 +410,9 @@ def spawn(worker: Callable[..., None], args: tuple, nprocs: int) -> Tuple[Option
                 process.kill()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for name in error_files:  # its rank's error, read into the exception by now: torch leaves each in the temp dir
-            try:
+        for name in error_files:  # read into the exception by now; torch leaves them behind
+            with contextlib.suppress(OSError):
                 os.unlink(name)
-            except OSError:
-                pass
         shutil.rmtree(rendezvous, ignore_errors=True)  # the workers have ended: a rerun meets in a new one
     first = received[0] if received else None
     return first, SignalLatch.unlatched(previous.get(first), first) if first is not None else None
@@ -493,10 +443,13 @@ def rank_log_files(rank: int, run_dir: Path) -> None:
             root.addHandler(moved)
 
 
+def _rank_format(rank: int) -> logging.Formatter:
+    return logging.Formatter(f"[%(asctime)s][%(levelname)s][rank {rank}] %(message)s", "%H:%M:%S")
+
+
 def worker_logging(rank: int, run_dir: "Path", console_level: int = logging.INFO) -> None:
-    """A spawned worker's log: the console, tagged with its rank, and its file in the run dir. ``console_level``:
-    the launcher's own console's (warnings only from Python with logging left unconfigured)."""
-    fmt = logging.Formatter(f"[%(asctime)s][%(levelname)s][rank {rank}] %(message)s", "%H:%M:%S")
+    """A spawned worker's log: the console (rank 0 alone below warnings), tagged with its rank, and its own file."""
+    fmt = _rank_format(rank)
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     name = "train.log" if rank == 0 else f"train_rank{rank}.log"
@@ -510,15 +463,14 @@ def worker_logging(rank: int, run_dir: "Path", console_level: int = logging.INFO
 
 @contextlib.contextmanager
 def errors_in_main_log(run_dir: "Path", env: Optional[DistEnv]) -> Iterator[None]:
-    """On a rank other than 0, its errors (a failure's traceback) also in the run's ``train.log``, tagged with the
-    rank, beside rank 0's lines: the run's log says what went wrong where. Its warnings stay in its own
-    ``train_rank<N>.log`` (and on the console): most are rank 0's too, and ``train.log`` had each twice."""
+    """On a rank other than 0, its errors also in the run's ``train.log``, tagged with the rank (its warnings stay in
+    its own ``train_rank<N>.log``)."""
     if env is None or env.is_main:
         yield
         return
     handler = logging.FileHandler(Path(run_dir) / "train.log")  # appended to, as rank 0's handler does
     handler.setLevel(logging.ERROR)
-    handler.setFormatter(logging.Formatter(f"[%(asctime)s][%(levelname)s][rank {env.rank}] %(message)s", "%H:%M:%S"))
+    handler.setFormatter(_rank_format(env.rank))
     root = logging.getLogger()
     root.addHandler(handler)
     try:
@@ -529,16 +481,8 @@ def errors_in_main_log(run_dir: "Path", env: Optional[DistEnv]) -> Iterator[None
 
 
 def worker_started(rank: int, parent: int, ready: Any) -> None:
-    """First thing in a worker of :func:`spawn`. The worker started with the stop signals blocked
-    (:func:`spawn`); from here they are held until training starts, where they stop the
-    run at its first step (:class:`~launcher.engine.signals.SignalLatch`), and the parent passes on those
-    it held for this worker (``ready``). A process group of its own, so that a Ctrl-C in the
-    terminal reaches the parent alone (which passes it on once); and, on Linux, killed when the
-    parent dies (a parent killed with SIGKILL would otherwise leave its workers training, unseen)."""
-    import signal
-
-    from launcher.engine.signals import SIGNALS, SignalLatch
-
+    """First thing in a worker of :func:`spawn`: latch the stop signals and unblock them, take a process group of
+    its own (a terminal's Ctrl-C reaches the parent alone), and on Linux die with the parent."""
     SignalLatch(say=rank == 0).install()
     ready[rank] = 1
     if hasattr(signal, "pthread_sigmask"):  # what spawn() blocked as it started this process; a Ctrl-C then aborts here
@@ -547,18 +491,15 @@ def worker_started(rank: int, parent: int, ready: Any) -> None:
     if sys.platform.startswith("linux"):
         import ctypes
 
-        try:
+        with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
     if os.getppid() != parent:  # the parent died before the line above took effect
         os._exit(1)
 
 
 def worker_environment(rank: int, world_size: int, store: str) -> DistEnv:
-    """In a spawned worker: the variables torchrun would have set, but the rendezvous ``store`` (a file) for the
-    master's address and port. The ranks' own connections (gloo's, NCCL's) on the loopback interface, unless
-    the environment names another: they all run here."""
+    """In a spawned worker: torchrun's variables, with the rendezvous ``store`` file for the master's address, and
+    gloo's and NCCL's connections on loopback unless the environment names another interface."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),
                       LAUNCHER_DIST_SOURCE="spawn", **{STORE_ENV: store})
     for name in ("MASTER_ADDR", "MASTER_PORT"):  # none: a user's would not be where these ranks meet
@@ -571,7 +512,7 @@ def worker_environment(rank: int, world_size: int, store: str) -> DistEnv:
 
 
 def loopback_interface() -> Optional[str]:
-    """The name of this host's loopback network interface (``lo`` on Linux, ``lo0`` elsewhere), or None."""
+    """This host's loopback interface (``lo``, ``lo0``), or None."""
     try:
         names = [name for _, name in socket.if_nameindex()]
     except OSError:

@@ -1,11 +1,12 @@
-"""Durable small-file writes and the run dir's checkpoint list, with the standard library alone (no torch:
-a sweep's own process and ``python -m launcher.sweep.summary`` import this without paying for torch)."""
+"""Durable file writes and the run dir's checkpoint list; standard library only, so the sweep process and
+``launcher.sweep.summary`` import it without torch."""
 from __future__ import annotations
 
 import contextlib
 import os
 import re
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, List, Optional, Union
 
@@ -21,7 +22,7 @@ def fsync_dir(directory: PathLike) -> None:
 
 
 def write_file(path: PathLike, data: Union[bytes, memoryview], sync: bool) -> None:
-    """Create or truncate ``path`` and write ``data`` (fsynced if ``sync``): os calls only, each a system call."""
+    """Create or truncate ``path`` and write ``data`` (fsynced if ``sync``) with raw os calls."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
         view = memoryview(data)
@@ -35,11 +36,8 @@ def write_file(path: PathLike, data: Union[bytes, memoryview], sync: bool) -> No
 
 def atomic_write(path: PathLike, data: Union[bytes, memoryview], delay: float = 0.0, sync_dir: bool = True,
                  sync: bool = True) -> None:
-    """Write ``data`` into a temporary file beside ``path``, fsync (unless not ``sync``), then rename over it.
-
-    ``sync_dir`` then fsyncs the directory so the rename itself is durable; a caller renaming
-    several files in one directory can leave it false and fsync the directory once.
-    """
+    """Write ``data`` to a temporary file beside ``path``, fsync it (``sync``), rename it over ``path``, then fsync
+    the directory (``sync_dir``; false for a caller that renames several files and fsyncs once)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
@@ -60,18 +58,16 @@ def resume_off(value: Any) -> bool:
     return value is None or value is False or (isinstance(value, str) and value.lower() in ("false", "no", "none", ""))
 
 
-# the names the checkpointer writes (hooks/checkpoint.py): a file of another name in checkpoints/ is not resumed from
+# the names the checkpointer writes (hooks/checkpoint.py): only these are resumed from
 CHECKPOINT_NAME = re.compile(r"epoch_\d{4,}\.pt|iter_\d{7,}\.pt|final\.pt")
 
 
 def candidates(directory: PathLike) -> List[Path]:
-    """The checkpoints this launcher wrote in ``directory``, newest first: the one ``last`` names (see
-    :func:`pointed_to`), then those of the checkpointer's names by modification time. Not another file put there
-    (``best.pt``, unless ``last`` names it), nor a link to a file outside the run dir."""
+    """The checkpoints this launcher wrote in ``directory``, newest first: the one ``last`` names, then the
+    checkpointer's names by modification time; never a link to a file outside the run dir."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    # files only: a directory named like one (final.pt made a dir) failed the resume as "does not exist"
     files = sorted((p for p in directory.iterdir() if CHECKPOINT_NAME.fullmatch(p.name) and in_run_dir(p, directory)),
                    key=lambda p: p.stat().st_mtime_ns, reverse=True)
     named = pointed_to(directory)
@@ -83,8 +79,7 @@ def candidates(directory: PathLike) -> List[Path]:
 
 
 def pointed_to(directory: PathLike) -> Optional[Path]:
-    """The file ``<directory>/last`` names, or None: ``last`` is a plain file holding one plain name (no path, no
-    ``..``) of a file in ``directory`` that is no link out of the run dir."""
+    """The file that ``<directory>/last`` names (one plain file name, no path), or None."""
     directory = Path(directory)
     pointer = directory / "last"
     if pointer.is_symlink() or not pointer.is_file():
@@ -101,8 +96,7 @@ def pointed_to(directory: PathLike) -> Optional[Path]:
 
 
 def in_run_dir(path: Path, directory: PathLike) -> bool:
-    """Whether ``path`` (in the checkpoint dir ``directory``) is a file, and one of the run dir's: a link to a file
-    elsewhere is not."""
+    """Whether ``path`` is a file of the run dir (a link to a file elsewhere is not)."""
     if not path.is_file():
         return False
     if not path.is_symlink():
@@ -112,11 +106,8 @@ def in_run_dir(path: Path, directory: PathLike) -> bool:
 
 
 def readable_archive(path: Path) -> bool:
-    """Whether ``path`` is a whole ``torch.save`` file, by its zip directory (at the file's end, so a file cut
-    short or overwritten fails), without reading the tensors: a finished run whose ``final.pt`` is damaged
-    is not finished (it trains on from its newest readable checkpoint), rather than reported a success."""
-    import zipfile
-
+    """Whether ``path`` is a whole ``torch.save`` file, by its zip directory (at the end: a truncated file fails),
+    without reading the tensors."""
     try:
         with zipfile.ZipFile(path) as archive:
             return any(name.endswith("/data.pkl") or name == "data.pkl" for name in archive.namelist())

@@ -1,19 +1,19 @@
 """Graceful stop: SIGTERM, SIGINT and SIGUSR2 end a run at the next step boundary, with a checkpoint.
 
-The handler only sets the trainer's stop flag; the trainer stops at its next step boundary,
-hooks write their checkpoint in ``after_train``, and only then is a handler that was
-installed before ours (submitit's, which requeues the job on SIGUSR2) called. A second
-SIGINT (Ctrl-C twice) aborts at once while the run trains; once training has returned, the run's
-end is being recorded, and a second one changes neither the record nor the exit status.
+The handler only sets the trainer's stop flag; once the hooks have written the checkpoint, the handler installed
+before ours (submitit's, which requeues the job) is called. A second Ctrl-C aborts at once while the run trains.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import threading
 from types import FrameType
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
+
+logger = logging.getLogger("launcher")
 
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped on a signal with a checkpoint; rerun the same command to resume
 
@@ -22,8 +22,7 @@ SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGU
 
 @contextlib.contextmanager
 def handlers(handler: Callable[[int, Optional[FrameType]], Any], signals: Iterable[int]) -> Iterator[Dict[int, Any]]:
-    """``handler`` for ``signals`` while the block runs (main thread only: elsewhere Python cannot
-    install one), then the previous handlers back; yields them (empty off the main thread)."""
+    """``handler`` for ``signals`` while the block runs (main thread only); yields the previous handlers."""
     previous: Dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, handler) for sig in signals}
@@ -35,8 +34,7 @@ def handlers(handler: Callable[[int, Optional[FrameType]], Any], signals: Iterab
 
 
 def process_stat(pid: Union[int, str]) -> Optional[List[str]]:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent pid, ...), or None
-    (no such process, or not Linux)."""
+    """The fields of ``/proc/<pid>/stat`` after the command name, or None (no such process, or not Linux)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rpartition(")")[2].split()
@@ -45,11 +43,8 @@ def process_stat(pid: Union[int, str]) -> Optional[List[str]]:
 
 
 def suspend_along(processes: Callable[[], Iterable[int]]) -> Callable[[int, Optional[FrameType]], None]:
-    """A SIGTSTP (Ctrl-Z) handler for a process whose children run in process groups or sessions of
-    their own, which the terminal's signals do not reach: it stops ``processes()`` with SIGSTOP, then
-    this process as SIGTSTP would, and continues them when this process is continued (``fg``, ``bg``).
-    Where the kernel discards the stop (a process group no shell controls), they go on at once.
-    """
+    """A Ctrl-Z handler for a process whose children have process groups of their own: it stops ``processes()``
+    and this process, and continues them when this process is continued."""
     def suspend(signum: int, frame: Optional[FrameType]) -> None:
         stopped = []
         for pid in processes():
@@ -69,15 +64,11 @@ def suspend_along(processes: Callable[[], Iterable[int]]) -> Callable[[int, Opti
 
 
 class SignalLatch:
-    """A handler that holds a SIGTERM or SIGUSR2 received before training starts (the trainer being
-    built, a spawned worker starting), for :class:`GracefulStop` to act on once it is installed: the
-    run stops at its first step, with a checkpoint. A Ctrl-C (SIGINT) still aborts at once, as it does
-    in one process before training.
+    """Holds a SIGTERM or SIGUSR2 received before training starts, for :class:`GracefulStop` to act on: the run
+    stops at its first step, with a checkpoint. A Ctrl-C still aborts at once.
 
-    As a context manager it puts the handlers it replaced back at the end, and passes a signal it
-    holds that no GracefulStop took (the build failed; one that came after training) on to them: a
-    sweep run in this process stops, a process whose run failed ends. A latch installed over another
-    takes what that one holds.
+    On exit it puts back the handlers it replaced and passes on to them a signal that no GracefulStop took.
+    A latch installed over another takes what that one holds.
     """
 
     SIGNALS = tuple(s for s in SIGNALS if s != signal.SIGINT)
@@ -100,7 +91,7 @@ class SignalLatch:
     def __call__(self, signum: int, frame: Optional[FrameType]) -> None:
         if self.received is None:
             self.received = signum
-            if self.before_training and self.say:  # a stuck start-up (a rendezvous, a download) would seem to ignore it
+            if self.before_training and self.say:  # a slow start-up would seem to ignore it
                 os.write(2, f"{signal.Signals(signum).name} received while the run starts: it stops at its first step, "
                             f"with a checkpoint (Ctrl-C or SIGKILL ends it at once)\n".encode())
 
@@ -139,13 +130,12 @@ class SignalLatch:
 
 
 class GracefulStop:
-    """Context manager installing the handlers around ``trainer.train()``. A signal that a
-    :class:`SignalLatch` it replaces has held stops the run at its first step boundary."""
+    """The handlers around ``trainer.train()``; a signal a replaced :class:`SignalLatch` held stops the run at once."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
         self.received: Optional[int] = None
-        self.trained = False  # set once train() has returned: a second Ctrl-C no longer aborts the run, which is over
+        self.trained = False  # train() has returned: a second Ctrl-C no longer aborts
         self._previous: Dict[int, Any] = {}
 
     def __enter__(self) -> "GracefulStop":
@@ -180,35 +170,24 @@ class GracefulStop:
 
 
 def chain_to(previous: Callable[[int, Any], Any], signum: int) -> None:
-    """Hand a stop signal on to the handler installed before ours, once the run's checkpoint is on disk:
-    submitit's requeues the SLURM job. Where submitit declines (``UncompletedJobError``: the job timed out
-    more often than ``max_num_timeout`` allows), the run is still interrupted with its checkpoint, not failed:
-    say so and return, and the sweep reports it interrupted (rerun it to resume)."""
+    """Hand a stop signal on to the handler installed before ours (submitit's requeues the SLURM job). Where submitit
+    declines (``UncompletedJobError``) the run stays interrupted with its checkpoint: say so and return."""
     try:
         previous(signum, None)
     except Exception as err:
         if type(err).__name__ != "UncompletedJobError":
             raise
-        import logging
-
-        logging.getLogger("launcher").warning(
+        logger.warning(
             "SLURM job not requeued (submitit: %s); the run stopped interrupted, with its checkpoint: rerun the sweep to "
-            "resume it. hydra.launcher.max_num_timeout (3 unless set) is how often a job is requeued after a timeout, and "
-            "submitit counts a preemption as one once the job has run 80%% of timeout_min or all but its last 10 minutes",
+            "resume it (hydra.launcher.max_num_timeout: docs/sweeps.md)",
             str(err).replace("Job not requeued because: ", "").rstrip("."))
 
 
 def pass_on_late(signum: int, status: str) -> None:
-    """A signal that came as the run ended, once its end is recorded (``status``): passed on to a handler of this
-    process's own (a sweep in this process stops; a SLURM job's latch drops it once the job's result is in;
-    Ctrl-C's raises KeyboardInterrupt); with none (the default action), the run ends as it finished, exit 0, as a
-    process stopped a moment later would find it."""
-    import logging
-
-    name = signal.Signals(signum).name
-    if callable(SignalLatch.unlatched(signal.getsignal(signum), signum)):  # a latch passes it on to what is under it
-        logging.getLogger("launcher").warning("%s came as the run ended: it is recorded %s, and the signal is passed "
-                                              "on", name, status)
+    """A signal that came as the run ended, once its end is recorded (``status``): passed on to this process's own
+    handler if it has one; otherwise the run ends as it finished."""
+    passed = callable(SignalLatch.unlatched(signal.getsignal(signum), signum))  # a latch passes it on to what is under it
+    logger.warning("%s came as the run ended: it is recorded %s%s", signal.Signals(signum).name, status,
+                   ", and the signal is passed on" if passed else "")
+    if passed:
         os.kill(os.getpid(), signum)
-    else:
-        logging.getLogger("launcher").warning("%s came as the run ended: it is recorded %s", name, status)
