@@ -33,7 +33,7 @@ def command_line() -> List[str]:
             command = None
         if isinstance(command, list):
             return [str(part) for part in command]
-    if module is None and sys.argv[:1] and Path(sys.argv[0]).resolve() == Path(__file__).resolve().parent / "__main__.py":
+    if module is None and sys.argv[:1] and Path(sys.argv[0]).resolve() == Path(__file__).resolve().parent.parent / "__main__.py":
         module = "launcher"  # a worker that trainer.devices spawned: its __main__ is the parent's, loaded from its file
     if module is None:
         return [sys.executable, *sys.argv]

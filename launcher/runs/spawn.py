@@ -87,7 +87,7 @@ def _after_worker_failure(err: Exception, run_dir: Path, kept: bool) -> int:
     if forwarded and finished_result(run_dir) is not None:
         logger.warning("%s, after the run had finished: %s", message, _what_stands(run_dir))
         return int(forwarded[0])
-    config_error = re.match(r"rank \d+ failed: (?:launcher\.errors\.)?ConfigError: (.*)", message)
+    config_error = re.match(r"rank \d+ failed: (?:launcher\.engine\.errors\.)?ConfigError: (.*)", message)
     if config_error:
         if not kept:
             mark_failed(run_dir, f"ConfigError: {config_error.group(1)}", exit_code=2)
