@@ -208,7 +208,7 @@ def _data_failure(err: Exception, split: str, which: str) -> DataError:
 
     text = str(err).strip()
     libraries = tuple(os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "purelib", "platlib")) + \
-        (os.path.dirname(os.path.realpath(__file__)) + os.sep,)  # not the user's: Python's, packages', the launcher's
+        (os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep,)  # not the user's: Python's, packages', the launcher's
     if "Original Traceback" in text:  # a worker's: torch puts its traceback in the message
         frames = [(f, int(n), fn) for f, n, fn in re.findall(r'File "([^"]+)", line (\d+), in (\S+)', text)]
     else:

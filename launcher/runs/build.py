@@ -241,7 +241,7 @@ def _library_dirs() -> List[str]:
     """Where the standard library, installed packages and the launcher's own packages live."""
     import site
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the launcher package's parent
     paths = sysconfig.get_paths()
     dirs = {paths["stdlib"], paths["purelib"], paths["platlib"], os.path.join(here, "launcher"), os.path.join(here, "hooks"),
             *getattr(site, "getsitepackages", lambda: [])(), site.getusersitepackages()}
