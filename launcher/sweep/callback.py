@@ -15,7 +15,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from launcher.engine.errors import ConfigError, output_dir_refused
-from launcher.sweep.plugins import begin_sweep, check_jobs, stop_basic_sweep_on_signal
+from launcher.sweep.plugins import SWEEP, check_jobs, stop_basic_sweep_on_signal
 from launcher.sweep.summary import (FAILURE, ReportedFailure, attempts_so_far, done_report, failure_report, record_failure,
                                     write_summary)
 
@@ -26,7 +26,7 @@ def plan_sweep(config: Any) -> None:
     when a ``hydra.sweep.subdir`` of one's own gives two jobs one run dir (the second would train on from the
     first's run, or be refused, and its result overwrite the first's); else mark each job not started yet as
     pending in its dir (``submitted.json``), so the summary lists it even if the sweep stops before it."""
-    begin_sweep()
+    SWEEP.begin()
     sweep_dir = Path(str(config.hydra.sweep.dir))
     forks = False
     local = str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher")

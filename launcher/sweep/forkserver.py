@@ -655,7 +655,6 @@ def run_controller(folder: str) -> None:
     (killed with its process group) the job is stopped as the sweep would stop it, with SIGTERM until it has ended.
     """
     from pathlib import Path
-    from unittest import mock
 
     from submitit.local.local import Controller
 
@@ -702,8 +701,8 @@ def run_controller(folder: str) -> None:
         controller.sweep = int(sweep)
         if not signalled_when_parent_dies(controller.sweep):
             controller._forward_signal(signal.SIGTERM)
-    with mock.patch.object(subprocess, "Popen", popen):
-        controller.run()
+    subprocess.Popen = popen  # type: ignore[misc]  # this process is the controller: its tasks start through popen
+    controller.run()
     code = next((c for c in controller.exit_codes if c), 0)
     sys.exit(128 - code if code < 0 else code)
 

@@ -20,7 +20,6 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from unittest import mock
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
@@ -162,19 +161,6 @@ def _last_line(err: Exception) -> str:
     return lines[-1] if lines else str(err).splitlines()[0]
 
 
-class _SaidAlready(logging.Filter):
-    """Drops the records whose message starts with one of ``prefixes``: what the plugin logs as it launches each
-    job (the sweep dir, the job's number and overrides), from the sweep's threads in no order, which the sweep
-    has logged once, in job order."""
-
-    def __init__(self, *prefixes: str) -> None:
-        super().__init__()
-        self.prefixes = prefixes
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.prefixes)
-
-
 def _as_typed(value: Any) -> str:
     """A config value as it is written on the command line: true, null, abc (not Python's True, None, 'abc')."""
     if isinstance(value, bool) or value is None:
@@ -300,14 +286,6 @@ def stop_fork_server() -> None:
         _server[0].close()
 
 
-def wait_for_controller(job: Any) -> None:
-    """``LocalJob.wait``, returning as the job's controller ends: submitit's looks once a second."""
-    if job._process is not None:
-        job._process.wait()
-    while not job.done():
-        time.sleep(0.05)
-
-
 class ComposedJob(LocalLauncher):
     """A local sweep job as its process receives it: the plugin's launcher, with the job's config as the sweep
     composed it before it started (:func:`launcher.sweep.plugins.check_each_value_composes`), which the job then
@@ -343,9 +321,6 @@ def _as_composed_job(state: Dict[str, Any], composed: Any, overrides: Sequence[s
     return job
 
 
-_pickling = threading.local()  # the composed config of the job a sweep slot is submitting (``composed``, ``overrides``)
-
-
 class _NotStarted(Exception):
     """The sweep is stopping: no more jobs start."""
 
@@ -370,10 +345,12 @@ class CappedLocalLauncher(LocalLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from submitit.core.utils import FailedJobError, UncompletedJobError
-        from submitit.local import local as submitit_local
+
+        from launcher.sweep import submitit_adapter as adapter
 
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        self._check_options(sweep_dir)
+        with launcher_errors_explained("local", sweep_dir=sweep_dir):  # an option submitit refuses, before any job
+            adapter.executor(self, adapter.SweepLocalExecutor)
         server = fork_server() if self.fork_server else None
         server_gone: List[bool] = []  # said so once
         if self.config.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:  # the basic one's were marked at its start
@@ -392,43 +369,37 @@ class CappedLocalLauncher(LocalLauncher):
         started = threading.local()  # each thread's job: its controller process
         composing = threading.Lock()
         stopper = StopJobsOnSignal(str(sweep_dir))
-        start_controller, popen = submitit_local.start_controller, subprocess.Popen
+        params = adapter.job_params(self, job_overrides, initial_job_idx)
         if server is not None:
             stopper.spare.add(server.pid)
 
-        def start_job_process(args: Any, **kwargs: Any) -> Any:
-            # In a session of its own: Ctrl-C in the terminal then reaches this process alone, which
-            # stops each job with SIGTERM and waits for its checkpoint (submitit's controller, reached
-            # too, would send its job a second SIGINT and a SIGKILL a second later, cutting it short).
-            # And :func:`launcher.sweep.forkserver.run_controller` stands in for submitit's controller, to learn how
-            # the job ended and to have its task forked by the sweep's fork server.
-            # Each job's share of the cores (launcher.engine.distributed.threads_for): torch's default, every core for
-            # each of max_parallel jobs, had 2 jobs on 2 cores spin-waiting for each other's cores (20-90x slower)
-            kwargs["env"] = {**(kwargs.get("env") or os.environ), CPUS_ENV: str(self.threads)}
-            if isinstance(args, list) and args[1:3] == ["-m", "submitit.local._local"]:
-                args = forkserver.controller_command(args[0], *args[3:])
-                kwargs["env"][forkserver.SWEEP_PID_ENV] = str(os.getpid())  # it stops its job if the sweep dies
-            # A command run through a shell (hydra.launcher.setup) is submitit's own controller: it forks nothing
-            forks = server is not None and isinstance(args, list)
-            connection = server.connect() if forks else None
-            if connection is None:
-                if forks and not server_gone:
-                    server_gone.append(True)
-                    log.warning("The fork server no longer forks jobs (%s): each job starts a fresh process",
-                                server.why_gone())
-                return popen(args, start_new_session=True, **kwargs)
-            env = {**kwargs.pop("env"), forkserver.FD_ENV: str(connection.fileno())}
-            try:
-                return popen(args, start_new_session=True, env=env, pass_fds=(connection.fileno(),), **kwargs)
-            finally:
-                connection.close()
-
-        def start_controller_unless_stopping(*args: Any, **kwargs: Any) -> Any:
+        def start_controller(args: Any, env: Dict[str, str]) -> Any:
+            # In a session of its own: Ctrl-C reaches this process alone, which stops each job with SIGTERM and
+            # waits for its checkpoint. Each job gets its share of the cores (CPUS_ENV: torch's default, every
+            # core for each job, had jobs spin-waiting for each other's cores). forkserver.run_controller stands in
+            # for submitit's controller, to say how the job ended and fork its task from the fork server.
             with stopper.starting:
                 if stopper.stopping or errors:
                     raise _NotStarted()
-                with mock.patch.object(subprocess, "Popen", start_job_process):
-                    started.process = start_controller(*args, **kwargs)
+                env = {**env, CPUS_ENV: str(self.threads)}
+                forks = isinstance(args, list)  # not a shell's (hydra.launcher.setup): submitit's own controller
+                if forks:
+                    args = forkserver.controller_command(args[0], *args[3:])
+                    env[forkserver.SWEEP_PID_ENV] = str(os.getpid())  # it stops its job if the sweep dies
+                connection = server.connect() if forks and server is not None else None
+                if connection is None:
+                    if forks and server is not None and not server_gone:
+                        server_gone.append(True)
+                        log.warning("The fork server no longer forks jobs (%s): each job starts a fresh process",
+                                    server.why_gone())
+                    started.process = subprocess.Popen(args, shell=not forks, start_new_session=True, env=env)
+                    return started.process
+                env[forkserver.FD_ENV] = str(connection.fileno())
+                try:
+                    started.process = subprocess.Popen(args, start_new_session=True, env=env,
+                                                       pass_fds=(connection.fileno(),))
+                finally:
+                    connection.close()
             return started.process
 
         shared = set.intersection(*map(set, job_overrides)) if len(job_overrides) > 1 else set()  # shown once, above
@@ -445,6 +416,13 @@ class CappedLocalLauncher(LocalLauncher):
                                 ret._return_value if failed else None)
             log.log(logging.ERROR if failed else logging.INFO, "%s", line)
 
+        def run_job(i: int) -> JobReturn:
+            composed = take_composed(self.config, job_overrides[i])
+            state = dict(self.__dict__)
+            task = as_plain(LocalLauncher, state) if composed is None else _as_composed_job(state, composed, job_overrides[i])
+            executor = adapter.executor(self, adapter.SweepLocalExecutor, start=start_controller)
+            return executor.submit(task, *params[i]).results()[0]
+
         def run_jobs() -> None:  # one slot: the next job as each ends
             while True:
                 with stopper.starting:
@@ -452,10 +430,8 @@ class CappedLocalLauncher(LocalLauncher):
                 if i is None:
                     return
                 started.process = None
-                _pickling.composed = take_composed(self.config, job_overrides[i])
-                _pickling.overrides = job_overrides[i]
                 try:
-                    returns[i] = LocalLauncher.launch(self, [job_overrides[i]], initial_job_idx + i)[0]
+                    returns[i] = run_job(i)
                     with contextlib.suppress(Exception):  # a line on the console: never the sweep's failure
                         say_job_ended(returns[i], initial_job_idx + i, job_overrides[i])
                 except _NotStarted:
@@ -476,12 +452,10 @@ class CappedLocalLauncher(LocalLauncher):
         plugin_log.info(f"Submitit 'local' sweep output dir : {sweep_dir}")
         for i in to_run:
             plugin_log.info(f"\t#{initial_job_idx + i} : {' '.join(filter_overrides(job_overrides[i]))}")
-        said_once = _SaidAlready("Submitit 'local' sweep output dir", "\t#")
-        plugin_log.addFilter(said_once)
-        with stopper, mock.patch.object(submitit_local, "start_controller", start_controller_unless_stopping), \
-                mock.patch.object(submitit_local.LocalJob, "_results_timeout_s", 1), \
-                mock.patch.object(submitit_local.LocalJob, "wait", wait_for_controller):
-            # a job's result is written before its process ends: no file system to wait for
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        if "mode" in self.config.hydra.sweep:
+            os.chmod(sweep_dir, mode=int(str(self.config.hydra.sweep.mode), 8))
+        with stopper:
             slots = [threading.Thread(target=run_jobs, name=f"sweep-slot-{n}", daemon=True)
                      for n in range(min(self.max_parallel, len(to_run)))]
             for slot in slots:
@@ -490,7 +464,6 @@ class CappedLocalLauncher(LocalLauncher):
                 for slot in slots:
                     slot.join()  # a signal's handler (StopJobsOnSignal) still runs here, in the main thread
             finally:
-                plugin_log.removeFilter(said_once)
                 if server is not None:  # kept if its imports said something; also when a signal stops the sweep
                     server.save_log()
         with contextlib.suppress(OSError):  # submitit makes the folder as named, %j and all; each job's has its id
@@ -499,22 +472,6 @@ class CappedLocalLauncher(LocalLauncher):
             with launcher_errors_explained("local", sweep_dir=sweep_dir):
                 raise errors[0]
         return [r for r in returns if r is not None]
-
-    def _check_options(self, sweep_dir: Path) -> None:
-        """Raise, as a config error, what launching a job would raise for an option submitit does not take (the
-        plugin hands them to submitit as it launches each job): before any job is looked at, so also where every
-        job has finished."""
-        import submitit
-
-        plugin_log = logging.getLogger(LocalLauncher.__module__)
-        quiet = _SaidAlready("Submitit 'local' sweep output dir", "\t#")
-        plugin_log.addFilter(quiet)
-        try:
-            with mock.patch.object(submitit.AutoExecutor, "map_array", lambda *args, **kwargs: []), \
-                    launcher_errors_explained("local", sweep_dir=sweep_dir):
-                LocalLauncher.launch(self, [[]], 0)  # the plugin's executor takes the options; no job is submitted
-        finally:
-            plugin_log.removeFilter(quiet)
 
     def _devices(self, overrides: Sequence[str]) -> int:
         """The processes the job with ``overrides`` trains in (``trainer.devices``; 1 where it is not a number)."""
@@ -532,14 +489,6 @@ class CappedLocalLauncher(LocalLauncher):
         """The job's run dir, as its process will resolve it (``hydra.sweep.dir`` / ``hydra.sweep.subdir``)."""
         assert self.config is not None and self.hydra_context is not None
         return job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
-
-    def __reduce__(self) -> Any:
-        """Pickled for the jobs as the plugin's LocalLauncher (the jobs need nothing of this class), or as a
-        :class:`ComposedJob` carrying the job's config where the sweep composed it before it started."""
-        composed = getattr(_pickling, "composed", None)
-        if composed is not None:
-            return (_as_composed_job, (dict(self.__dict__), composed, list(_pickling.overrides)))
-        return (as_plain, (LocalLauncher, dict(self.__dict__)))
 
 
 CappedLocalLauncher.__module__ = "hydra_plugins.launcher_local"  # the name conf/hydra/launcher/local.yaml gives

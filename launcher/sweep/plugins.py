@@ -103,7 +103,7 @@ def job_dir(config: Any, overrides: Sequence[str], idx: int, config_loader: Any)
 
     if OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}":
         return Path(str(config.hydra.sweep.dir)) / str(idx)  # the default, without composing the job's config
-    known = _dirs.setdefault(id(config), {})  # a sweep asks for a job's dir several times (check, submit, record)
+    known = SWEEP.dirs.setdefault(id(config), {})  # a sweep asks for a job's dir several times (check, submit, record)
     key = (tuple(overrides), idx)
     if key not in known:
         job_config = config_loader.load_sweep_config(config, list(overrides))
@@ -115,13 +115,6 @@ def job_dir(config: Any, overrides: Sequence[str], idx: int, config_loader: Any)
 
 
 BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hydra_plugins.launcher_sweeper.PlannedSweeper")
-
-
-def begin_sweep() -> None:
-    """Forget an earlier sweep's jobs (in this process) and mark when this one started (see :func:`mark_pending`)."""
-    _checked.clear()
-    _dirs.clear()
-    _sweep["started_ns"] = time.time_ns()
 
 
 def check_jobs(config: Any, keep: bool = False) -> None:
@@ -145,7 +138,7 @@ def check_jobs(config: Any, keep: bool = False) -> None:
     parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *task])
     (jobs,) = BasicSweeper.split_arguments(parsed, None)
     check_each_value_composes(config, jobs, loader, keep)
-    _checked.setdefault(id(config), {})
+    SWEEP.composed.setdefault(id(config), {})
     seen: dict = {}
     for idx, overrides in enumerate(jobs):
         path = job_dir(config, overrides, idx, loader)
@@ -236,22 +229,38 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
 
 COMPOSE_AHEAD = 32  # jobs composed before a sweep starts, at most
 
-# The sweeps whose jobs :func:`plan_sweep` checked, by the id of the sweep's config, each with the job
-# configs it composed to check them, by the job's overrides, for a local sweep's jobs to take
-# (:func:`take_composed`) rather than compose them again.
-_checked: Dict[int, Dict[Tuple[str, ...], Any]] = {}
-_sweep: Dict[str, int] = {}  # the sweep this process runs: when it started, the mark mark_pending leaves in its jobs' dirs
-_dirs: Dict[int, Dict[Tuple[Tuple[str, ...], int], Path]] = {}  # job_dir's answers, by the sweep config's id: (overrides, number)
+class SweepState:
+    """What this process knows of the sweep it runs, from :func:`launcher.sweep.callback.plan_sweep` (a Hydra callback,
+    run before Hydra makes the sweeper and launcher) to them: Hydra hands them only the sweep's config, hence a
+    module-level object, its entries keyed by that config's id."""
+
+    def __init__(self) -> None:
+        self.started_ns: Optional[int] = None  # the sweep's mark in its jobs' submitted.json
+        self.composed: Dict[int, Dict[Tuple[str, ...], Any]] = {}  # the job configs its check composed, by overrides
+        self.dirs: Dict[int, Dict[Tuple[Tuple[str, ...], int], Path]] = {}  # job_dir's answers, by (overrides, number)
+
+    def begin(self) -> None:
+        """Forget an earlier sweep's jobs (in this process) and mark when this one started."""
+        self.__init__()  # type: ignore[misc]
+        self.started_ns = time.time_ns()
+
+    def mark(self) -> int:
+        if self.started_ns is None:
+            self.started_ns = time.time_ns()
+        return self.started_ns
+
+
+SWEEP = SweepState()
 
 
 def checked(config: Any) -> bool:
     """Whether :func:`plan_sweep` has checked the jobs of the sweep of ``config``."""
-    return id(config) in _checked
+    return id(config) in SWEEP.composed
 
 
 def take_composed(config: Any, overrides: Sequence[str]) -> Any:
     """The config composed for the job with ``overrides`` before the sweep started (and forgotten here), or None."""
-    return _checked.get(id(config), {}).pop(tuple(overrides), None)
+    return SWEEP.composed.get(id(config), {}).pop(tuple(overrides), None)
 
 
 def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader: Any, keep: bool = False) -> None:
@@ -283,7 +292,7 @@ def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader
                 message = f"{type(err).__name__}: {err}"
             raise ConfigError(f"{message} (sweep job {idx}: {' '.join(overrides)})") from None
         if keep:
-            _checked.setdefault(id(config), {})[tuple(overrides)] = job_config
+            SWEEP.composed.setdefault(id(config), {})[tuple(overrides)] = job_config
 
 
 class Finished:
@@ -415,7 +424,7 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
     from launcher.engine.files import candidates
     from launcher.runs.rundir import REPORTED, check_rerun, check_world_size, lengthens, split_additions
 
-    composed = _checked.get(id(config), {}).get(tuple(overrides))  # the sweep's check composed it already
+    composed = SWEEP.composed.get(id(config), {}).get(tuple(overrides))  # the sweep's check composed it already
     try:
         job_config = copy.deepcopy(composed) if composed is not None else loader.load_sweep_config(config, list(overrides))
     except Exception:  # noqa: BLE001 -- not composing: the job's run says so, as in any sweep
@@ -484,7 +493,7 @@ def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]
     sweep is known to run."""
     from launcher.engine.files import atomic_write
 
-    sweep = _sweep.setdefault("started_ns", time.time_ns())
+    sweep = SWEEP.mark()
     for offset, (path, overrides) in enumerate(zip(job_dirs, job_overrides)):
         if (path / "run.json").is_file():
             continue
@@ -508,7 +517,7 @@ def mark_taken(jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> None:
     refuses the write (another user's) keeps its old mark."""
     from launcher.engine.files import atomic_write
 
-    sweep = _sweep.setdefault("started_ns", time.time_ns())
+    sweep = SWEEP.mark()
     for idx, overrides, path in jobs:
         mark = path / "submitted.json"
         try:

@@ -12,23 +12,22 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import json
 import logging
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
-from unittest import mock
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
 from launcher.engine.files import atomic_write
-from launcher.sweep.plugins import (Finished, as_plain, finished_jobs, launcher_errors_explained, record_cancelled, record_dead_job,
+from launcher.sweep.plugins import (as_plain, finished_jobs, launcher_errors_explained, record_cancelled, record_dead_job,
                               say_going_on)
-from launcher.sweep.plugins import _sweep
+from launcher.sweep.plugins import SWEEP
 from launcher.sweep.plugins import job_dir as plugin_job_dir
 from launcher.runs.slurmstate import asked_of, has_accounting, never_starts, slurm_states, what_a_node_has
 from launcher.sweep.summary import cancelled_before_its_run
@@ -114,23 +113,6 @@ _HELD_START = ("import os, signal, sys\n"
                "submitit_main()\n")
 
 
-@contextlib.contextmanager
-def held_start() -> Iterator[None]:
-    """While the jobs are submitted: their command holds an early signal (see ``_HELD_START``)."""
-    from submitit.slurm.slurm import SlurmExecutor
-
-    def command(executor: Any) -> str:
-        return " ".join([executor.python, "-u", "-c", shlex.quote(_HELD_START), shlex.quote(str(executor.folder))])
-
-    def quiet(*args: Any, **kwargs: Any) -> None:  # submitit prints a refusing sbatch's stderr: the sweep's one line quotes it
-        if kwargs.get("file") is not sys.stderr:
-            print(*args, **kwargs)
-
-    with mock.patch.object(SlurmExecutor, "_submitit_command_str", property(command)), \
-            mock.patch("submitit.core.utils.print", quiet, create=True):
-        yield
-
-
 def exit_failed_at_exit() -> None:
     """Make this process exit with status 1 once it ends normally (after submitit has written the
     result): logs and output are flushed first; exit handlers registered before this one do not run."""
@@ -144,47 +126,6 @@ def exit_failed_at_exit() -> None:
         os._exit(1)
 
     atexit.register(end)
-
-
-def submit_unfinished(submit: Any, done: Dict[int, Any], submitted: List[Tuple[Any, int, List[str]]],
-                       queued: Optional[Dict[int, Tuple[str, int]]] = None,
-                      attached: Optional[List[Tuple[Any, int, List[str]]]] = None, tasks: int = 1) -> Any:
-    """``Executor.map_array`` (``submit``) less the jobs in ``done`` (:func:`launcher.sweep.plugins.finished_jobs`), which
-    get a :class:`launcher.sweep.plugins.Finished` in their place, and less those ``queued`` in SLURM already
-    (:func:`queued_jobs`): with ``attached``, the sweep waits for those (a submitit job of their id, appended
-    there, with the tasks it was submitted with, else ``tasks``), else they are left alone. Appends ``(job, job number, overrides)`` to ``submitted`` for each job
-    submitted."""
-    from hydra.core.utils import JobReturn, JobStatus
-    from submitit.slurm.slurm import SlurmJob
-
-    queued = queued or {}
-
-    def map_array(executor: Any, fn: Any, *iterable: Any) -> List[Any]:
-        rows = list(zip(*iterable))  # the plugin's job params: (overrides, dir key, job number, job id, singleton state)
-        todo = [row for row in rows if row[2] not in done and row[2] not in queued]
-        todo = [(*row, config) for row, config in zip(todo, compose_jobs(fn, [row[0] for row in todo]))]
-        jobs = list(submit(executor, fn, *zip(*todo))) if todo else []
-        submitted.extend((job, row[2], list(row[0])) for job, row in zip(jobs, todo))
-        fresh = iter(jobs)
-        out = []
-        for row in rows:
-            idx = row[2]
-            if idx in done:
-                out.append(Finished(done[idx]))
-            elif idx in queued and attached is not None:  # waited for as if this sweep had submitted it
-                job_id, its_tasks = queued[idx]
-                job = SlurmJob(folder=executor.folder, job_id=job_id, tasks=tuple(range(its_tasks or tasks)))
-                attached.append((job, idx, list(row[0])))
-                out.append(job)
-            elif idx in queued:
-                ret = JobReturn(overrides=list(row[0]), status=JobStatus.COMPLETED)
-                ret.return_value = f"queued already as SLURM job {queued[idx][0]}"
-                out.append(Finished(ret))
-            else:
-                out.append(next(fresh))
-        return out
-
-    return map_array
 
 
 def compose_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]]) -> List[Any]:
@@ -331,8 +272,8 @@ def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str
         info = {"job": idx, "job_id": job.job_id, "overrides": list(overrides), "tasks": job.num_tasks,
                 "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr), "attempt": attempt,
                 "launcher": settings}
-        if "started_ns" in _sweep:  # the sweep it is a job of (see launcher.sweep.plugins.mark_pending)
-            info["sweep"] = _sweep["started_ns"]
+        if SWEEP.started_ns is not None:  # the sweep it is a job of (see launcher.sweep.plugins.mark_pending)
+            info["sweep"] = SWEEP.started_ns
         try:
             job_dir.mkdir(parents=True, exist_ok=True)
             atomic_write(job_dir / "submitted.json", (json.dumps(info, indent=2) + "\n").encode())
@@ -353,98 +294,119 @@ def done_and_queued(launcher: Any, job_overrides: Sequence[Sequence[str]], initi
     return done, queued
 
 
-class DetachedSlurmLauncher(SlurmLauncher):
+class _SubmittingLauncher(SlurmLauncher):
+    """The plugin's ``SlurmLauncher``, submitting only the jobs that neither finished nor are queued in SLURM already."""
+
+    NAME = "slurm"
+
+    def _submit(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, waits: bool,
+                submitted: List[tuple], attached: List[tuple]) -> List[Any]:
+        """Each job's JobReturn (finished, or queued already and not waited for) or submitit job. Appends
+        ``(job, number, overrides, dir)`` to ``submitted`` for each job submitted, and with ``waits`` to ``attached``
+        for each queued by an earlier submission."""
+        from hydra_plugins.hydra_submitit_launcher.submitit_launcher import log as plugin_log
+
+        from launcher.sweep import submitit_adapter as adapter
+
+        check_requests(self.params, self.NAME)
+        done, queued = done_and_queued(self, job_overrides, initial_job_idx, waits=waits)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        rows = adapter.job_params(self, job_overrides, initial_job_idx)
+        todo = [row for row in rows if row[2] not in done and row[2] not in queued]
+        with launcher_errors_explained(self.NAME, self.params, sweep_dir):
+            executor = adapter.executor(self, adapter.SweepSlurmExecutor, code=_HELD_START)
+            plugin_log.info(f"Submitit 'slurm' sweep output dir : {sweep_dir}")
+            for row in rows:
+                plugin_log.info(f"\t#{row[2]} : {' '.join(filter_overrides(row[0]))}")
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            if "mode" in self.config.hydra.sweep:
+                os.chmod(sweep_dir, mode=int(str(self.config.hydra.sweep.mode), 8))
+            jobs = []
+            if todo:
+                configs = compose_jobs(self, [row[0] for row in todo])
+                with contextlib.redirect_stderr(io.StringIO()):  # submitit prints a refusing sbatch's words: the error quotes them
+                    jobs = executor.map_array(as_plain(SlurmJob, dict(self.__dict__)),
+                                              *zip(*[(*row, config) for row, config in zip(todo, configs)]))
+        fresh = [(job, row[2], list(row[0])) for job, row in zip(jobs, todo)]
+        submitted.extend((*each, path) for each, path in zip(fresh, record_submitted(self, fresh)))
+        tasks = int(self.params.get("tasks_per_node") or 1) * int(self.params.get("nodes") or 1)
+        new = iter(jobs)
+        out: List[Any] = []
+        for overrides, _, idx, _, _ in rows:
+            if idx in done:
+                out.append(done[idx])
+            elif idx in queued and waits:  # waited for as if this sweep had submitted it
+                job_id, its_tasks = queued[idx]
+                job = adapter.slurm_job(executor.folder, job_id, its_tasks or tasks)
+                attached.append((job, idx, list(overrides), plugin_job_dir(self.config, overrides, idx,
+                                                                             self.hydra_context.config_loader)))
+                out.append(job)
+            elif idx in queued:
+                out.append(_returned(overrides, f"queued already as SLURM job {queued[idx][0]}"))
+            else:
+                out.append(next(new))
+        return out
+
+
+def _returned(overrides: Sequence[str], what: str) -> JobReturn:
+    ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)
+    ret.return_value = what
+    return ret
+
+
+class DetachedSlurmLauncher(_SubmittingLauncher):
     """The ``slurm`` launcher, returning once the job array is submitted; prints the job ids and sweep dir."""
 
+    NAME = "slurm_detached"
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        import submitit  # here, not at import: every -m registers this plugin, most never use it
-        from submitit.core.core import Executor
-
-        check_requests(self.params, "slurm_detached")
-        submitted: List[Tuple[Any, int, List[str]]] = []
-        done, queued = done_and_queued(self, job_overrides, initial_job_idx)
-
-        def no_wait(job: "submitit.Job") -> List[JobReturn]:  # stands in for Job.results(), which blocks
-            overrides = next(o for j, _, o in submitted if j is job)
-            ret = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
-            ret.return_value = f"submitted as SLURM job {job.job_id}"
-            return [ret]
-
-        with mock.patch.object(submitit.Job, "results", no_wait), held_start(), \
-                mock.patch.object(Executor, "map_array", submit_unfinished(Executor.map_array, done, submitted, queued)):
-            with launcher_errors_explained("slurm_detached", self.params, Path(str(self.config.hydra.sweep.dir))):
-                returns = super().launch(job_overrides, initial_job_idx)
+        submitted: List[tuple] = []
+        out = self._submit(job_overrides, initial_job_idx, False, submitted, [])
+        ids = {id(job): job.job_id for job, _, _, _ in submitted}
+        returns = [each if isinstance(each, JobReturn) else _returned(o, f"submitted as SLURM job {ids[id(each)]}")
+                   for each, o in zip(out, job_overrides)]
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        record_submitted(self, submitted)
         if submitted:
-            log.info("Submitted %d job(s) to SLURM: %s", len(submitted), ", ".join(str(j.job_id) for j, _, _ in submitted))
+            log.info("Submitted %d job(s) to SLURM: %s", len(submitted), ", ".join(str(j.job_id) for j, *_ in submitted))
         else:
             log.info("Nothing submitted to SLURM: every job of the sweep had finished or is queued already")
         log.info("Sweep dir: %s (python -m launcher.sweep.summary %s shows their progress)", sweep_dir, sweep_dir)
         return returns
-
-    def __reduce__(self) -> Any:
-        """Pickled for the jobs as a :class:`SlurmJob`: the jobs need nothing else of this class."""
-        return (as_plain, (SlurmJob, dict(self.__dict__)))
 
 
 class _Stop(Exception):
     pass
 
 
-class AttachedSlurmLauncher(SlurmLauncher):
+class AttachedSlurmLauncher(_SubmittingLauncher):
     """The plugin's ``slurm`` launcher, which waits for the jobs; stopped while it waits (Ctrl-C,
     SIGTERM), it says that the jobs go on, with their ids and how to follow or cancel them."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         import signal
 
-        from submitit.core.core import Executor
+        from submitit.core.utils import UncompletedJobError
 
         from launcher.engine.signals import handlers
+        from launcher.sweep import submitit_adapter as adapter
 
-        import submitit
-        from submitit.core.utils import UncompletedJobError
-        from submitit.slurm.slurm import SlurmInfoWatcher
-
-        jobs: List[Tuple[Any, int, List[str]]] = []  # (job, job number, overrides) of each job submitted
-        where: Dict[int, Tuple[int, List[str], Path]] = {}  # by id(job): its number, overrides and dir
-        results, update = submitit.Job.results, SlurmInfoWatcher.update
-        check_requests(self.params, "slurm")
-        attached: List[Tuple[Any, int, List[str]]] = []  # jobs queued already by an earlier submission, waited for
-        done, queued = done_and_queued(self, job_overrides, initial_job_idx, waits=True)
-        tasks = int(self.params.get("tasks_per_node") or 1) * int(self.params.get("nodes") or 1)
-        submit = submit_unfinished(Executor.map_array, done, jobs, queued, attached, tasks)
-
-        def recording(executor: Any, fn: Any, *iterable: Any) -> Any:
-            before = len(jobs)
-            returned = submit(executor, fn, *iterable)
-            for (job, idx, overrides), path in zip(jobs[before:], record_submitted(self, jobs[before:])):
-                where[id(job)] = (idx, overrides, path)
-            for job, idx, overrides in attached:
-                path = plugin_job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
-                where[id(job)] = (idx, overrides, path)
-                try:  # its run may have started (and been requeued) before this sweep: its attempt counts from then
-                    since[id(job)] = (path / "submitted.json").stat().st_mtime
-                except OSError:
-                    pass
-            if len(jobs) > before:
-                log.info("Submitted %d job(s) to SLURM: %s; waiting for them (Ctrl-C stops waiting, not the jobs)",
-                         len(jobs) - before, ", ".join(str(j.job_id) for j, _, _ in jobs[before:]))
-            return returned
+        jobs: List[tuple] = []  # (job, job number, overrides, dir) of each job submitted
+        attached: List[tuple] = []  # ... of each queued already by an earlier submission, waited for
+        where: Dict[int, tuple] = {}  # by id(job): its number, overrides and dir
+        since: Dict[int, float] = {}  # by id(job), of a job queued by an earlier submission: when it was submitted
+        never: Dict[str, str] = {}  # by SLURM job id: why SLURM will not start it (the job is cancelled)
+        accounting = has_accounting()
+        sweep_start = time.time()  # a run.json older than a job's submission is an earlier attempt's
 
         def results_or_died(job: Any) -> Any:  # a job that ended without a result is one failed job, not the sweep's end
-            if id(job) not in where:  # a task of a job of several (DDP), through that job's own results()
-                return results(job)
             idx, overrides, path = where[id(job)]
             submitted = since.get(id(job), sweep_start)
             job.wait()
-            tasks = list(getattr(job, "_sub_jobs", ())) or [job]
-            if not any(t.paths.result_pickle.exists() for t in tasks) and no_result_coming(job, path, submitted):
-                for each in {job, *tasks}:  # submitit's wait for a result file a slow file system shows late: 15 s
-                    each._results_timeout_s = 0
+            if not any(t.paths.result_pickle.exists() for t in adapter.tasks_of(job)) and \
+                    no_result_coming(job, path, submitted):
+                adapter.no_wait_for_result(job)
             try:
-                return results(job)
+                return job.results()
             except UncompletedJobError:
                 state = str(job.state)
                 try:  # its run never recorded a start in this attempt
@@ -460,18 +422,12 @@ class AttachedSlurmLauncher(SlurmLauncher):
                        f"its node lost?); its log: {job.paths.stderr}")
                 return [record_dead_job(self.config, path, overrides, idx, how, since=submitted)]
 
-        accounting = has_accounting()
-        sweep_start = time.time()  # a run.json older than a job's submission is an earlier attempt's
-        since: Dict[int, float] = {}  # by id(job), of a job queued by an earlier submission: when it was submitted
-        never: Dict[str, str] = {}  # by SLURM job id: why SLURM will not start it (the job is cancelled)
-
         def cancel_jobs_that_never_start(watcher: Any) -> None:
-            """Cancel the waiting jobs SLURM keeps pending for a reason that waiting does not clear (asking for
-            more CPUs than a node has, say): the sweep would wait for them for ever. Each is one failed job."""
+            """Cancel the waiting jobs SLURM keeps pending for a reason that waiting does not clear (more CPUs
+            than a node has, say): the sweep would wait for them for ever. Each is one failed job."""
             import subprocess
 
-            waiting = [j for j in getattr(watcher, "_registered", set()) - getattr(watcher, "_finished", set())
-                       if j not in never]
+            waiting = [j for j in adapter.waiting_ids(watcher) if j not in never]
             reasons: Dict[str, str] = {}
             states = slurm_states(sorted(waiting), reasons) if waiting else {}
             stuck = {j: (reasons[j], never_starts(reasons[j])) for j in waiting
@@ -501,46 +457,43 @@ class AttachedSlurmLauncher(SlurmLauncher):
             except (OSError, ValueError):
                 return False
 
-        def update_with_scontrol(watcher: Any) -> None:
+        def update(watcher: Any, sacct: Any) -> None:
             cancel_jobs_that_never_start(watcher)
             if accounting:
-                update(watcher)
+                sacct()
                 fill_states_from_scontrol(watcher)  # only jobs sacct does not list (yet)
                 return
-            # No accounting (a laptop's cluster): sacct fails on every call, printing its error, and submitit
-            # reads every job UNKNOWN; the controller's scontrol knows them instead.
+            # No accounting (a laptop's cluster): sacct fails and submitit reads every job UNKNOWN; scontrol knows them
             fill_states_from_scontrol(watcher, every_waiting_job=True)
-            watcher._last_status_check = time.time()
-            finished = getattr(watcher, "_finished", set())
-            for job_id in getattr(watcher, "_registered", set()) - finished:
-                if watcher.is_done(job_id, mode="cache"):
-                    finished.add(job_id)
+            adapter.mark_finished(watcher)
 
         def stop(signum: int, frame: Any) -> None:
             raise _Stop(signal.Signals(signum).name)
 
         try:
-            with handlers(stop, (signal.SIGINT, signal.SIGTERM)), mock.patch.object(Executor, "map_array", recording), \
-                    mock.patch.object(submitit.Job, "results", results_or_died), \
-                    mock.patch.object(SlurmInfoWatcher, "update", update_with_scontrol), held_start():
-                with launcher_errors_explained("slurm", self.params, Path(str(self.config.hydra.sweep.dir))):
-                    return super().launch(job_overrides, initial_job_idx)
+            with handlers(stop, (signal.SIGINT, signal.SIGTERM)), \
+                    launcher_errors_explained("slurm", self.params, Path(str(self.config.hydra.sweep.dir))):
+                out = self._submit(job_overrides, initial_job_idx, True, jobs, attached)
+                for job, idx, overrides, path in jobs + attached:
+                    where[id(job)] = (idx, overrides, path)
+                for job, _, _, path in attached:
+                    with contextlib.suppress(OSError):  # its run may have started (and been requeued) before this sweep
+                        since[id(job)] = (path / "submitted.json").stat().st_mtime
+                if jobs:
+                    log.info("Submitted %d job(s) to SLURM: %s; waiting for them (Ctrl-C stops waiting, not the jobs)",
+                             len(jobs), ", ".join(str(j.job_id) for j, *_ in jobs))
+                with adapter.slurm_states_from(update):
+                    return [each if isinstance(each, JobReturn) else results_or_died(each)[0] for each in out]
         except (_Stop, KeyboardInterrupt) as err:
-            name = str(err) or "SIGINT"
-            sweep_dir = Path(str(self.config.hydra.sweep.dir))
-            running = [str(j.job_id) for j, _, _ in jobs + attached]
-            arrays = sorted({i.split("_")[0] for i in running})
             from launcher.runs.rundir import same_sweep
 
-            log.warning("%s: stopped waiting; the %d SLURM job(s) go on (%s). Follow them: python -m launcher.sweep.summary %s; "
-                        "wait for them again: rerun %s (jobs SLURM holds are not submitted again); stop them: scancel %s "
-                        "(each then writes a checkpoint, as on preemption)", name, len(running),
-                        ", ".join(running) or "none submitted yet", sweep_dir, same_sweep(self.config),
-                        " ".join(arrays) or "<job id>")
+            name = str(err) or "SIGINT"
+            running = [str(j.job_id) for j, *_ in jobs + attached]
+            arrays = sorted({i.split("_")[0] for i in running})
+            log.warning("%s: stopped waiting; the %d SLURM job(s) go on (%s). Follow: python -m launcher.sweep.summary %s; "
+                        "wait again: rerun %s; stop: scancel %s", name, len(running), ", ".join(running) or "none submitted",
+                        self.config.hydra.sweep.dir, same_sweep(self.config), " ".join(arrays) or "<job id>")
             raise SystemExit(130 if name == "SIGINT" else 143) from None
-
-    def __reduce__(self) -> Any:
-        return (as_plain, (SlurmJob, dict(self.__dict__)))
 
 
 _AT_LEAST = {"timeout_min": 1, "cpus_per_task": 1, "tasks_per_node": 1, "nodes": 1, "mem_gb": 1, "gpus_per_node": 0,
