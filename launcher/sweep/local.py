@@ -203,9 +203,8 @@ def warn_if_oversubscribed(cpus_per_task: Optional[int], max_parallel: int, side
         return
     if ranks > 1 and threads * side_by_side <= cores:  # the job's CPUs would do, but not for this many processes
         fits = max(1, cores // ranks)
-        log.warning("trainer.devices=%d with %d jobs at once: %d training processes on %d usable CPU cores where they "
-                    "train on the CPU (each job has %d CPU(s)); they will wait for each other's cores "
-                    "(hydra.launcher.max_parallel=%d gives each job %d)", ranks, side_by_side, ranks * side_by_side,
+        log.warning("trainer.devices=%d with %d jobs at once: %d training processes on %d usable CPU cores (%d a job); "
+                    "hydra.launcher.max_parallel=%d gives each job %d", ranks, side_by_side, ranks * side_by_side,
                     cores, threads, fits, cores // fits)
         return
     if omp is None and cpus_per_task is None:  # one thread a job: more jobs than cores

@@ -146,8 +146,7 @@ def check_jobs(config: Any, keep: bool = False) -> None:
             first = seen[path]
             raise ConfigError(
                 f"hydra.sweep.subdir={subdir}: jobs {first} [{' '.join(jobs[first])}] and {idx} [{' '.join(overrides)}] "
-                f"would share the run dir {path}, and the second would take over the first's run; make the subdir "
-                f"differ between jobs (add the swept keys, or ${{hydra.job.num}})")
+                f"would share the run dir {path}; add the swept keys or ${{hydra.job.num}} to the subdir")
         seen[path] = idx
     swept = {o.get_key_element() for o in parsed if o.is_sweep_override()}
     check_sweep_dir_holds_this_sweep(config, seen, jobs, swept)
@@ -223,8 +222,7 @@ def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence
             now = " ".join(o for o in jobs[idx] if o.partition("=")[0].lstrip("+") in keys)
             raise ConfigError(
                 f"hydra.sweep.dir={config.hydra.sweep.dir} holds another sweep: its job {idx} ran [{was}], this "
-                f"sweep's job {idx} is [{now}]; jobs are numbered by their place in the sweep, so give this sweep a "
-                f"new hydra.sweep.dir (the same command as that sweep's resumes it)")
+                f"sweep's job {idx} is [{now}]; give this sweep a new hydra.sweep.dir")
 
 
 COMPOSE_AHEAD = 32  # jobs composed before a sweep starts, at most

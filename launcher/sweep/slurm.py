@@ -190,7 +190,7 @@ def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_j
         ids = sorted(known)
         raise ConfigError(f"cannot ask SLURM whether sweep job(s) {number_ranges(ids)}, submitted earlier as SLURM "
                           f"job(s) {', '.join(known[i][0] for i in ids[:5])}{', ...' if len(ids) > 5 else ''}, are still "
-                          f"queued or running (squeue failed): rerun once squeue answers, rather than queue them twice")
+                          f"queued (squeue failed): rerun once squeue answers")
     queued: Dict[int, Tuple[str, int]] = {}
     stuck: List[str] = []
     for idx, (job, overrides, tasks) in known.items():
@@ -249,9 +249,8 @@ def _warn_settings_not_applied(queued: Dict[int, Tuple[str, int]], settings: Dic
     from launcher.sweep.plugins import number_ranges
 
     ids = [queued[i][0] for i in jobs]
-    log.warning("hydra.launcher changed since sweep job(s) %s were submitted (%s): SLURM holds them with the settings "
-                "they were submitted with, so the change applies to none of them. To apply it, cancel them (scancel %s%s: "
-                "a running one saves a checkpoint as it stops) and run this command again", number_ranges(jobs),
+    log.warning("hydra.launcher changed since sweep job(s) %s were submitted (%s): SLURM keeps their old settings; "
+                "to apply it, scancel %s%s (a running one checkpoints) and rerun", number_ranges(jobs),
                 ", ".join(f"{k}: {' or '.join(v)} -> {now.get(k, '<unset>')}" for k, v in sorted(was.items())),
                 " ".join(ids[:10]), " ..." if len(ids) > 10 else "")
 
@@ -535,9 +534,8 @@ def check_slurm_config(launcher: str) -> None:
     except (OSError, subprocess.SubprocessError):  # no sinfo, or no answer: sbatch's own error says it
         return
     if probe.returncode != 0 and "configuration source" in probe.stderr + probe.stdout:
-        raise ConfigError(f"hydra/launcher={launcher}: SLURM finds no config here: export SLURM_CONF=<the cluster's "
-                          f"slurm.conf> (python -m launcher.localslurm start prints it for the local cluster); "
-                          f"{DEFAULT_CONFS[0]} does not exist and sinfo says: Could not establish a configuration source")
+        raise ConfigError(f"hydra/launcher={launcher}: SLURM finds no config ({DEFAULT_CONFS[0]} is missing): export "
+                          f"SLURM_CONF=<the cluster's slurm.conf> (python -m launcher.localslurm start prints the local one)")
 
 
 # States in which a job has ended, and those submitit waits in; any other (CONFIGURING, SUSPENDED, STOPPED,

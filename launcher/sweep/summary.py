@@ -583,8 +583,8 @@ def main() -> None:
     if unasked:  # shown as the jobs' files have it, and the files left with what SLURM said last time
         print(render(args.sweep_dir, rows, objective, mode)[1], end="")
         print(f"launcher.sweep.summary: SLURM could not be asked ({unasked[0]['unasked']}): the {len(unasked)} job(s) submitted "
-              f"to it show what their own files last recorded (a pending one may have run since, a running one ended); "
-              f"summary.md and summary.csv are left as they were. Run this again once squeue answers", file=sys.stderr)
+              f"to it show what their own files last recorded; summary.md and summary.csv are left as they were",
+              file=sys.stderr)
         return
     print((args.sweep_dir / "summary.md").read_text(), end="")
 
