@@ -1,14 +1,6 @@
-"""``hydra/launcher=local``: hydra-submitit-launcher's local launcher, one process per job, at most
-``max_parallel`` jobs at a time (default: one per usable CPU core), each forked from the sweep's fork
-server (:mod:`launcher.sweep.forkserver`; ``fork_server: false`` starts each afresh).
-
-More jobs at once than cores only contend for them: 8 jobs of ~11 s on 2 cores took 0.92x of the
-sequential launcher's time all at once and 0.69x two at a time. The next job starts as soon as one
-ends. Every job runs whatever became of the others: a failed job, or one whose process died without
-a result (SIGKILL, the OOM killer), is recorded as failed and loses no other's result. Each job's dir
-gets ``submitted.json`` when the sweep starts, so a job not started yet reads as pending.
-Registered with Hydra by :func:`launcher.sweep.plugins.register`.
-"""
+"""``hydra/launcher=local``: hydra-submitit-launcher's local launcher, one process per job, at most ``max_parallel``
+at a time (default: one per usable CPU core), each forked from the sweep's fork server
+(:mod:`launcher.sweep.forkserver`). A job that fails or dies without a result is one failed job."""
 from __future__ import annotations
 
 import atexit
@@ -69,14 +61,8 @@ def _alive(pid: int) -> bool:
 
 
 class StopJobsOnSignal:
-    """While the sweep runs: SIGTERM, SIGINT or SIGHUP to this process stops its jobs too, then the sweep.
-
-    Each job's submitit process hands SIGTERM to the job, which checkpoints at its next step
-    boundary and exits; the sweep waits for them (``wait_s`` at most), says how to resume, and
-    exits 75. A second signal ends the wait at once (the jobs still finish their checkpoints).
-    Without this, a SIGTERM (``timeout``, a CI step, ``kill``) ended the sweep and left its jobs
-    training with no parent. A SIGTSTP (Ctrl-Z) stops the jobs with the sweep until it is continued.
-    """
+    """While the sweep runs: SIGTERM, SIGINT or SIGHUP stops its jobs (each checkpoints), waits ``wait_s`` at most,
+    says how to resume and exits 75; a second signal ends the wait. SIGTSTP stops the jobs with the sweep."""
 
     RESEND_S = 2.0  # seconds between the SIGTERMs to a job that has not ended yet
     REPEAT_S = 1.0  # the same signal again within this: one request sent twice (GNU timeout signals us, then our group)
@@ -138,7 +124,7 @@ class StopJobsOnSignal:
 
 
 def how_it_died(exit_code: Optional[int]) -> str:
-    """What a job's controller exit status (:func:`launcher.sweep.forkserver.run_controller`) says of a job that left no result."""
+    """What a job's controller exit status (:func:`launcher.sweep.forkserver.run_controller`) says of a job without result."""
     if exit_code is not None and exit_code > 128:
         number = exit_code - 128
         try:
@@ -191,10 +177,8 @@ def job_threads(cpus_per_task: Optional[int], max_parallel: int) -> int:
 
 
 def warn_if_oversubscribed(cpus_per_task: Optional[int], max_parallel: int, side_by_side: int, ranks: int = 1) -> None:
-    """Log a warning where ``side_by_side`` jobs would run more threads than there are usable cores, naming the
-    setting that asks for it: they wait for each other's cores (torch's threads spin-wait for their peers).
-    ``ranks``: the processes each job trains in (``trainer.devices``), which share its CPUs, one thread each
-    at least."""
+    """Warn where ``side_by_side`` jobs of ``ranks`` processes each would run more threads than there are usable cores,
+    naming the setting that asks for it."""
     omp = omp_threads()
     threads = omp or job_threads(cpus_per_task, max_parallel)
     cores = usable_cores()
@@ -218,8 +202,7 @@ def warn_if_oversubscribed(cpus_per_task: Optional[int], max_parallel: int, side
 
 
 def check_one_task(launcher: Any) -> None:
-    """Raise :class:`ConfigError` for ``tasks_per_node`` or ``nodes`` above 1: submitit's local executor would
-    start that many copies of the run, into the same run dir, which do not make a DDP job here."""
+    """Raise :class:`ConfigError` for ``tasks_per_node`` or ``nodes`` above 1: local copies of a run are no DDP job."""
     for key, devices in (("tasks_per_node", "trainer.devices={n}"), ("nodes", "trainer.devices=N")):
         n = launcher.get(key, 1)
         if n not in (None, 1):
@@ -238,10 +221,9 @@ _server: List[Optional[forkserver.ForkServer]] = []  # this sweep process's fork
 
 
 def fork_server(log_file: Optional[Path] = None) -> Optional[forkserver.ForkServer]:
-    """This sweep process's fork server (:mod:`launcher.sweep.forkserver`), started by the first to ask (as the
-    command line is read, :func:`start_fork_server_early`, or as the sweep is planned,
-    :func:`launcher.sweep.plugins.plan_sweep`), so that it imports torch while Hydra composes the jobs, and used by
-    every ``launch`` of the sweep; what its imports print is kept in ``log_file``. None where it cannot run."""
+    """This sweep process's fork server, started by the first to ask (as the command line is read, or as the sweep is
+    planned) so it imports torch while Hydra composes the jobs; its imports' output goes to ``log_file``. None
+    where it cannot run."""
     if not _server and forkserver.supported():
         try:
             _server.append(forkserver.ForkServer())
@@ -256,8 +238,7 @@ def fork_server(log_file: Optional[Path] = None) -> Optional[forkserver.ForkServ
 
 
 def _end_unused_fork_server() -> None:
-    """As the sweep's process exits: a fork server that has forked no job (the sweep was refused, or stopped
-    before its first job) ends now rather than once it has finished importing torch."""
+    """At exit: a fork server that forked no job ends now, not once it has finished importing torch."""
     server = _server[0] if _server else None
     if server is not None and not server.connected:
         server.process.kill()
@@ -265,9 +246,8 @@ def _end_unused_fork_server() -> None:
 
 
 def start_fork_server_early(overrides: Sequence[str]) -> None:
-    """Start the fork server before Hydra composes the config when the command line picks ``hydra/launcher=local``
-    (and does not turn ``fork_server`` off): its imports (about 3 CPU-seconds) then overlap the composing, and
-    the first jobs wait less. A config that turns out otherwise stops it (:func:`stop_fork_server`)."""
+    """Start the fork server before Hydra composes the config where the command line picks ``hydra/launcher=local``
+    (its imports then overlap the composing); a config that turns out otherwise stops it."""
     launcher, fork = None, True
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
@@ -286,9 +266,8 @@ def stop_fork_server() -> None:
 
 
 class ComposedJob(LocalLauncher):
-    """A local sweep job as its process receives it: the plugin's launcher, with the job's config as the sweep
-    composed it before it started (:func:`launcher.sweep.plugins.check_each_value_composes`), which the job then
-    does not compose again (0.1 s of each job's start). Pickled by :meth:`CappedLocalLauncher.__reduce__`."""
+    """A local job as its process receives it: the plugin's launcher with the job's config as the sweep composed it,
+    used once (a requeued job composes its config again)."""
 
     composed: Any = None  # the job's config
     composed_for: Sequence[str] = ()  # its overrides
@@ -302,8 +281,7 @@ class ComposedJob(LocalLauncher):
         from hydra.core.utils import run_job, setup_globals
         from omegaconf import open_dict
 
-        # the plugin's __call__, less composing the config; once: a job requeued (pickled again by the plugin's
-        # checkpoint(), after run_job made the config's hydra node read-only) composes its config again
+        # the plugin's __call__, less composing the config
         Singleton.set_state(singleton_state)
         setup_globals()
         config, self.composed = self.composed, None
@@ -325,11 +303,7 @@ class _NotStarted(Exception):
 
 
 class CappedLocalLauncher(LocalLauncher):
-    """The plugin's LocalLauncher, at most ``max_parallel`` jobs at once, each started as a slot frees.
-
-    Each job goes through the plugin's own ``launch`` alone, from one of ``max_parallel`` threads;
-    so a job whose process died without a result (which the plugin raises for) is one failed job.
-    """
+    """The plugin's LocalLauncher, at most ``max_parallel`` jobs at once, each started as a slot frees."""
 
     def __init__(self, max_parallel: Optional[int] = None, fork_server: bool = True, cpus_per_task: Optional[int] = None,
                  **params: Any) -> None:

@@ -1,17 +1,11 @@
-"""Our Hydra launcher plugins: ``hydra/launcher=local`` (:mod:`launcher.sweep.local`) and
-``hydra/launcher=slurm_detached`` (:mod:`launcher.sweep.slurm`), subclasses of hydra-submitit-launcher's.
-
-Hydra takes launchers only from the ``hydra_plugins`` namespace package, which an editable install of
-this project cannot add to. So ``python -m launcher`` calls :func:`register` before a multirun: each
-module is made importable as the ``hydra_plugins.<name>`` module its config's ``_target_`` names (the
-class's ``__module__``), and the class is registered with Hydra's plugin registry. The jobs are pickled
-as the plugin's plain classes (each class's ``__reduce__``; the SLURM jobs as
-:class:`launcher.sweep.slurm.SlurmJob`, importable without registering), so a job process needs none of this.
-"""
+"""What our launcher plugins (:mod:`launcher.sweep.local`, :mod:`launcher.sweep.slurm`) share: planning a sweep's
+jobs before any runs, marking them pending, skipping finished ones, and recording jobs that died without a result."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -21,22 +15,20 @@ from hydra.errors import CompactHydraException
 
 from launcher.engine.signals import EXIT_INTERRUPTED
 
+log = logging.getLogger("launcher")
+
 
 class JobDied(CompactHydraException):
-    """A sweep job's process ended without a result: killed (SIGKILL, the OOM killer) or exited at once.
-
-    Hydra prints a CompactHydraException as its message alone: the sweep's last screen says the rest."""
+    """A sweep job's process ended without a result (SIGKILL, the OOM killer); Hydra prints it as its message alone."""
 
 
 class JobInterrupted(CompactHydraException):
-    """A sweep job's run stopped itself on a signal sent to it alone (``scancel --signal=TERM``, ``kill``), with a
-    checkpoint: not a failure, and not done; a rerun of the sweep resumes it."""
+    """A sweep job's run stopped itself on a signal sent to it alone, with a checkpoint: a rerun resumes it."""
 
     sweep_dir: Optional[Path] = None
 
     def exit_code(self) -> int:
-        """The sweep's: 75 (rerun to resume) unless one of its jobs failed, which Hydra's sweeper, raising at
-        the first job that did not succeed, may not have reached."""
+        """The sweep's: 75 (rerun to resume) unless one of its jobs failed."""
         from launcher.sweep.summary import jobs
 
         try:
@@ -48,24 +40,16 @@ class JobInterrupted(CompactHydraException):
 
 def stop_sweep(signal_name: str, sweep_dir: Any) -> None:
     """End a sweep stopped by a signal: say how to resume it, and exit 75 (the report at exit lists its jobs)."""
-    import logging
-
     from launcher.runs.rundir import override_for_shell
-    from launcher.engine.signals import EXIT_INTERRUPTED
-
-    logging.getLogger("launcher").warning(
+    log.warning(
         "Sweep stopped by %s. Run the same command with %s to resume it: finished jobs are not run again, stopped ones "
         "resume from their checkpoints", signal_name, override_for_shell("hydra.sweep.dir", str(sweep_dir)))
     raise SystemExit(EXIT_INTERRUPTED)
 
 
 def stop_basic_sweep_on_signal(sweep_dir: Any) -> Callable[[], None]:
-    """A sweep whose jobs run in this process (the basic launcher): a SIGTERM or SIGUSR2 between its jobs, or one a
-    job's run passes on (after its checkpoint, or after its last step), stops the sweep with its report, exit 75;
-    with the default handler it ended the process at once, without a summary. A job's run handles those that come
-    while it trains. Leaves a handler that is not the default (submitit's, the user's) as it is. Returns what the
-    sweep's end and its report at exit call: the default handlers back (a signal no longer stops a sweep that is
-    over), but ignored where one has stopped it (its report is not cut short)."""
+    """For the basic launcher (jobs in this process): SIGTERM or SIGUSR2 between jobs stops the sweep with its report,
+    exit 75; a handler that is not the default stays. Returns what puts the default handlers back once it is over."""
     import signal
     import threading
 
@@ -91,7 +75,7 @@ def stop_basic_sweep_on_signal(sweep_dir: Any) -> Callable[[], None]:
 
 
 def as_plain(cls: type, state: dict) -> object:
-    """Unpickles one of our launchers as the plugin's own ``cls`` with the same attributes."""
+    """One of our launchers as the plugin's own ``cls`` with the same attributes (what a job process unpickles)."""
     plain = cls.__new__(cls)
     plain.__dict__.update(state)
     return plain
@@ -118,8 +102,8 @@ BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hy
 
 
 def check_jobs(config: Any, keep: bool = False) -> None:
-    """:func:`plan_sweep` for the basic sweeper's jobs: refused, or marked pending. ``keep``: the configs
-    composed to check them are kept for the jobs (:func:`take_composed`)."""
+    """:func:`launcher.sweep.callback.plan_sweep` for the basic sweeper's jobs: refused, or marked pending. ``keep``:
+    the configs composed to check them stay for the jobs (:func:`take_composed`)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -159,13 +143,8 @@ def check_jobs(config: Any, keep: bool = False) -> None:
 
 
 def refuse_what_runs_would_refuse(config: Any, loader: Any, jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> list:
-    """Raise, before any job runs, the :class:`ConfigError` that the run of a job (``(number, overrides, dir)``)
-    would raise in a dir holding a finished run, or one with checkpoints (another model, ``trainer.resume=false``):
-    run in turn by Hydra's basic launcher, each such job was refused as it came, and the summary then listed every
-    finished run failed, its metrics hidden, under the refused overrides. Returns those jobs as
-    ``(number, overrides, dir, finished record or None, (objective, changes not applied) or None)``."""
-    import logging
-
+    """Raise, before any job runs, the :class:`ConfigError` a job's run would raise in its dir (``(number, overrides,
+    dir)``) that holds a finished run or checkpoints. Returns ``(number, overrides, dir, record or None, outcome)``."""
     from launcher.engine.errors import ConfigError
     from launcher.engine.files import candidates as saved_checkpoints
     from launcher.runs.rundir import finished_result
@@ -173,7 +152,7 @@ def refuse_what_runs_would_refuse(config: Any, loader: Any, jobs: Sequence[Tuple
     runs = [(idx, overrides, path, finished_result(path)) for idx, overrides, path in jobs]
     runs = [run for run in runs if run[3] is not None or saved_checkpoints(run[2] / "checkpoints")]
     if len(runs) > 8:  # about 0.1 s each: say what the wait is
-        logging.getLogger("launcher").info("Checking the %d runs of this sweep dir against this sweep's config", len(runs))
+        log.info("Checking the %d runs of this sweep dir against this sweep's config", len(runs))
     checked = []
     for idx, overrides, path, record in runs:
         try:
@@ -199,10 +178,8 @@ def _swept_values(overrides: Sequence[str], swept: set) -> dict:
 
 
 def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence[Sequence[str]], swept: set) -> None:
-    """Raise :class:`ConfigError` when a job dir of this sweep holds a job of another sweep: one that ran
-    (or was to run) other values of the swept keys. Jobs are numbered by their place in the sweep, so a
-    rerun with a value added or changed would give job 2 the dir of another job 2, be refused there and
-    train the shifted ones again; rerunning the same sweep (to resume it) always fits."""
+    """Raise :class:`ConfigError` when a job dir holds another sweep's job (other values of the swept keys): jobs are
+    numbered by their place, so a value added in front would give a job another's dir."""
     from launcher.engine.errors import ConfigError
     from launcher.runs.rundir import refused_key
     from launcher.sweep.summary import recorded_overrides
@@ -257,19 +234,14 @@ def checked(config: Any) -> bool:
 
 
 def take_composed(config: Any, overrides: Sequence[str]) -> Any:
-    """The config composed for the job with ``overrides`` before the sweep started (and forgotten here), or None."""
+    """The config composed for the job with ``overrides`` before the sweep started (forgotten here), or None."""
     return SWEEP.composed.get(id(config), {}).pop(tuple(overrides), None)
 
 
 def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader: Any, keep: bool = False) -> None:
-    """Compose jobs that between them use every swept value (a few for most sweeps, not every job) and raise
-    a :class:`ConfigError` naming the first job that does not compose: a misspelled key or option in a sweep
-    is one line before any job runs, not a failure at job 57 after the first 56 trained, nor a sweep dir
-    of jobs marked pending that can never run. Each job picked is one that uses the most values not composed
-    yet, so ``model=mlp,cnnn seed=range(100)`` composes a job with ``cnnn`` among the first two, whatever
-    the order of the jobs; at most ``COMPOSE_AHEAD`` jobs (each takes ~0.08 s), so of a key with more values
-    than that (seeds, say) the rest are checked as their jobs start. ``keep``: the configs are kept for
-    :func:`take_composed`."""
+    """Compose jobs that between them use every swept value (each the job with the most values not composed yet, at most
+    ``COMPOSE_AHEAD``) and raise :class:`ConfigError` naming the first that does not compose. ``keep``: the configs
+    are kept for :func:`take_composed`."""
     from launcher.runs.build import composition_message
     from launcher.engine.errors import ConfigError
 
@@ -293,41 +265,18 @@ def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader
             SWEEP.composed.setdefault(id(config), {})[tuple(overrides)] = job_config
 
 
-class Finished:
-    """Stands in for the submitit job of a sweep job whose run had finished before the sweep started: nothing is
-    submitted for it, and its result is the one its ``run.json`` records."""
-
-    def __init__(self, job_return: Any) -> None:
-        self.job_return = job_return
-
-    def results(self) -> List[Any]:
-        return [self.job_return]
-
-
 def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, verb: str,
                   going_on: Optional[List[Tuple[int, Path]]] = None) -> Dict[int, Any]:
-    """``{job number: JobReturn}`` of the jobs whose run finished before this sweep started and would not train
-    again (a rerun of a sweep, to run its failed, interrupted or new jobs): their process would only compose its
-    config to say "already finished". On SLURM that is an allocation per job (a rerun of a sweep of 200 seeds
-    queued 200 jobs, each its CPUs and memory, to read ``run.json``). A job is left out exactly where its run
-    would return its recorded result (:func:`launcher.run`): ``trainer.resume`` auto, the run dir's config fits,
-    and no longer ``trainer.max_epochs`` or ``max_iters``; any other job runs, and says what it has to say.
-    A job left out is done, as its run would have made it: an earlier attempt's ``failure.json`` goes (a rerun
-    refused for its config). A rerun that the run of a finished job, or of one with checkpoints, would refuse
-    (another model, ``trainer.resume=false``) raises its :class:`ConfigError` here, before any job runs or is
-    queued. Logged in one line (``verb``: what is not done to them), with the changes not
-    applied, as a run's rerun does. The jobs that train on from a checkpoint are said in one line too; with
-    ``going_on``, they are appended there instead, ``(job, dir)``, for the caller to say (:func:`say_going_on`), less
-    those SLURM holds already."""
-    import logging
-
+    """``{job number: JobReturn}`` of the jobs whose run finished and would not train again (the run would return its
+    recorded result): not run again, logged in one line (``verb``), with changes not applied. Raises the
+    :class:`ConfigError` a job's run would raise. Jobs that train on from a checkpoint are said, or with
+    ``going_on`` appended there as ``(job, dir)``."""
     from hydra.core.utils import JobReturn, JobStatus
 
     from launcher.runs.rundir import describe_changes
     from launcher.sweep.summary import FAILURE
 
     config, loader = launcher.config, launcher.hydra_context.config_loader
-    log = logging.getLogger("launcher")
     jobs = []
     for offset, overrides in enumerate(job_overrides):
         try:
@@ -378,17 +327,12 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
 
 
 def say_going_on(jobs: Sequence[Tuple[int, Path]]) -> None:
-    """One line for the jobs of a rerun sweep that train on from their checkpoints (``(job, dir)``): their
-    runs stopped before their end (interrupted, failed, killed), or finished and are lengthened; each named with the
-    newest checkpoint in its dir, which its run resumes from (each job's log says it too; the sweep's console did
-    not). A job without one is left out: its run starts over, or says why it cannot train on."""
+    """One line naming the jobs (``(job, dir)``) that train on from a checkpoint, each with its newest checkpoint."""
     from launcher.engine.files import candidates
-
-    import logging
 
     going = [(idx, found[0].name) for idx, path in jobs for found in [candidates(path / "checkpoints")] if found]
     if going:
-        logging.getLogger("launcher").info("%d sweep job(s) train on from their checkpoints: %s%s", len(going),
+        log.info("%d sweep job(s) train on from their checkpoints: %s%s", len(going),
                  ", ".join(f"job {idx} ({name})" for idx, name in going[:6]), ", ..." if len(going) > 6 else "")
 
 
@@ -408,13 +352,8 @@ def as_job(job_config: Any) -> Iterator[None]:
 
 def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: int, path: Path,
                        record: Dict[str, Any]) -> Optional[Tuple[str, list]]:
-    """For the finished run in ``path`` (its ``record``): ``(objective, the config changes its rerun would leave
-    unapplied)``, or None where the job would run (it trains on to a new length, resumes from a checkpoint
-    named, or does not compose: the job then says why). Raises the :class:`ConfigError` its run would raise
-    for a config that does not fit the run dir (another model, ``trainer.resume=false``)."""
-    import copy
-    import os
-
+    """For the finished run in ``path``: ``(objective, changes its rerun would leave unapplied)``, or None where the job
+    would run. Raises the :class:`ConfigError` its run would raise for a config that does not fit the run dir."""
     from omegaconf import open_dict, read_write
 
     from launcher.runs.run import check_trainer_config, check_values_not_applied, nothing_to_train_on
@@ -453,17 +392,14 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
     except ConfigError:
         raise
     except Exception as err:  # noqa: BLE001 -- never the sweep's end: the job runs, and its run decides
-        import logging
-
-        logging.getLogger("launcher").warning("Could not check sweep job %d's earlier run in %s (%s: %s): the job runs, "
+        log.warning("Could not check sweep job %d's earlier run in %s (%s: %s): the job runs, "
                                               "and its run decides", idx, path, type(err).__name__, err)
         return None
     return None if lengthens(changes) else (objective, [c for c in changes if c[0] not in REPORTED])
 
 
 def _job_world_size(job_config: Any) -> Optional[int]:
-    """The processes a sweep job would train in: the SLURM launcher's tasks (``nodes`` x ``tasks_per_node``) where
-    more than one, else ``trainer.devices``; None where the config does not say (the job's run checks it)."""
+    """The processes a sweep job trains in (SLURM's ``nodes`` x ``tasks_per_node``, else ``trainer.devices``), or None."""
     launcher = job_config.hydra.get("launcher") or {}
     if "slurm" in str(launcher.get("_target_", "")).lower():
         tasks = launcher.get("tasks_per_node", 1), launcher.get("nodes", 1)
@@ -485,10 +421,8 @@ def number_ranges(numbers: Sequence[int]) -> str:
 
 
 def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
-    """``submitted.json`` (job number, overrides, the sweep: when it started) in each job dir without a run record
-    yet: the summary lists the job as pending until it starts, also after the sweep is stopped before reaching it.
-    A dir that has a record (a run, an earlier submission to SLURM) is marked by :func:`mark_taken` once the
-    sweep is known to run."""
+    """``submitted.json`` (job number, overrides, sweep mark) in each job dir with no run record yet: the summary lists
+    the job pending until it starts. A dir with a record is marked by :func:`mark_taken`."""
     from launcher.engine.files import atomic_write
 
     sweep = SWEEP.mark()
@@ -506,13 +440,8 @@ def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]
 
 
 def mark_taken(jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> None:
-    """Mark the job dirs that hold a record (a run, an earlier submission to SLURM) of this sweep's jobs
-    (``(number, overrides, dir)``) as this sweep's, in ``submitted.json``: its number there (a ``hydra.sweep.subdir``
-    of one's own with a value added in front numbers a finished run's job anew without running it) and the sweep
-    (``sweep``), so the summary tells its jobs from the runs an earlier sweep left (a value since removed). Called
-    once nothing can refuse the sweep. The file keeps what it held and its time (that of a SLURM submission, which
-    a rerun waiting for the job reads; ``numbered_ns`` says when it was numbered); not fsynced, and a dir that
-    refuses the write (another user's) keeps its old mark."""
+    """Mark the job dirs (``(number, overrides, dir)``) that hold a run or an earlier SLURM submission as this sweep's,
+    in ``submitted.json`` (its number and sweep mark), keeping what it held and its time. Best effort."""
     from launcher.engine.files import atomic_write
 
     sweep = SWEEP.mark()
@@ -538,10 +467,8 @@ def mark_taken(jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> None:
 
 
 def explain_launcher_error(err: BaseException, launcher: str, params: Optional[Dict[str, Any]] = None) -> BaseException:
-    """A launcher's own failure in one line: an option submitit does not know (``+hydra.launcher.maxparallel=2``,
-    a NameError listing the executor's arguments), one of a type it does not take (``timeout_min=0.5``, its
-    AssertionError), or ``sbatch`` refusing the jobs (a FailedJobError quoting it; with the launcher's
-    ``params``, what the jobs asked and what a node has). Anything else is returned as it is."""
+    """A launcher's own failure as one line: an option submitit does not know or takes in another type, or ``sbatch``
+    refusing the jobs (with ``params``: what they asked and what a node has). Anything else is returned as it is."""
     import re
 
     from launcher.engine.errors import ConfigError
@@ -591,8 +518,8 @@ def explain_launcher_error(err: BaseException, launcher: str, params: Optional[D
 @contextlib.contextmanager
 def launcher_errors_explained(launcher: str, params: Optional[Dict[str, Any]] = None,
                               sweep_dir: Optional[Path] = None) -> Iterator[None]:
-    """Raise a launcher's failure as :func:`explain_launcher_error` words it, where it has words for it; where
-    that is a config error (no job could be launched), the jobs of ``sweep_dir`` are no longer marked pending."""
+    """Raise a launcher's failure as :func:`explain_launcher_error` words it; where it does, the jobs of ``sweep_dir``
+    are no longer marked pending."""
     try:
         yield
     except Exception as err:
@@ -605,9 +532,7 @@ def launcher_errors_explained(launcher: str, params: Optional[Dict[str, Any]] = 
 
 
 def forget_pending(sweep_dir: Path) -> None:
-    """Unmark the jobs of ``sweep_dir`` marked pending (:func:`mark_pending`) that never started, where the sweep
-    could launch none (an option submitit refuses, sbatch refusing the jobs): else the summary lists them
-    pending for good. A job submitted to SLURM (its id recorded) stays."""
+    """Unmark the never-started jobs of ``sweep_dir`` (a sweep that could launch none); a job submitted to SLURM stays."""
     from launcher.sweep.summary import _job_dirs
 
     if not Path(sweep_dir).is_dir():
@@ -625,20 +550,14 @@ def forget_pending(sweep_dir: Path) -> None:
 
 def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: int, how: str,
                     exit_code: Optional[int] = None, since: Optional[float] = None) -> Any:
-    """The failed JobReturn of a sweep job that ended without a result (killed, out of memory...), recorded as
-    any failed job's is: ``run.json`` (it said running), ``failure.json``, the summary and one line in the log.
-    A job whose run stopped itself on a signal (``run.json`` says interrupted: a checkpoint is on disk) is not
-    failed: it stays interrupted, and the log says to rerun the sweep to resume it; but only when that record
-    is this attempt's (exit status 75 where known, ``run.json`` written ``since`` the job was submitted)."""
-    import logging
-
+    """The failed JobReturn of a job that ended without a result, recorded as a failed job's (``run.json``,
+    ``failure.json``, summary, log line); one whose run of this attempt (since ``since``) stopped itself on a
+    signal stays interrupted."""
     from hydra.core.utils import JobStatus
 
     from launcher.engine.errors import mark_reported
     from launcher.runs.rundir import mark_failed, same_sweep
     from launcher.sweep.summary import ReportedFailure, record_failure
-
-    from launcher.engine.signals import EXIT_INTERRUPTED
 
     try:
         record = json.loads((job_dir / "run.json").read_text())
@@ -653,7 +572,7 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
                                  f"{record.get('iter')} ({record.get('stop_reason')}), with a checkpoint: rerun "
                                  f"{same_sweep(config)} to resume it")
         stopped.sweep_dir = Path(str(config.hydra.sweep.dir))
-        logging.getLogger("launcher").warning("%s; log: %s", stopped, job_dir / "train.log")
+        log.warning("%s; log: %s", stopped, job_dir / "train.log")
         _write_summary(config)
         return ReportedFailure(overrides=list(overrides), status=JobStatus.FAILED, _return_value=stopped)
     died = JobDied(how)
@@ -661,20 +580,16 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
     if (job_dir / "run.json").is_file():
         mark_failed(job_dir, error, exit_code=exit_code or 1)
     record_failure(job_dir, error, overrides)
-    log = job_dir / "train.log"
-    logging.getLogger("launcher").error("Sweep job %d failed (%s): %s%s", idx, " ".join(overrides), error,
-                                        f"; log: {log}" if log.is_file() else " (its run never started: no log)")
+    train_log = job_dir / "train.log"
+    log.error("Sweep job %d failed (%s): %s%s", idx, " ".join(overrides), error,
+              f"; log: {train_log}" if train_log.is_file() else " (its run never started: no log)")
     _write_summary(config)
     mark_reported(died, idx)
     return ReportedFailure(overrides=list(overrides), status=JobStatus.FAILED, _return_value=died)
 
 
 def record_cancelled(config: Any, job_dir: Path, overrides: Sequence[str], idx: int, slurm_job: Any) -> Any:
-    """The JobReturn of a SLURM job cancelled before its run started (``scancel`` while it was queued): not a
-    failure, and not done; the summary lists it ``cancelled`` (from ``submitted.json``'s SLURM id), and a rerun
-    of the sweep runs it. Exit status 75, as for an interrupted job, unless another job failed."""
-    import logging
-
+    """The JobReturn of a SLURM job cancelled before its run started: listed ``cancelled``, and a rerun runs it."""
     from hydra.core.utils import JobStatus
 
     from launcher.runs.rundir import same_sweep
@@ -683,7 +598,7 @@ def record_cancelled(config: Any, job_dir: Path, overrides: Sequence[str], idx: 
     stopped = JobInterrupted(f"Sweep job {idx} ({' '.join(overrides)}): SLURM job {slurm_job} was cancelled before its "
                              f"run started: rerun {same_sweep(config)} to run it")
     stopped.sweep_dir = Path(str(config.hydra.sweep.dir))
-    logging.getLogger("launcher").warning("%s", stopped)
+    log.warning("%s", stopped)
     _write_summary(config)
     return ReportedFailure(overrides=list(overrides), status=JobStatus.FAILED, _return_value=stopped)
 

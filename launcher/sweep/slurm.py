@@ -1,21 +1,19 @@
-"""``hydra/launcher=slurm_detached``: submit a sweep to SLURM and return at once (hydra #2479).
-
-The submission is hydra-submitit-launcher's own; only the wait for the results is left out.
-
-Registered with Hydra by :func:`launcher.sweep.plugins.register` (see there); the jobs receive a
-:class:`SlurmJob` (the plugin's ``SlurmLauncher`` but for its exit status), which runs them exactly
-as the ``slurm`` option does. Each job
-dir gets ``submitted.json`` (its SLURM job id, overrides and log files) so that
-``python -m launcher.sweep.summary <sweep dir>`` lists the jobs as pending before they start.
-"""
+"""``hydra/launcher=slurm`` (waits for the jobs) and ``slurm_detached`` (returns once they are submitted): the
+plugin's SLURM launcher, submitting only the jobs that neither finished nor are queued already, each with the
+config the sweep composed; each job dir gets ``submitted.json`` (SLURM id, overrides, logs) for the summary."""
 from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import io
 import json
 import logging
 import os
+import pickle
+import re
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,33 +22,20 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
+from launcher.engine.errors import ConfigError
 from launcher.engine.files import atomic_write
-from launcher.sweep.plugins import (as_plain, finished_jobs, launcher_errors_explained, record_cancelled, record_dead_job,
-                              say_going_on)
-from launcher.sweep.plugins import SWEEP
+from launcher.sweep.plugins import (SWEEP, as_plain, finished_jobs, launcher_errors_explained, number_ranges,
+                                    record_cancelled, record_dead_job, say_going_on, take_composed)
 from launcher.sweep.plugins import job_dir as plugin_job_dir
-from launcher.runs.slurmstate import asked_of, has_accounting, never_starts, slurm_states, what_a_node_has
+from launcher.runs.slurmstate import SLURM_ACTIVE, asked_of, has_accounting, never_starts, slurm_states, what_a_node_has
 from launcher.sweep.summary import cancelled_before_its_run
 
 log = logging.getLogger("launcher")
 
 
 class SlurmJob(SlurmLauncher):
-    """What each SLURM job runs (both our slurm launchers pickle themselves as one): the plugin's
-    ``SlurmLauncher``, except that a job whose run failed ends with exit status 1.
-
-    Hydra catches a job's error into its result, and submitit pickles that result and exits 0, so
-    SLURM recorded every failed run as COMPLETED: ``sacct``, ``--mail-type=FAIL`` and ``afterok``
-    dependencies all took it for a success. The result is still pickled as before (the waiting
-    sweep reads it); only the process's exit status changes, once submitit is done with it.
-
-    A job runs with the config the sweep composed as it submitted the job (``composed``, pickled with
-    it; composed by its first attempt where the sweep could not), on every attempt: the plugin composed
-    it in the job from the config files, as it started and again as it was requeued (preempted, timed
-    out), so a file edited for the next experiment while the job waited in the queue reached it, and
-    made a requeued job's run another one, refused. (Its interpolations resolve in the job as before: a
-    ``${now:...}`` of the job's own config, not the sweep dir's, reads the clock again on each attempt.)
-    """
+    """What each SLURM job runs: the plugin's ``SlurmLauncher``, with the config the sweep composed (``composed``) on
+    every attempt, and exit status 1 for a failed run (SLURM then records it FAILED, not COMPLETED)."""
 
     composed: Any = None  # the job's config as the sweep (or its first attempt) composed it
 
@@ -59,18 +44,15 @@ class SlurmJob(SlurmLauncher):
         from launcher.engine.signals import SignalLatch
 
         if self.composed is None and composed is not None:  # pickled apart: a sweep of many jobs holds bytes, not configs
-            import pickle
 
             self.composed = pickle.loads(composed)
         with SignalLatch() as latch:  # over submitit's handlers: the run takes a held signal at its first step, then chains to them
             held = os.environ.pop(HELD_SIGNAL, None)
-            if held:  # came before submitit's handlers were in place (see held_start)
+            if held:  # came before submitit's handlers were in place (see _HELD_START)
                 os.kill(os.getpid(), int(held))
             ret = self._run_job(sweep_overrides, job_dir_key, job_num, singleton_state)
             if ret.status == JobStatus.COMPLETED:
-                # Its result is in: a preemption or walltime signal from now on asks nothing of the job. Passed to
-                # submitit's handler it requeued a finished job; after it, Python's shutdown puts the default action
-                # back, and the signal ended the process (SLURM: FAILED, though the run had completed).
+                # its result is in: a later preemption or walltime signal would requeue or kill a finished job
                 latch.ignore_from_now()
         if ret.status == JobStatus.FAILED and os.environ.get("SLURM_JOB_ID"):
             exit_failed_at_exit()
@@ -78,7 +60,6 @@ class SlurmJob(SlurmLauncher):
 
     def _run_job(self, sweep_overrides: List[str], job_dir_key: str, job_num: int, singleton_state: Dict[type, Any]) -> JobReturn:
         """The plugin's ``BaseSubmititLauncher.__call__``, composing the job's config on its first attempt only."""
-        import copy
 
         import submitit
         from hydra.core.singleton import Singleton
@@ -98,10 +79,8 @@ class SlurmJob(SlurmLauncher):
 
 
 HELD_SIGNAL = "LAUNCHER_HELD_SIGNAL"
-# What srun runs instead of ``python -u -m submitit.core._submit <folder>``: the same, with SIGUSR2 (preemption,
-# time-out) and SIGTERM held from the interpreter's first line. submitit installs its handlers only once it has
-# unpickled the job, which imports torch (seconds on a cluster's shared file system); a signal before that used
-# to kill the job (FAILED, never requeued). SlurmJob passes a held one on to submitit's handlers.
+# What srun runs instead of ``python -u -m submitit.core._submit <folder>``: the same, holding SIGUSR2 and SIGTERM
+# from the first line (submitit's handlers come only once the job is unpickled); SlurmJob passes a held one on.
 _HELD_START = ("import os, signal, sys\n"
                "sys.path[0] = os.getcwd()  # as python -m puts it: the submission dir, for the user's _target_s\n"
                "def hold(signum, frame):  # a preemption (SIGUSR2, requeue) wins over a SIGTERM\n"
@@ -114,8 +93,7 @@ _HELD_START = ("import os, signal, sys\n"
 
 
 def exit_failed_at_exit() -> None:
-    """Make this process exit with status 1 once it ends normally (after submitit has written the
-    result): logs and output are flushed first; exit handlers registered before this one do not run."""
+    """Exit with status 1 once this process ends normally (after submitit wrote the result), logs flushed."""
     def end() -> None:
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
@@ -129,14 +107,8 @@ def exit_failed_at_exit() -> None:
 
 
 def compose_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]]) -> List[Any]:
-    """Each job's config, composed in the sweep's process as the jobs are submitted (:class:`SlurmJob` runs with
-    it): the config files as they are now, not as they are when SLURM starts the job. None for one that does not
-    compose: its job composes it, and fails with the message a run gives. Each is pickled as it is composed (about
-    20 kB, where the config object takes ten times that): a sweep of thousands of jobs holds them all until sbatch."""
-    import pickle
-
-    from launcher.sweep.plugins import take_composed
-
+    """Each job's config, composed now (the config files as they are at submission) and pickled; None for one that does
+    not compose (its job fails as a run would)."""
     if len(job_overrides) > 20:  # about 0.08 s each
         log.info("Composing the configs of %d jobs to submit them with (about %.0f s)", len(job_overrides),
                  0.08 * len(job_overrides))
@@ -154,18 +126,9 @@ def compose_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]]) -> List[
 
 def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, done: Dict[int, Any],
                 waits: bool = False) -> Dict[int, Tuple[str, int]]:
-    """``{job number: (SLURM job id, its tasks)}`` of this sweep's jobs that SLURM holds already, queued or running
-    (an earlier submission of the same sweep: a rerun after Ctrl-C, or a second ``slurm_detached`` submission),
-    which a rerun must not submit twice. A job queued for good (:func:`launcher.sweep.summary.never_starts`) is
-    cancelled instead, and submitted anew. Raises :class:`ConfigError` for one queued with other overrides, and
-    where ``squeue`` cannot say (it failed: a duplicate would be submitted blind). ``waits``: the sweep waits
-    for them (said so)."""
-    import subprocess
-
-    from launcher.engine.errors import ConfigError
-    from launcher.sweep.plugins import number_ranges
-    from launcher.runs.slurmstate import SLURM_ACTIVE
-
+    """``{job number: (SLURM job id, tasks)}`` of this sweep's jobs SLURM holds already (an earlier submission), not
+    submitted again; one queued for good is cancelled and submitted anew. Raises :class:`ConfigError` for one queued
+    with other overrides, or where ``squeue`` cannot say. ``waits``: the sweep waits for them."""
     known: Dict[int, Tuple[str, List[str], int]] = {}
     settings: Dict[int, Dict[str, Any]] = {}  # the hydra.launcher settings each was submitted with
     for offset, overrides in enumerate(job_overrides):
@@ -230,8 +193,7 @@ def submitted_settings(params: Dict[str, Any]) -> Dict[str, Any]:
 
 def _warn_settings_not_applied(queued: Dict[int, Tuple[str, int]], settings: Dict[int, Dict[str, Any]],
                                now: Dict[str, Any]) -> None:
-    """A rerun whose ``hydra.launcher`` settings (a longer timeout_min, more mem_gb) differ from those of jobs that
-    SLURM holds already: those jobs keep what they were submitted with. Said, naming the settings and the jobs."""
+    """Warn where the ``hydra.launcher`` settings differ from those the queued jobs were submitted with."""
     was: Dict[str, List[str]] = {}  # each setting that changed: the values the jobs were submitted with
     jobs = []
     for idx in sorted(queued):
@@ -246,7 +208,6 @@ def _warn_settings_not_applied(queued: Dict[int, Tuple[str, int]], settings: Dic
                 was[k].append(str(then.get(k, "<unset>")))
     if not jobs:
         return
-    from launcher.sweep.plugins import number_ranges
 
     ids = [queued[i][0] for i in jobs]
     log.warning("hydra.launcher changed since sweep job(s) %s were submitted (%s): SLURM keeps their old settings; "
@@ -256,9 +217,8 @@ def _warn_settings_not_applied(queued: Dict[int, Tuple[str, int]], settings: Dic
 
 
 def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str]]]) -> List[Path]:
-    """``submitted.json`` in each job's dir: its SLURM id and log files, so the summary can ask SLURM about a job
-    whose run has not recorded itself (queued, cancelled while queued, killed before its run started).
-    ``submitted``: ``(job, job number, overrides)``. Returns the job dirs, in that order."""
+    """``submitted.json`` in each job's dir (``(job, number, overrides)``): its SLURM id and logs, for the summary to ask
+    SLURM about. Returns the job dirs, in that order."""
     dirs = []
     settings = submitted_settings(launcher.params)
     for job, idx, overrides in submitted:
@@ -283,9 +243,8 @@ def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str
 
 def done_and_queued(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
                     waits: bool = False) -> Tuple[Dict[int, Any], Dict[int, Tuple[str, int]]]:
-    """The jobs of this sweep that finished (:func:`launcher.sweep.plugins.finished_jobs`) and those SLURM holds already
-    (:func:`queued_jobs`), neither submitted again; says which of the others train on from a checkpoint, leaving
-    out the ones SLURM holds (not submitted; with ``waits``, said as waited for)."""
+    """The jobs that finished (:func:`launcher.sweep.plugins.finished_jobs`) and those SLURM holds (:func:`queued_jobs`);
+    says which others train on from a checkpoint."""
     going_on: List[Tuple[int, Path]] = []
     done = finished_jobs(launcher, job_overrides, initial_job_idx, "submitted", going_on)
     queued = queued_jobs(launcher, job_overrides, initial_job_idx, done, waits=waits)
@@ -382,8 +341,6 @@ class AttachedSlurmLauncher(_SubmittingLauncher):
     SIGTERM), it says that the jobs go on, with their ids and how to follow or cancel them."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        import signal
-
         from submitit.core.utils import UncompletedJobError
 
         from launcher.engine.signals import handlers
@@ -424,7 +381,6 @@ class AttachedSlurmLauncher(_SubmittingLauncher):
         def cancel_jobs_that_never_start(watcher: Any) -> None:
             """Cancel the waiting jobs SLURM keeps pending for a reason that waiting does not clear (more CPUs
             than a node has, say): the sweep would wait for them for ever. Each is one failed job."""
-            import subprocess
 
             waiting = [j for j in adapter.waiting_ids(watcher) if j not in never]
             reasons: Dict[str, str] = {}
@@ -502,9 +458,7 @@ _WHAT = {"timeout_min": "minutes of walltime", "mem_gb": "GB of memory per node"
 
 
 def check_requests(params: Dict[str, Any], launcher: str) -> None:
-    """Raise :class:`ConfigError` for a SLURM request below what it can be (``timeout_min=-5``, which ``sbatch``
-    takes as a walltime of 8000 years; ``cpus_per_task=0``): submitit checks the types, not the values."""
-    from launcher.engine.errors import ConfigError
+    """Raise :class:`ConfigError` for a SLURM request below its least (``timeout_min=-5``): submitit checks only types."""
 
     for key, least in _AT_LEAST.items():
         value = params.get(key)
@@ -520,13 +474,8 @@ DEFAULT_CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
 
 
 def check_slurm_config(launcher: str) -> None:
-    """Raise :class:`ConfigError` where SLURM's commands find no config (``SLURM_CONF`` not exported, no
-    ``/etc/slurm/slurm.conf``, and none from DNS, as ``sinfo`` says): before the sweep makes its dir, rather than
-    ``sbatch``'s words about DNS SRV lookups after. A configless cluster (its config from DNS) passes: ``sinfo`` answers."""
-    import subprocess
-
-    from launcher.engine.errors import ConfigError
-
+    """Raise :class:`ConfigError` where SLURM's commands find no config (no ``SLURM_CONF``, no default file, ``sinfo``
+    cannot configure): before the sweep dir is made."""
     if os.environ.get("SLURM_CONF") or any(os.path.isfile(path) for path in DEFAULT_CONFS):
         return
     try:
@@ -545,15 +494,11 @@ _WAITING_STATES = {"READY", "PENDING", "RUNNING", "REQUEUED", "COMPLETING", "PRE
 
 
 def fill_states_from_scontrol(watcher: Any, every_waiting_job: bool = False) -> None:
-    """States of the jobs that ``sacct`` did not give (a cluster without accounting, as a laptop's), from
-    ``scontrol``: without them submitit counts such a job UNKNOWN, not done, and waits for it for ever
-    once it has ended without a result. A job the controller no longer knows (``MinJobAge`` past) has ended."""
-    import re
-    import subprocess
+    """Set the states ``sacct`` did not give (a cluster without accounting) from ``scontrol``; a job the controller no
+    longer knows (``MinJobAge`` past) has ended. Else submitit waits for ever for a job that ended without a result."""
+    from launcher.sweep import submitit_adapter as adapter
 
-    info = getattr(watcher, "_info_dict", None)
-    waiting = [j for j in getattr(watcher, "_registered", set()) - getattr(watcher, "_finished", set())
-               if isinstance(info, dict) and (every_waiting_job or (info.get(j) or {}).get("State", "UNKNOWN") == "UNKNOWN")]
+    waiting = [j for j in adapter.waiting_ids(watcher) if every_waiting_job or adapter.state_of(watcher, j) == "UNKNOWN"]
     if not waiting:
         return
     known: dict = {}
@@ -584,7 +529,7 @@ def fill_states_from_scontrol(watcher: Any, every_waiting_job: bool = False) -> 
             state = known.get(job_id, "ENDED")
             if state not in _ENDED_STATES and state != "ENDED":
                 state = state if state in _WAITING_STATES else "RUNNING"  # CONFIGURING, SUSPENDED...: not done
-            info[job_id] = {**(info.get(job_id) or {}), "State": state}
+            adapter.set_state(watcher, job_id, state)
 
 
 # the names conf/hydra/launcher/slurm.yaml and slurm_detached.yaml give
