@@ -22,10 +22,8 @@ from launcher.sweep.summary import (FAILURE, ReportedFailure, attempts_so_far, d
 logger = logging.getLogger("launcher")
 
 def plan_sweep(config: Any) -> None:
-    """Before a sweep of Hydra's basic sweeper starts (its jobs are all known then): raise :class:`ConfigError`
-    when a ``hydra.sweep.subdir`` of one's own gives two jobs one run dir (the second would train on from the
-    first's run, or be refused, and its result overwrite the first's); else mark each job not started yet as
-    pending in its dir (``submitted.json``), so the summary lists it even if the sweep stops before it."""
+    """Before a basic sweeper's sweep starts: check the launcher's options, refuse jobs that would share a run dir
+    (:class:`ConfigError`), and mark each job not started yet pending (``submitted.json``)."""
     SWEEP.begin()
     sweep_dir = Path(str(config.hydra.sweep.dir))
     forks = False
@@ -81,8 +79,7 @@ class SweepSummary(Callback):  # type: ignore[misc]
 
     @staticmethod
     def _record_failure(config: Any, job_return: Any) -> None:
-        """``failure.json`` in the job dir after a failed job, removed after one that succeeds: run.json
-        cannot always say (a rerun refused for another config's run dir leaves that run's record as it was)."""
+        """``failure.json`` in the job dir after a failed job, removed after one that succeeds."""
         path = Path(config.hydra.runtime.output_dir) / FAILURE
         if job_return.status != JobStatus.FAILED:
             path.unlink(missing_ok=True)

@@ -1,32 +1,15 @@
 """A local sweep's jobs forked from a process that has already imported torch.
 
-A fresh job process pays Python's, torch's and ``torch._dynamo``'s imports (``torch.optim`` imports the
-latter on the first optimizer) before its first step: 2.5-3 CPU-seconds on a 2-core VM, more than a
-short job trains. So ``hydra/launcher=local`` starts one fork server per sweep, a process that imports
-those modules once (:data:`PRELOAD`) while the sweep composes its jobs, and each job's submitit
-controller asks it to fork the job's task instead of starting ``python -u -m submitit.core._submit``.
-The task is still a process of its own, as a fresh one would be: a session of its own, stdin from
-``/dev/null``, stdout and stderr to submitit's log files, the controller's environment, working
-directory and arguments, exit status and signals as a subprocess's (the server reaps it and tells the
-controller how it ended). What it does not get afresh: the modules in :data:`PRELOAD` as they were when
-the sweep started (a module of the user's own is imported by each job), and Python's hash salt.
+A fresh job pays 2.5-3 CPU-seconds of imports (torch, ``torch._dynamo``) before its first step, so
+``hydra/launcher=local`` starts one fork server per sweep that imports :data:`PRELOAD` once, and each job's
+submitit controller asks it to fork the job's task: a process of its own as a fresh one would be (session,
+stdio, environment, exit status, signals), but with the modules in :data:`PRELOAD` already imported. Linux only;
+the server refuses to fork if its imports loaded the CUDA driver, and any failure falls back to a fresh process.
 
-Linux only. The server refuses to fork (and the jobs start fresh) if importing :data:`PRELOAD` loaded
-the CUDA driver, which a forked child cannot use. ``hydra.launcher.fork_server=false`` turns it off;
-any failure to reach the server also falls back to a fresh process.
-
-Three sides:
-
-* the sweep (:class:`ForkServer`): starts the server, hands each job's controller a connection to it;
-* the server (:func:`serve`, ``python -m launcher.sweep.forkserver FD``): forks a task per request, reaps
-  them, reports each exit status on the connection that asked;
-* the controller (:func:`popen`): a ``subprocess.Popen`` stand-in for submitit's ``Controller``,
-  returning a :class:`ForkedTask` (``pid``, ``poll``, ``wait``, ``send_signal``) or, failing that, a real
-  ``Popen``.
-
-Messages are JSON, one per ``SOCK_SEQPACKET`` packet; file descriptors travel with them
-(``SCM_RIGHTS``). Torch-free, so the sweep's own process does not import torch.
-"""
+Three sides: the sweep (:class:`ForkServer`) starts the server and hands each job's controller a connection;
+the server (:func:`serve`) forks a task per request, reaps them and reports each exit status; the controller
+(:func:`popen`, a ``subprocess.Popen`` stand-in) gets a :class:`ForkedTask` or, failing that, a real ``Popen``.
+Messages are JSON, one per ``SOCK_SEQPACKET`` packet, with file descriptors (``SCM_RIGHTS``). Torch-free."""
 from __future__ import annotations
 
 import contextlib
@@ -645,15 +628,9 @@ PICKLE_WAIT_S = 60.0  # how long a controller waits for its job's folder and pic
 
 
 def run_controller(folder: str) -> None:
-    """submitit's local job controller (``python -m submitit.local._local``), but exiting as its job did, and
-    with its tasks forked by the sweep's server where it can (:func:`popen`).
-
-    submitit's exits 0 whatever became of its job, so a job killed before it wrote its result could not
-    be told from one that merely ended. This one exits with the job's status, 128 + n for signal n (as
-    a shell reports it): the sweep names the signal. Started by :class:`launcher.sweep.local.CappedLocalLauncher`
-    with :func:`controller_command`. It does not outlive the sweep's process (:data:`SWEEP_PID_ENV`): when that dies
-    (killed with its process group) the job is stopped as the sweep would stop it, with SIGTERM until it has ended.
-    """
+    """submitit's local job controller (``python -m submitit.local._local``), exiting with its job's status (128 + n for
+    signal n; submitit's exits 0), its tasks forked by the sweep's server where it can (:func:`popen`). It stops its
+    job, as the sweep would, when the sweep's process (:data:`SWEEP_PID_ENV`) dies."""
     from pathlib import Path
 
     from submitit.local.local import Controller

@@ -18,11 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
 from launcher.engine.files import atomic_write
 from launcher.runs.slurmstate import SLURM_ACTIVE, never_starts, slurm_states
 
+logger = logging.getLogger("launcher")
 FAILURE = "failure.json"  # in a job dir: its last attempt in a sweep failed (error, overrides); gone once one succeeds
 STATUS = {"completed": "done", "stopped": "done", "failed": "failed", "aborted": "failed",
           "running": "running", "interrupted": "interrupted"}
@@ -64,10 +66,8 @@ def _job_dirs(root: Path, depth: int = 3) -> List[Tuple[int, Path]]:
 
 
 def job_number(job_dir: Path) -> Optional[int]:
-    """The number the latest sweep to take ``job_dir`` gave its job: the sweep's record (``submitted.json``, written
-    as the sweep starts, see :func:`launcher.sweep.plugins.mark_pending`) or Hydra's (``.hydra/hydra.yaml``, written as the
-    job runs), whichever is newer; a sweep run again with a value added in front numbers a finished job anew without
-    running it."""
+    """The number the latest sweep to take ``job_dir`` gave its job: from ``submitted.json`` or ``.hydra/hydra.yaml``,
+    whichever is newer."""
     number: Optional[int] = None
     since = -1
     try:
@@ -229,11 +229,8 @@ def _slurm_job(record: Dict[str, Any], submitted: Dict[str, Any], status: str) -
 
 
 def _settle_with_slurm(rows: List[Dict[str, Any]]) -> None:
-    """A SLURM job that ended without its run recording the end: cancelled while queued, failed before its
-    run started (a node failure, an error in the job's Python start-up), or killed while running (out of
-    memory, past its time after the signal's grace, a node lost). Without asking SLURM its row would read
-    pending, or running, for good. And one that stopped with a checkpoint, interrupted, that SLURM has queued
-    to start again (preempted, timed out): requeued, not waiting for a rerun of the sweep."""
+    """Ask SLURM about jobs that ended without their run recording the end (cancelled while queued, killed, failed
+    before starting) or were requeued after an interruption: else their rows read pending or running for good."""
     asked = [r for r in rows if r["slurm_job"]]
     if not asked:
         return
@@ -295,11 +292,7 @@ def record_failure(job_dir: Path, error: str, overrides: Any) -> None:
 
 
 def best_row(rows: List[Dict[str, Any]], objective: str, mode: Any) -> Optional[Dict[str, Any]]:
-    """The finished job with the best ``objective`` (``mode``: max or min, or the config's enum); None if none.
-
-    A NaN (a diverged run, an objective never recorded) is never best: ``max`` cannot compare it, and
-    would return it or skip past better jobs depending on where it sits.
-    """
+    """The finished job with the best ``objective`` (``mode``: max or min); None if none. A NaN is never best."""
     mode = getattr(mode, "value", mode)
     scored = [r for r in rows if r["status"] == "done" and isinstance(r["metrics"].get(objective), (int, float))
               and not math.isnan(r["metrics"][objective])]
@@ -315,13 +308,9 @@ def _modified(path: Path) -> Optional[int]:
 
 def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = "max",
                   keep_if_unasked: bool = False) -> List[Dict[str, Any]]:
-    """Write ``summary.csv`` and ``summary.md`` into ``sweep_dir``; returns the rows. ``keep_if_unasked``: leave the
-    files as they are where SLURM could not be asked of jobs submitted to it (rows with ``unasked``): they may
-    hold what SLURM said when it could (cancelled, failed), which the jobs' own files do not.
-
-    Several processes write them (each job as it ends, ``python -m launcher.sweep.summary``): one whose jobs'
-    records changed while it read them (a job ended, and wrote its own summary, in between) reads them
-    again and writes once more, so the files never end older than the newest record."""
+    """Write ``summary.csv`` and ``summary.md`` into ``sweep_dir``; returns the rows. ``keep_if_unasked``: keep the
+    files where SLURM could not be asked. Records that changed while read are read again, so the files are never
+    older than the newest record."""
     mode = getattr(mode, "value", mode)  # the config's ObjectiveMode enum, or a string
     if mode not in ("min", "max"):
         raise ValueError(f"mode should be min or max, got {mode!r}")
@@ -456,10 +445,8 @@ def attempts_so_far(sweep_dir: Path) -> Dict[str, int]:
 
 
 def _attempts_before(row: Dict[str, Any], before: Dict[str, int], started_ns: Optional[int]) -> int:
-    """The attempts of ``row``'s job before this sweep ran it: ``before`` (counted as the sweep started), or, for a
-    SLURM job whose run recorded itself during the sweep under the submission its ``submitted.json`` names (one
-    an earlier submission queued, which the sweep waited for), the attempts before that submission: a requeue
-    before the sweep re-attached to it counts as one within the sweep."""
+    """The attempts of ``row``'s job before this sweep ran it: ``before``, or for a SLURM job queued by an earlier
+    submission the sweep waited for, those before that submission."""
     submitted = _read_json(Path(row["dir"]) / "submitted.json")
     ran = ((_read_json(Path(row["dir"]) / "run.json").get("submitit") or {}).get("job_id"))
     if started_ns is not None and isinstance(row.get("read_at"), int) and row["read_at"] >= started_ns and \
@@ -518,10 +505,6 @@ def job_end_line(num: int, overrides: Sequence[str], job_dir: Path, objective: s
         outcome = f"no {objective} recorded"
     return f"Job {num} [{' '.join(overrides)}] {status}: {outcome}; run dir: {job_dir}"
 
-
-from hydra.core.utils import JobReturn, JobStatus
-
-logger = logging.getLogger("launcher")
 
 
 class ReportedFailure(JobReturn):  # type: ignore[misc]
