@@ -1104,8 +1104,7 @@ def test_a_dead_job_is_interrupted_only_on_its_own_attempts_record(tmp_path):
 
     from omegaconf import OmegaConf
 
-    from launcher.sweep.local import JobDied, JobInterrupted
-    from launcher.sweep.plugins import record_dead_job
+    from launcher.sweep.plugins import JobDied, JobInterrupted, record_dead_job
 
     config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"name": "launcher"}},
                                "objective": "val/accuracy", "objective_mode": "max"})
