@@ -21,31 +21,32 @@ from launcher.sweep.summary import (FAILURE, ReportedFailure, attempts_so_far, d
 
 logger = logging.getLogger("launcher")
 
+
 def plan_sweep(config: Any) -> None:
     """Before a basic sweeper's sweep starts: check the launcher's options, refuse jobs that would share a run dir
     (:class:`ConfigError`), and mark each job not started yet pending (``submitted.json``)."""
     SWEEP.begin()
     sweep_dir = Path(str(config.hydra.sweep.dir))
-    forks = False
-    local = str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher")
+    launcher = config.hydra.launcher
+    target = str(launcher.get("_target_", ""))
+    local, slurm = target.endswith(".CappedLocalLauncher"), target.endswith((".AttachedSlurmLauncher", ".DetachedSlurmLauncher"))
+    forks = local and launcher.get("fork_server", True)
     if local:
         from launcher.sweep.local import check_cpus_per_task, check_fork_server, check_max_parallel, check_one_task, fork_server
 
-        check_max_parallel(config.hydra.launcher.get("max_parallel"))  # before any job dir or summary is written
-        check_cpus_per_task(config.hydra.launcher.get("cpus_per_task"))
-        check_fork_server(config.hydra.launcher.get("fork_server", True))
-        check_one_task(config.hydra.launcher)
-        forks = config.hydra.launcher.get("fork_server", True)
+        check_max_parallel(launcher.get("max_parallel"))  # before any job dir or summary is written
+        check_cpus_per_task(launcher.get("cpus_per_task"))
+        check_fork_server(launcher.get("fork_server", True))
+        check_one_task(launcher)
         if forks:  # importing torch while the jobs are composed (started already, where the command line said so)
             fork_server(sweep_dir / ".submitit" / "fork_server.log")
-    target = str(config.hydra.launcher.get("_target_", ""))
-    if target.endswith((".AttachedSlurmLauncher", ".DetachedSlurmLauncher")):
+    if slurm:
         from launcher.sweep.slurm import check_requests
 
-        check_requests(config.hydra.launcher, "slurm" if target.endswith(".AttachedSlurmLauncher") else "slurm_detached")
+        check_requests(launcher, "slurm" if target.endswith(".AttachedSlurmLauncher") else "slurm_detached")
     if not forks and "launcher.sweep.local" in sys.modules:  # started as the command line was read, and not wanted
         sys.modules["launcher.sweep.local"].stop_fork_server()
-    check_jobs(config, keep=local or target.endswith((".AttachedSlurmLauncher", ".DetachedSlurmLauncher")))  # the jobs take the configs composed to check them
+    check_jobs(config, keep=local or slurm)  # the jobs take the configs composed to check them
 
 
 class SweepSummary(Callback):  # type: ignore[misc]
