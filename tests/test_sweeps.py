@@ -1285,7 +1285,7 @@ def test_a_composed_local_job_takes_its_config_once_and_a_requeued_one_composes_
         ran.append(config)
         return config.seed
 
-    for module in (hydra.core.utils, submitit_launcher):
+    for module in (hydra.core.utils, submitit_launcher, local):
         monkeypatch.setattr(module, "run_job", run_job)
         monkeypatch.setattr(module, "setup_globals", lambda: None)
     monkeypatch.setattr(submitit, "JobEnvironment", lambda: types.SimpleNamespace(job_id="7"))

@@ -3,9 +3,11 @@
 when a sweep starts."""
 from __future__ import annotations
 
+import atexit
 import logging
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
@@ -14,7 +16,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from launcher.engine.errors import ConfigError, output_dir_refused
+from launcher.engine.errors import ConfigError, RunError, mark_reported, output_dir_refused
 from launcher.sweep.plugins import SWEEP, check_jobs, stop_basic_sweep_on_signal
 from launcher.sweep.summary import (FAILURE, ReportedFailure, attempts_so_far, done_report, failure_report, record_failure,
                                     write_summary)
@@ -64,10 +66,6 @@ class SweepSummary(Callback):  # type: ignore[misc]
         if config.hydra.mode == RunMode.MULTIRUN and job_return.status == JobStatus.FAILED:
             err = job_return._return_value
             last = str(err).strip().splitlines()[-1] if str(err).strip() else ""
-            import traceback
-
-            from launcher.engine.errors import ConfigError, RunError, mark_reported
-
             # a ConfigError's message is the whole story (key, value, what is accepted), and a RunError's (a NaN
             # loss: the launcher's own frames); other errors get their last frames
             trace = "" if isinstance(err, (ConfigError, RunError)) else \
@@ -91,9 +89,6 @@ class SweepSummary(Callback):  # type: ignore[misc]
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         # Hydra's sweeper raises at the first failed job, so on_multirun_end never runs then: the
         # end-of-sweep report runs at exit, after the sweep in every case.
-        import atexit
-
-
         sweep_dir = Path(str(config.hydra.sweep.dir))
         over = None
         if str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher"):  # its jobs run in this process

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides, run_job, setup_globals
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from launcher.sweep import forkserver
 from launcher.engine.distributed import CPUS_ENV, omp_threads, usable_cores
@@ -277,9 +278,6 @@ class ComposedJob(LocalLauncher):
         if self.composed is None or list(sweep_overrides) != list(self.composed_for):
             return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
         import submitit
-        from hydra.core.singleton import Singleton
-        from hydra.core.utils import run_job, setup_globals
-        from omegaconf import open_dict
 
         # the plugin's __call__, less composing the config
         Singleton.set_state(singleton_state)

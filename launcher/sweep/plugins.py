@@ -4,16 +4,35 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 import json
 import logging
 import os
+import re
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
+from omegaconf import OmegaConf, open_dict, read_write
 
-from launcher.engine.signals import EXIT_INTERRUPTED
+from launcher.engine.errors import ClusterUnreachable, ConfigError, mark_reported
+from launcher.engine.files import atomic_write, candidates
+from launcher.engine.signals import EXIT_INTERRUPTED, SignalLatch
+from launcher.runs.build import composition_message
+from launcher.runs.objective import warn_if_objective_unknown
+from launcher.runs.run import check_trainer_config, check_values_not_applied, nothing_to_train_on
+from launcher.runs.rundir import (REPORTED, check_rerun, check_world_size, describe_changes, finished_result, lengthens,
+                                  mark_failed, override_for_shell, refused_key, same_sweep, split_additions)
+from launcher.runs.slurmstate import asked_of, what_a_node_has
+from launcher.sweep.summary import FAILURE, ReportedFailure, _job_dirs, record_failure, recorded_overrides, write_summary
+from launcher.sweep.summary import jobs as summary_rows
 
 log = logging.getLogger("launcher")
 
@@ -29,10 +48,8 @@ class JobInterrupted(CompactHydraException):
 
     def exit_code(self) -> int:
         """The sweep's: 75 (rerun to resume) unless one of its jobs failed."""
-        from launcher.sweep.summary import jobs
-
         try:
-            failed = self.sweep_dir is None or any(row["status"] == "failed" for row in jobs(self.sweep_dir))
+            failed = self.sweep_dir is None or any(row["status"] == "failed" for row in summary_rows(self.sweep_dir))
         except OSError:
             failed = True
         return 1 if failed else EXIT_INTERRUPTED
@@ -40,7 +57,6 @@ class JobInterrupted(CompactHydraException):
 
 def stop_sweep(signal_name: str, sweep_dir: Any) -> None:
     """End a sweep stopped by a signal: say how to resume it, and exit 75 (the report at exit lists its jobs)."""
-    from launcher.runs.rundir import override_for_shell
     log.warning(
         "Sweep stopped by %s. Run the same command with %s to resume it: finished jobs are not run again, stopped ones "
         "resume from their checkpoints", signal_name, override_for_shell("hydra.sweep.dir", str(sweep_dir)))
@@ -50,10 +66,7 @@ def stop_sweep(signal_name: str, sweep_dir: Any) -> None:
 def stop_basic_sweep_on_signal(sweep_dir: Any) -> Callable[[], None]:
     """For the basic launcher (jobs in this process): SIGTERM or SIGUSR2 between jobs stops the sweep with its report,
     exit 75; a handler that is not the default stays. Returns what puts the default handlers back once it is over."""
-    import signal
-    import threading
 
-    from launcher.engine.signals import SignalLatch
 
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
@@ -83,8 +96,6 @@ def as_plain(cls: type, state: dict) -> object:
 
 def job_dir(config: Any, overrides: Sequence[str], idx: int, config_loader: Any) -> Path:
     """Sweep job ``idx``'s run dir, as its process will resolve it (``hydra.sweep.dir`` / ``hydra.sweep.subdir``)."""
-    from omegaconf import OmegaConf, open_dict
-
     if OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}":
         return Path(str(config.hydra.sweep.dir)) / str(idx)  # the default, without composing the job's config
     known = SWEEP.dirs.setdefault(id(config), {})  # a sweep asks for a job's dir several times (check, submit, record)
@@ -105,11 +116,7 @@ def check_jobs(config: Any, keep: bool = False) -> None:
     """:func:`launcher.sweep.callback.plan_sweep` for the basic sweeper's jobs: refused, or marked pending. ``keep``:
     the configs composed to check them stay for the jobs (:func:`take_composed`)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
 
-    from launcher.engine.errors import ConfigError
 
     if config.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:
         return
@@ -145,12 +152,8 @@ def check_jobs(config: Any, keep: bool = False) -> None:
 def refuse_what_runs_would_refuse(config: Any, loader: Any, jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> list:
     """Raise, before any job runs, the :class:`ConfigError` a job's run would raise in its dir (``(number, overrides,
     dir)``) that holds a finished run or checkpoints. Returns ``(number, overrides, dir, record or None, outcome)``."""
-    from launcher.engine.errors import ConfigError
-    from launcher.engine.files import candidates as saved_checkpoints
-    from launcher.runs.rundir import finished_result
-
     runs = [(idx, overrides, path, finished_result(path)) for idx, overrides, path in jobs]
-    runs = [run for run in runs if run[3] is not None or saved_checkpoints(run[2] / "checkpoints")]
+    runs = [run for run in runs if run[3] is not None or candidates(run[2] / "checkpoints")]
     if len(runs) > 8:  # about 0.1 s each: say what the wait is
         log.info("Checking the %d runs of this sweep dir against this sweep's config", len(runs))
     checked = []
@@ -180,10 +183,6 @@ def _swept_values(overrides: Sequence[str], swept: set) -> dict:
 def check_sweep_dir_holds_this_sweep(config: Any, job_dirs: dict, jobs: Sequence[Sequence[str]], swept: set) -> None:
     """Raise :class:`ConfigError` when a job dir holds another sweep's job (other values of the swept keys): jobs are
     numbered by their place, so a value added in front would give a job another's dir."""
-    from launcher.engine.errors import ConfigError
-    from launcher.runs.rundir import refused_key
-    from launcher.sweep.summary import recorded_overrides
-
     for path, idx in job_dirs.items():
         recorded = recorded_overrides(path)
         if recorded is None:
@@ -242,9 +241,6 @@ def check_each_value_composes(config: Any, jobs: Sequence[Sequence[str]], loader
     """Compose jobs that between them use every swept value (each the job with the most values not composed yet, at most
     ``COMPOSE_AHEAD``) and raise :class:`ConfigError` naming the first that does not compose. ``keep``: the configs
     are kept for :func:`take_composed`."""
-    from launcher.runs.build import composition_message
-    from launcher.engine.errors import ConfigError
-
     todo = {idx: set(overrides) for idx, overrides in enumerate(jobs)}
     for _ in range(COMPOSE_AHEAD):
         idx = max(todo, key=lambda i: (len(todo[i]), -i), default=None)  # the most new values; the first such job
@@ -271,10 +267,7 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
     recorded result): not run again, logged in one line (``verb``), with changes not applied. Raises the
     :class:`ConfigError` a job's run would raise. Jobs that train on from a checkpoint are said, or with
     ``going_on`` appended there as ``(job, dir)``."""
-    from hydra.core.utils import JobReturn, JobStatus
 
-    from launcher.runs.rundir import describe_changes
-    from launcher.sweep.summary import FAILURE
 
     config, loader = launcher.config, launcher.hydra_context.config_loader
     jobs = []
@@ -308,7 +301,6 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
     else:
         going_on.extend(going)
     if unknown:  # as a finished run's rerun says it
-        from launcher.runs.objective import warn_if_objective_unknown
         objective, metrics = unknown[min(unknown)]
         warn_if_objective_unknown(objective, metrics, f"the metrics of finished sweep job(s) {number_ranges(sorted(unknown))}",
                                   "They return NaN")
@@ -328,8 +320,6 @@ def finished_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial
 
 def say_going_on(jobs: Sequence[Tuple[int, Path]]) -> None:
     """One line naming the jobs (``(job, dir)``) that train on from a checkpoint, each with its newest checkpoint."""
-    from launcher.engine.files import candidates
-
     going = [(idx, found[0].name) for idx, path in jobs for found in [candidates(path / "checkpoints")] if found]
     if going:
         log.info("%d sweep job(s) train on from their checkpoints: %s%s", len(going),
@@ -339,8 +329,6 @@ def say_going_on(jobs: Sequence[Tuple[int, Path]]) -> None:
 @contextlib.contextmanager
 def as_job(job_config: Any) -> Iterator[None]:
     """Hydra's config (``${hydra:...}``) set to a sweep job's while it is looked at in the sweep's process."""
-    from hydra.core.hydra_config import HydraConfig
-
     hydra = HydraConfig.instance()
     saved = hydra.cfg
     hydra.set_config(job_config)
@@ -354,12 +342,7 @@ def _unapplied_changes(config: Any, loader: Any, overrides: Sequence[str], idx: 
                        record: Dict[str, Any]) -> Optional[Tuple[str, list]]:
     """For the finished run in ``path``: ``(objective, changes its rerun would leave unapplied)``, or None where the job
     would run. Raises the :class:`ConfigError` its run would raise for a config that does not fit the run dir."""
-    from omegaconf import open_dict, read_write
 
-    from launcher.runs.run import check_trainer_config, check_values_not_applied, nothing_to_train_on
-    from launcher.engine.errors import ConfigError
-    from launcher.engine.files import candidates
-    from launcher.runs.rundir import REPORTED, check_rerun, check_world_size, lengthens, split_additions
 
     composed = SWEEP.composed.get(id(config), {}).get(tuple(overrides))  # the sweep's check composed it already
     try:
@@ -423,8 +406,6 @@ def number_ranges(numbers: Sequence[int]) -> str:
 def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
     """``submitted.json`` (job number, overrides, sweep mark) in each job dir with no run record yet: the summary lists
     the job pending until it starts. A dir with a record is marked by :func:`mark_taken`."""
-    from launcher.engine.files import atomic_write
-
     sweep = SWEEP.mark()
     for offset, (path, overrides) in enumerate(zip(job_dirs, job_overrides)):
         if (path / "run.json").is_file():
@@ -442,8 +423,6 @@ def mark_pending(job_dirs: Sequence[Path], job_overrides: Sequence[Sequence[str]
 def mark_taken(jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> None:
     """Mark the job dirs (``(number, overrides, dir)``) that hold a run or an earlier SLURM submission as this sweep's,
     in ``submitted.json`` (its number and sweep mark), keeping what it held and its time. Best effort."""
-    from launcher.engine.files import atomic_write
-
     sweep = SWEEP.mark()
     for idx, overrides, path in jobs:
         mark = path / "submitted.json"
@@ -469,15 +448,11 @@ def mark_taken(jobs: Sequence[Tuple[int, Sequence[str], Path]]) -> None:
 def explain_launcher_error(err: BaseException, launcher: str, params: Optional[Dict[str, Any]] = None) -> BaseException:
     """A launcher's own failure as one line: an option submitit does not know or takes in another type, or ``sbatch``
     refusing the jobs (with ``params``: what they asked and what a node has). Anything else is returned as it is."""
-    import re
 
-    from launcher.engine.errors import ConfigError
 
     text = str(err)
     unknown = re.match(r"Unknown argument '(\w+)' for executor '\w+' in parameter '\w+'\. Valid arguments: ([^\n]*)", text)
     if isinstance(err, NameError) and unknown:
-        import difflib
-
         shared = re.search(r"parameters are: \{(.*)\}", text)
         accepted = [n.strip() for n in unknown.group(2).split(",") if n.strip()]
         accepted += re.findall(r"'(\w+)':", shared.group(1)) if shared else []
@@ -496,14 +471,10 @@ def explain_launcher_error(err: BaseException, launcher: str, params: Optional[D
         return ConfigError(f"hydra.launcher.{name}={value}: submitit takes {kind} ({expected}) for it with "
                            f"hydra/launcher={launcher}" + (" (minutes)" if name.endswith("_min") else ""))
     if type(err).__name__ == "FailedJobError" and "sbatch" in text:
-        from launcher.runs.slurmstate import asked_of, what_a_node_has
-
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         errors = [line[len("sbatch: error:"):].strip() for line in lines if line.startswith("sbatch: error:")]
         said = "; ".join(errors or [line.partition("sbatch: ")[2] or line for line in lines])
         if re.search(r"Unable to contact slurm controller|Socket timed out|Connection refused", said):
-            from launcher.engine.errors import ClusterUnreachable
-
             return ClusterUnreachable(f"hydra/launcher={launcher}: SLURM's controller did not answer sbatch ({said}): "
                                       f"no job was submitted. Once `sinfo` answers, the same command submits the sweep")
         if params is None:
@@ -533,8 +504,6 @@ def launcher_errors_explained(launcher: str, params: Optional[Dict[str, Any]] = 
 
 def forget_pending(sweep_dir: Path) -> None:
     """Unmark the never-started jobs of ``sweep_dir`` (a sweep that could launch none); a job submitted to SLURM stays."""
-    from launcher.sweep.summary import _job_dirs
-
     if not Path(sweep_dir).is_dir():
         return
     for _, path in _job_dirs(Path(sweep_dir)):
@@ -553,11 +522,7 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
     """The failed JobReturn of a job that ended without a result, recorded as a failed job's (``run.json``,
     ``failure.json``, summary, log line); one whose run of this attempt (since ``since``) stopped itself on a
     signal stays interrupted."""
-    from hydra.core.utils import JobStatus
 
-    from launcher.engine.errors import mark_reported
-    from launcher.runs.rundir import mark_failed, same_sweep
-    from launcher.sweep.summary import ReportedFailure, record_failure
 
     try:
         record = json.loads((job_dir / "run.json").read_text())
@@ -590,10 +555,7 @@ def record_dead_job(config: Any, job_dir: Path, overrides: Sequence[str], idx: i
 
 def record_cancelled(config: Any, job_dir: Path, overrides: Sequence[str], idx: int, slurm_job: Any) -> Any:
     """The JobReturn of a SLURM job cancelled before its run started: listed ``cancelled``, and a rerun runs it."""
-    from hydra.core.utils import JobStatus
 
-    from launcher.runs.rundir import same_sweep
-    from launcher.sweep.summary import ReportedFailure
 
     stopped = JobInterrupted(f"Sweep job {idx} ({' '.join(overrides)}): SLURM job {slurm_job} was cancelled before its "
                              f"run started: rerun {same_sweep(config)} to run it")
@@ -604,8 +566,6 @@ def record_cancelled(config: Any, job_dir: Path, overrides: Sequence[str], idx: 
 
 
 def _write_summary(config: Any) -> None:
-    from launcher.sweep.summary import write_summary
-
     try:
         write_summary(Path(str(config.hydra.sweep.dir)), config.get("objective", "val/accuracy"),
                       config.get("objective_mode", "max"))

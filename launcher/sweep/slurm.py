@@ -19,11 +19,16 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides, run_job, setup_globals
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import log as plugin_log
+from omegaconf import open_dict
 
 from launcher.engine.errors import ConfigError
 from launcher.engine.files import atomic_write
+from launcher.engine.signals import SignalLatch, handlers
+from launcher.runs.rundir import same_sweep
 from launcher.sweep.plugins import (SWEEP, as_plain, finished_jobs, launcher_errors_explained, number_ranges,
                                     record_cancelled, record_dead_job, say_going_on, take_composed)
 from launcher.sweep.plugins import job_dir as plugin_job_dir
@@ -41,8 +46,6 @@ class SlurmJob(SlurmLauncher):
 
     def __call__(self, sweep_overrides: List[str], job_dir_key: str, job_num: int, job_id: str,
                  singleton_state: Dict[type, Any], composed: Any = None) -> JobReturn:
-        from launcher.engine.signals import SignalLatch
-
         if self.composed is None and composed is not None:  # pickled apart: a sweep of many jobs holds bytes, not configs
 
             self.composed = pickle.loads(composed)
@@ -60,11 +63,7 @@ class SlurmJob(SlurmLauncher):
 
     def _run_job(self, sweep_overrides: List[str], job_dir_key: str, job_num: int, singleton_state: Dict[type, Any]) -> JobReturn:
         """The plugin's ``BaseSubmititLauncher.__call__``, composing the job's config on its first attempt only."""
-
         import submitit
-        from hydra.core.singleton import Singleton
-        from hydra.core.utils import run_job, setup_globals
-        from omegaconf import open_dict
 
         Singleton.set_state(singleton_state)
         setup_globals()
@@ -262,8 +261,6 @@ class _SubmittingLauncher(SlurmLauncher):
         """Each job's JobReturn (finished, or queued already and not waited for) or submitit job. Appends
         ``(job, number, overrides, dir)`` to ``submitted`` for each job submitted, and with ``waits`` to ``attached``
         for each queued by an earlier submission."""
-        from hydra_plugins.hydra_submitit_launcher.submitit_launcher import log as plugin_log
-
         from launcher.sweep import submitit_adapter as adapter
 
         check_requests(self.params, self.NAME)
@@ -343,7 +340,6 @@ class AttachedSlurmLauncher(_SubmittingLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from submitit.core.utils import UncompletedJobError
 
-        from launcher.engine.signals import handlers
         from launcher.sweep import submitit_adapter as adapter
 
         jobs: List[tuple] = []  # (job, job number, overrides, dir) of each job submitted
@@ -381,7 +377,6 @@ class AttachedSlurmLauncher(_SubmittingLauncher):
         def cancel_jobs_that_never_start(watcher: Any) -> None:
             """Cancel the waiting jobs SLURM keeps pending for a reason that waiting does not clear (more CPUs
             than a node has, say): the sweep would wait for them for ever. Each is one failed job."""
-
             waiting = [j for j in adapter.waiting_ids(watcher) if j not in never]
             reasons: Dict[str, str] = {}
             states = slurm_states(sorted(waiting), reasons) if waiting else {}
@@ -440,8 +435,6 @@ class AttachedSlurmLauncher(_SubmittingLauncher):
                 with adapter.slurm_states_from(update):
                     return [each if isinstance(each, JobReturn) else results_or_died(each)[0] for each in out]
         except (_Stop, KeyboardInterrupt) as err:
-            from launcher.runs.rundir import same_sweep
-
             name = str(err) or "SIGINT"
             running = [str(j.job_id) for j, *_ in jobs + attached]
             arrays = sorted({i.split("_")[0] for i in running})
@@ -459,7 +452,6 @@ _WHAT = {"timeout_min": "minutes of walltime", "mem_gb": "GB of memory per node"
 
 def check_requests(params: Dict[str, Any], launcher: str) -> None:
     """Raise :class:`ConfigError` for a SLURM request below its least (``timeout_min=-5``): submitit checks only types."""
-
     for key, least in _AT_LEAST.items():
         value = params.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value >= least:

@@ -10,19 +10,24 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import difflib
 import io
 import json
 import logging
 import math
+import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import yaml
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from launcher.engine.files import atomic_write
+from launcher.engine.files import atomic_write, candidates
 from launcher.runs.slurmstate import SLURM_ACTIVE, never_starts, slurm_states
+from launcher.runs.rundir import RunRecord, _attempt_seconds, refused_key, same_command, training_here_now
 
 logger = logging.getLogger("launcher")
 FAILURE = "failure.json"  # in a job dir: its last attempt in a sweep failed (error, overrides); gone once one succeeds
@@ -131,8 +136,6 @@ def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str,
                        stderr=_here(submitted.get("stderr"), sweep_dir), stdout=_here(submitted.get("stdout"), sweep_dir))
         row["slurm_job"] = _slurm_job(record, submitted, row["status"])
         if row["status"] == "running" and not row["slurm_job"] and _died_here(d, record):
-            from launcher.runs.rundir import _attempt_seconds
-
             # its time runs to its last sign of life (metrics.jsonl, checkpoints/last), as a rerun would count it
             row.update(status="failed", seconds=round(_attempt_seconds(record, d), 3) if "seconds" in record else None,
                        error=f"its process (pid {record.get('pid')} on this host) ended without recording its end: "
@@ -172,7 +175,6 @@ def recorded_overrides(job_dir: Path, record: Optional[Dict[str, Any]] = None,
         overrides = (_read_json(job_dir / name) if known is None else known).get("overrides")
         if isinstance(overrides, list):
             return overrides
-    import yaml
 
     try:
         listed = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text())
@@ -184,10 +186,7 @@ def recorded_overrides(job_dir: Path, record: Optional[Dict[str, Any]] = None,
 def _died_here(job_dir: Path, record: Dict[str, Any]) -> bool:
     """Whether a run recorded running on this host has no live process (killed outright, along with the
     sweep that would have recorded it: the OOM killer, a reboot). A SLURM job's is SLURM's to say."""
-    import os
-    import socket
 
-    from launcher.runs.rundir import training_here_now
 
     if record.get("host") != socket.gethostname() or record.get("pid") in (os.getpid(), os.getppid()) or \
             (record.get("submitit") or {}).get("cluster") == "slurm":
@@ -282,7 +281,6 @@ def record_failure(job_dir: Path, error: str, overrides: Any) -> None:
     """``failure.json`` in ``job_dir``: its last attempt failed with ``error`` (see :func:`jobs`)."""
     try:
         Path(job_dir).mkdir(parents=True, exist_ok=True)
-        from launcher.runs.rundir import RunRecord
 
         # this attempt's submitit logs: run.json may keep an earlier attempt's (a rerun that trained nothing keeps it)
         failure = {"error": error, "overrides": list(overrides), "submitit": RunRecord.submitit_job()}
@@ -399,8 +397,6 @@ def _error_lines(path: str, job: int, n: int) -> List[str]:
 
 def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) -> str:
     """One screen at the end of a sweep: each failed job, its overrides, its log and its error's last lines."""
-    from launcher.runs.rundir import same_command
-
     failed = [r for r in rows if r["status"] == "failed"]
     if not failed:
         return ""
@@ -424,9 +420,6 @@ def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) 
 def _stopped_with_a_checkpoint(job_dir: Path) -> Optional[str]:
     """What to mend ("the config", "the model") of a job that stopped for an error found at a boundary (a value or a
     model output that only validation shows) with a checkpoint to train on from; None for any other failure."""
-    from launcher.engine.files import candidates
-    from launcher.runs.rundir import refused_key
-
     model = str(_read_json(job_dir / "run.json").get("error") or "").startswith("ModelOutputError")
     what = "the config" if refused_key(job_dir) else "the model" if model else None
     return what if what and candidates(job_dir / "checkpoints") else None
@@ -548,8 +541,6 @@ def main() -> None:
     if args.objective:
         recorded = sorted({k for row in jobs(args.sweep_dir) for k in row["metrics"]})
         if recorded and args.objective not in recorded:
-            import difflib
-
             close = difflib.get_close_matches(args.objective, recorded, n=1)
             raise SystemExit(f"launcher.sweep.summary: --objective {args.objective} is no metric the jobs recorded"
                              + (f"; did you mean {close[0]}?" if close else "") + f" They recorded: {', '.join(recorded)}")
