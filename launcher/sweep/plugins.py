@@ -228,7 +228,7 @@ SWEEP = SweepState()
 
 
 def checked(config: Any) -> bool:
-    """Whether :func:`plan_sweep` has checked the jobs of the sweep of ``config``."""
+    """Whether :func:`launcher.sweep.callback.plan_sweep` has checked the jobs of the sweep of ``config``."""
     return id(config) in SWEEP.composed
 
 
