@@ -3,7 +3,6 @@ hydra-submitit-launcher: each test fails when a release changes it. Fast, in-pro
 from __future__ import annotations
 
 import inspect
-import subprocess
 import types
 
 import pytest
