@@ -744,9 +744,8 @@ def test_each_process_takes_the_threads_its_job_was_given_shared_among_its_ranks
     ("2", None, 2, 8, "OMP_NUM_THREADS=2 with 2 jobs at once: 4 threads on 2 usable CPU cores", 1),
     ("1", 2, 2, 8, None, 1),  # OMP_NUM_THREADS wins: 1 thread a job
     # trainer.devices=2: each job's 1 CPU shared by 2 processes, one thread each at least
-    (None, None, 2, 8, "trainer.devices=2 with 2 jobs at once: 4 training processes on 2 usable CPU cores where they "
-                       "train on the CPU (each job has 1 CPU(s)); they will wait for each other's cores "
-                       "(hydra.launcher.max_parallel=1 gives each job 2)", 2),
+    (None, None, 2, 8, "trainer.devices=2 with 2 jobs at once: 4 training processes on 2 usable CPU cores (1 a job); "
+                       "hydra.launcher.max_parallel=1 gives each job 2", 2),
     (None, None, 1, 8, None, 2),  # one job at a time: its 2 CPUs, one per process
 ])
 def test_a_local_sweep_says_when_its_jobs_would_take_more_threads_than_there_are_cores(

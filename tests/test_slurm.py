@@ -806,9 +806,8 @@ def test_a_rerun_submits_no_job_slurm_holds_already_and_an_attached_one_waits_fo
     out = again.stdout + again.stderr
     assert again.returncode == 0 and f"Sweep jobs 0-1 are queued or running in SLURM already ({ids[0]}, {ids[1]}): " \
                                      "not submitted again" in out, out[-3000:]
-    assert "hydra.launcher changed since sweep job(s) 0-1 were submitted (mem_gb: 1 -> 2): SLURM holds them with the " \
-           "settings they were submitted with, so the change applies to none of them. To apply it, cancel them (scancel " \
-           f"{ids[0]} {ids[1]}: a running one saves a checkpoint as it stops)" in out, out[-3000:]
+    assert "hydra.launcher changed since sweep job(s) 0-1 were submitted (mem_gb: 1 -> 2): SLURM keeps their old " \
+           f"settings; to apply it, scancel {ids[0]} {ids[1]} (a running one checkpoints) and rerun" in out, out[-3000:]
     assert "Nothing submitted to SLURM" in out
     assert [json.loads((sweep / j / "submitted.json").read_text())["job_id"] for j in ("0", "1")] == ids
     arrays = {p.name.split("_")[0] for p in (sweep / ".submitit").iterdir() if p.name[0].isdigit()}

@@ -1104,8 +1104,7 @@ def test_a_dead_job_is_interrupted_only_on_its_own_attempts_record(tmp_path):
 
     from omegaconf import OmegaConf
 
-    from launcher.sweep.local import JobDied, JobInterrupted
-    from launcher.sweep.plugins import record_dead_job
+    from launcher.sweep.plugins import JobDied, JobInterrupted, record_dead_job
 
     config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"name": "launcher"}},
                                "objective": "val/accuracy", "objective_mode": "max"})
@@ -1286,7 +1285,7 @@ def test_a_composed_local_job_takes_its_config_once_and_a_requeued_one_composes_
         ran.append(config)
         return config.seed
 
-    for module in (hydra.core.utils, submitit_launcher):
+    for module in (hydra.core.utils, submitit_launcher, local):
         monkeypatch.setattr(module, "run_job", run_job)
         monkeypatch.setattr(module, "setup_globals", lambda: None)
     monkeypatch.setattr(submitit, "JobEnvironment", lambda: types.SimpleNamespace(job_id="7"))

@@ -3,9 +3,11 @@
 when a sweep starts."""
 from __future__ import annotations
 
+import atexit
 import logging
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
@@ -14,40 +16,39 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from launcher.engine.errors import ConfigError, output_dir_refused
-from launcher.sweep.plugins import begin_sweep, check_jobs, stop_basic_sweep_on_signal
+from launcher.engine.errors import ConfigError, RunError, mark_reported, output_dir_refused
+from launcher.sweep.plugins import SWEEP, check_jobs, stop_basic_sweep_on_signal
 from launcher.sweep.summary import (FAILURE, ReportedFailure, attempts_so_far, done_report, failure_report, record_failure,
                                     write_summary)
 
 logger = logging.getLogger("launcher")
 
+
 def plan_sweep(config: Any) -> None:
-    """Before a sweep of Hydra's basic sweeper starts (its jobs are all known then): raise :class:`ConfigError`
-    when a ``hydra.sweep.subdir`` of one's own gives two jobs one run dir (the second would train on from the
-    first's run, or be refused, and its result overwrite the first's); else mark each job not started yet as
-    pending in its dir (``submitted.json``), so the summary lists it even if the sweep stops before it."""
-    begin_sweep()
+    """Before a basic sweeper's sweep starts: check the launcher's options, refuse jobs that would share a run dir
+    (:class:`ConfigError`), and mark each job not started yet pending (``submitted.json``)."""
+    SWEEP.begin()
     sweep_dir = Path(str(config.hydra.sweep.dir))
-    forks = False
-    local = str(config.hydra.launcher.get("_target_", "")).endswith(".CappedLocalLauncher")
+    launcher = config.hydra.launcher
+    target = str(launcher.get("_target_", ""))
+    local, slurm = target.endswith(".CappedLocalLauncher"), target.endswith((".AttachedSlurmLauncher", ".DetachedSlurmLauncher"))
+    forks = local and launcher.get("fork_server", True)
     if local:
         from launcher.sweep.local import check_cpus_per_task, check_fork_server, check_max_parallel, check_one_task, fork_server
 
-        check_max_parallel(config.hydra.launcher.get("max_parallel"))  # before any job dir or summary is written
-        check_cpus_per_task(config.hydra.launcher.get("cpus_per_task"))
-        check_fork_server(config.hydra.launcher.get("fork_server", True))
-        check_one_task(config.hydra.launcher)
-        forks = config.hydra.launcher.get("fork_server", True)
+        check_max_parallel(launcher.get("max_parallel"))  # before any job dir or summary is written
+        check_cpus_per_task(launcher.get("cpus_per_task"))
+        check_fork_server(launcher.get("fork_server", True))
+        check_one_task(launcher)
         if forks:  # importing torch while the jobs are composed (started already, where the command line said so)
             fork_server(sweep_dir / ".submitit" / "fork_server.log")
-    target = str(config.hydra.launcher.get("_target_", ""))
-    if target.endswith((".AttachedSlurmLauncher", ".DetachedSlurmLauncher")):
+    if slurm:
         from launcher.sweep.slurm import check_requests
 
-        check_requests(config.hydra.launcher, "slurm" if target.endswith(".AttachedSlurmLauncher") else "slurm_detached")
+        check_requests(launcher, "slurm" if target.endswith(".AttachedSlurmLauncher") else "slurm_detached")
     if not forks and "launcher.sweep.local" in sys.modules:  # started as the command line was read, and not wanted
         sys.modules["launcher.sweep.local"].stop_fork_server()
-    check_jobs(config, keep=local or target.endswith((".AttachedSlurmLauncher", ".DetachedSlurmLauncher")))  # the jobs take the configs composed to check them
+    check_jobs(config, keep=local or slurm)  # the jobs take the configs composed to check them
 
 
 class SweepSummary(Callback):  # type: ignore[misc]
@@ -65,10 +66,6 @@ class SweepSummary(Callback):  # type: ignore[misc]
         if config.hydra.mode == RunMode.MULTIRUN and job_return.status == JobStatus.FAILED:
             err = job_return._return_value
             last = str(err).strip().splitlines()[-1] if str(err).strip() else ""
-            import traceback
-
-            from launcher.engine.errors import ConfigError, RunError, mark_reported
-
             # a ConfigError's message is the whole story (key, value, what is accepted), and a RunError's (a NaN
             # loss: the launcher's own frames); other errors get their last frames
             trace = "" if isinstance(err, (ConfigError, RunError)) else \
@@ -81,8 +78,7 @@ class SweepSummary(Callback):  # type: ignore[misc]
 
     @staticmethod
     def _record_failure(config: Any, job_return: Any) -> None:
-        """``failure.json`` in the job dir after a failed job, removed after one that succeeds: run.json
-        cannot always say (a rerun refused for another config's run dir leaves that run's record as it was)."""
+        """``failure.json`` in the job dir after a failed job, removed after one that succeeds."""
         path = Path(config.hydra.runtime.output_dir) / FAILURE
         if job_return.status != JobStatus.FAILED:
             path.unlink(missing_ok=True)
@@ -93,9 +89,6 @@ class SweepSummary(Callback):  # type: ignore[misc]
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         # Hydra's sweeper raises at the first failed job, so on_multirun_end never runs then: the
         # end-of-sweep report runs at exit, after the sweep in every case.
-        import atexit
-
-
         sweep_dir = Path(str(config.hydra.sweep.dir))
         over = None
         if str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher"):  # its jobs run in this process

@@ -1,32 +1,15 @@
 """A local sweep's jobs forked from a process that has already imported torch.
 
-A fresh job process pays Python's, torch's and ``torch._dynamo``'s imports (``torch.optim`` imports the
-latter on the first optimizer) before its first step: 2.5-3 CPU-seconds on a 2-core VM, more than a
-short job trains. So ``hydra/launcher=local`` starts one fork server per sweep, a process that imports
-those modules once (:data:`PRELOAD`) while the sweep composes its jobs, and each job's submitit
-controller asks it to fork the job's task instead of starting ``python -u -m submitit.core._submit``.
-The task is still a process of its own, as a fresh one would be: a session of its own, stdin from
-``/dev/null``, stdout and stderr to submitit's log files, the controller's environment, working
-directory and arguments, exit status and signals as a subprocess's (the server reaps it and tells the
-controller how it ended). What it does not get afresh: the modules in :data:`PRELOAD` as they were when
-the sweep started (a module of the user's own is imported by each job), and Python's hash salt.
+A fresh job pays 2.5-3 CPU-seconds of imports (torch, ``torch._dynamo``) before its first step, so
+``hydra/launcher=local`` starts one fork server per sweep that imports :data:`PRELOAD` once, and each job's
+submitit controller asks it to fork the job's task: a process of its own as a fresh one would be (session,
+stdio, environment, exit status, signals), but with the modules in :data:`PRELOAD` already imported. Linux only;
+the server refuses to fork if its imports loaded the CUDA driver, and any failure falls back to a fresh process.
 
-Linux only. The server refuses to fork (and the jobs start fresh) if importing :data:`PRELOAD` loaded
-the CUDA driver, which a forked child cannot use. ``hydra.launcher.fork_server=false`` turns it off;
-any failure to reach the server also falls back to a fresh process.
-
-Three sides:
-
-* the sweep (:class:`ForkServer`): starts the server, hands each job's controller a connection to it;
-* the server (:func:`serve`, ``python -m launcher.sweep.forkserver FD``): forks a task per request, reaps
-  them, reports each exit status on the connection that asked;
-* the controller (:func:`popen`): a ``subprocess.Popen`` stand-in for submitit's ``Controller``,
-  returning a :class:`ForkedTask` (``pid``, ``poll``, ``wait``, ``send_signal``) or, failing that, a real
-  ``Popen``.
-
-Messages are JSON, one per ``SOCK_SEQPACKET`` packet; file descriptors travel with them
-(``SCM_RIGHTS``). Torch-free, so the sweep's own process does not import torch.
-"""
+Three sides: the sweep (:class:`ForkServer`) starts the server and hands each job's controller a connection;
+the server (:func:`serve`) forks a task per request, reaps them and reports each exit status; the controller
+(:func:`popen`, a ``subprocess.Popen`` stand-in) gets a :class:`ForkedTask` or, failing that, a real ``Popen``.
+Messages are JSON, one per ``SOCK_SEQPACKET`` packet, with file descriptors (``SCM_RIGHTS``). Torch-free."""
 from __future__ import annotations
 
 import contextlib
@@ -74,9 +57,8 @@ def _send(sock: socket.socket, message: Dict[str, Any], fds: Sequence[int] = ())
 
 
 def signalled_when_parent_dies(parent: int, signum: int = signal.SIGTERM) -> bool:
-    """Have Linux send this process ``signum`` when ``parent`` ends (PR_SET_PDEATHSIG: precisely, when the thread of
-    ``parent`` that started this process does); whether ``parent`` is still this process's parent once that is set,
-    False where it had ended before (no signal will come: the caller acts as if it had)."""
+    """Have Linux send this process ``signum`` when ``parent`` ends (PR_SET_PDEATHSIG); whether ``parent`` is still its
+    parent once that is set (False: it had ended, and no signal will come)."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             import ctypes
@@ -88,20 +70,14 @@ def signalled_when_parent_dies(parent: int, signum: int = signal.SIGTERM) -> boo
 # -- the sweep's side --------------------------------------------------------------------------------
 
 class ForkServer:
-    """Started by the sweep (:class:`launcher.sweep.local.CappedLocalLauncher`); :meth:`connect` for each job.
-
-    The server exits once the sweep has closed it (:meth:`close`, or the sweep's process ended) and the
-    last controller connected to it has gone: jobs still running when the sweep dies keep theirs while they
-    stop (each controller passes the sweep's death on to its job as a SIGTERM: :func:`run_controller`).
-    """
+    """Started by the sweep (:class:`launcher.sweep.local.CappedLocalLauncher`); :meth:`connect` for each job. The server
+    exits once the sweep has closed it and the last controller connected to it has gone."""
 
     def __init__(self, log: Optional[str] = None) -> None:
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._lock = threading.Lock()
         self.log = log  # where :meth:`save_log` keeps what the server printed (known once the sweep dir is)
-        # Not the sweep's stdout and stderr: it would hold them open (a caller reading them to their end
-        # waiting) for as long as a job runs. What its imports print goes to a file without a name, which
-        # :meth:`save_log` copies into ``log``: the server may start before the sweep knows its dir.
+        # not the sweep's stdout and stderr, which it would hold open while a job runs; copied by save_log
         self._output = tempfile.TemporaryFile()
         self._saved = 0  # bytes of it copied into the log
         self.connected = False  # whether a controller has been given a connection to it
@@ -117,8 +93,7 @@ class ForkServer:
         self.pid = self.process.pid
 
     def save_log(self) -> Optional[str]:
-        """Append what the server has printed since the last call (its imports' warnings, say) to :attr:`log`;
-        the path, or None when it has printed nothing (or the copy failed: it is only ever a diagnosis)."""
+        """Append what the server printed since the last call to :attr:`log`; the path, or None where it printed nothing."""
         try:
             printed = os.pread(self._output.fileno(), 1 << 24, self._saved)
             if printed and self.log:
@@ -167,8 +142,7 @@ class ForkServer:
 # -- the server --------------------------------------------------------------------------------------
 
 def cuda_driver_loaded() -> bool:
-    """Whether this process has loaded the CUDA driver (``libcuda.so``) or opened a GPU device (NVIDIA's, or
-    ROCm's ``/dev/kfd``): a forked child could not use them."""
+    """Whether this process has loaded the CUDA driver or opened a GPU device, which a forked child could not use."""
     try:
         with open("/proc/self/maps") as maps:
             if any(re.search(r"/libcuda\.so", line) for line in maps):
@@ -180,8 +154,7 @@ def cuda_driver_loaded() -> bool:
 
 
 def preload(modules: Sequence[str] = PRELOAD, stop: Any = lambda: False) -> bool:
-    """Import what every job imports, unless ``stop()`` says to give up first (False then). A module that fails
-    to import is left to the jobs, whose own import reports it where the user looks."""
+    """Import what every job imports, unless ``stop()`` says to give up first (False then); a failing import is the jobs'."""
     import importlib
 
     for name in modules:
@@ -246,17 +219,9 @@ class _Job:
 
 
 def end_as_the_interpreter_would(run: Any) -> None:
-    """Call ``run`` (a forked job), then end the process as the interpreter ends one, without tearing it down.
-
-    The interpreter's exit waits for the threads that are not daemons, runs the ``atexit`` functions and
-    flushes the standard streams; then it tears down every module, which in a forked child writes to the
-    pages of every object the server imported (each freed object's count, the allocator's lists), copying
-    them: 0.2 s of a short job's end here, for a process whose memory is about to go. So this does the
-    first part, closes the files the job left open (as tearing down its objects would have: a gzip file
-    gets its trailer), flushes C's buffered streams (as ``exit`` would) and calls ``os._exit`` with the
-    status the interpreter would have given: that of ``SystemExit``, 1 after printing an uncaught exception,
-    120 when the standard output cannot be flushed, death by SIGINT after an uncaught ``KeyboardInterrupt``.
-    """
+    """Call ``run`` (a forked job), then end the process as the interpreter would (threads joined, ``atexit``, open
+    files closed, streams flushed, its exit status) but without tearing down every module, which in a forked child
+    copies the pages of every object the server imported (0.2 s of a short job)."""
     import atexit
 
     code, interrupted = 0, False
@@ -298,10 +263,7 @@ _WRAPPED = ("buffer", "raw", "fileobj", "_fp")
 
 
 def _close_open_files() -> None:
-    """Close the file objects this process left open, each wrapper before the file it wraps (as tearing down
-    the objects would: a wrapper holds the file it wraps, so it goes first). The standard streams and what
-    they wrap stay open. Only the job's objects are found: the server's imports were frozen out of the
-    collector's sight."""
+    """Close the file objects this process left open, each wrapper before the file it wraps; the standard streams stay."""
     keep = set()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         while stream is not None and id(stream) not in keep:
@@ -337,9 +299,7 @@ def _hung_up(sock: socket.socket) -> bool:
 
 
 def _fork() -> int:
-    # NumPy's OpenBLAS keeps a thread from its import on, and Python 3.12+ warns at any fork of a process with
-    # more than one thread. OpenBLAS stops its threads before a fork and starts them again after
-    # (pthread_atfork), so this fork is safe: the warning would only alarm the user.
+    # OpenBLAS's thread (stopped around a fork by pthread_atfork) makes Python 3.12+ warn at every fork
     import warnings
 
     with warnings.catch_warnings():
@@ -348,11 +308,8 @@ def _fork() -> int:
 
 
 def serve(control: socket.socket, added_env: Optional[Dict[str, str]] = None) -> Optional[_Job]:
-    """The server's loop, until the sweep has closed ``control`` and every connection has gone.
-
-    Returns in a forked child only: that child's job, with every file of the server's closed.
-    ``added_env``: the variables that importing :data:`PRELOAD` set, which a job's own imports would have.
-    """
+    """The server's loop, until the sweep has closed ``control`` and every connection has gone. Returns in a forked
+    child only: its job. ``added_env``: the variables importing :data:`PRELOAD` set, which a job's imports would."""
     server = os.getpid()  # its forked tasks' parent, which they die with
     selector = selectors.DefaultSelector()
     wake_r, wake_w = os.pipe()
@@ -375,8 +332,7 @@ def serve(control: socket.socket, added_env: Optional[Dict[str, str]] = None) ->
         os.close(wake_w)
 
     def check_children() -> None:
-        # An ended task stays a zombie until its controller has read how it ended (``reap``): until then its pid
-        # is nobody else's, so a signal the controller sends it meanwhile cannot reach another process.
+        # an ended task stays a zombie until its controller has read how it ended (reap): its pid is nobody else's
         for pid in list(running):
             try:
                 info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -472,8 +428,7 @@ def serve(control: socket.socket, added_env: Optional[Dict[str, str]] = None) ->
 
 
 def main(control_fd: int) -> None:
-    # The sweep stops its jobs through their controllers; this process ends when they and the sweep have.
-    # Blocked, not ignored: a child forked with them blocked keeps one sent before it has its handlers.
+    # blocked, not ignored: the sweep stops jobs through their controllers, and a forked child keeps one sent early
     signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     control = socket.socket(fileno=control_fd)
     before = dict(os.environ)
@@ -486,9 +441,7 @@ def main(control_fd: int) -> None:
         sys.exit(REFUSED_CUDA)
     if threading.active_count() > 1:
         sys.exit(REFUSED_THREAD)
-    # What was imported is in every job: out of the collector's sight, its pages stay shared between the
-    # jobs (a collection writes to every object it visits) and a job's end does not walk it (0.75 s -> 0.15 s
-    # with torch and torch._dynamo imported, on this machine).
+    # out of the collector's sight, what was imported stays shared between the jobs' pages (0.75 s -> 0.15 s a job)
     gc.collect()
     gc.freeze()
     job = serve(control, added_env)
@@ -576,9 +529,7 @@ class ForkedTask:
         return self.returncode  # type: ignore[return-value]
 
     def send_signal(self, sig: int) -> None:
-        # Not poll(): this runs in the controller's signal handler, which must not use the connection that the
-        # interrupted code may be using. Until poll() has seen the exit, the server keeps the ended task a
-        # zombie (:func:`serve`), so its pid is nobody else's yet.
+        # not poll(): in a signal handler the connection may be in use; an ended task stays a zombie until polled
         if self.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
@@ -645,17 +596,10 @@ PICKLE_WAIT_S = 60.0  # how long a controller waits for its job's folder and pic
 
 
 def run_controller(folder: str) -> None:
-    """submitit's local job controller (``python -m submitit.local._local``), but exiting as its job did, and
-    with its tasks forked by the sweep's server where it can (:func:`popen`).
-
-    submitit's exits 0 whatever became of its job, so a job killed before it wrote its result could not
-    be told from one that merely ended. This one exits with the job's status, 128 + n for signal n (as
-    a shell reports it): the sweep names the signal. Started by :class:`launcher.sweep.local.CappedLocalLauncher`
-    with :func:`controller_command`. It does not outlive the sweep's process (:data:`SWEEP_PID_ENV`): when that dies
-    (killed with its process group) the job is stopped as the sweep would stop it, with SIGTERM until it has ended.
-    """
+    """submitit's local job controller (``python -m submitit.local._local``), exiting with its job's status (128 + n for
+    signal n; submitit's exits 0), its tasks forked by the sweep's server where it can (:func:`popen`). It stops its
+    job, as the sweep would, when the sweep's process (:data:`SWEEP_PID_ENV`) dies."""
     from pathlib import Path
-    from unittest import mock
 
     from submitit.local.local import Controller
 
@@ -702,8 +646,8 @@ def run_controller(folder: str) -> None:
         controller.sweep = int(sweep)
         if not signalled_when_parent_dies(controller.sweep):
             controller._forward_signal(signal.SIGTERM)
-    with mock.patch.object(subprocess, "Popen", popen):
-        controller.run()
+    subprocess.Popen = popen  # type: ignore[misc]  # this process is the controller: its tasks start through popen
+    controller.run()
     code = next((c for c in controller.exit_codes if c), 0)
     sys.exit(128 - code if code < 0 else code)
 

@@ -1,14 +1,6 @@
-"""``hydra/launcher=local``: hydra-submitit-launcher's local launcher, one process per job, at most
-``max_parallel`` jobs at a time (default: one per usable CPU core), each forked from the sweep's fork
-server (:mod:`launcher.sweep.forkserver`; ``fork_server: false`` starts each afresh).
-
-More jobs at once than cores only contend for them: 8 jobs of ~11 s on 2 cores took 0.92x of the
-sequential launcher's time all at once and 0.69x two at a time. The next job starts as soon as one
-ends. Every job runs whatever became of the others: a failed job, or one whose process died without
-a result (SIGKILL, the OOM killer), is recorded as failed and loses no other's result. Each job's dir
-gets ``submitted.json`` when the sweep starts, so a job not started yet reads as pending.
-Registered with Hydra by :func:`launcher.sweep.plugins.register`.
-"""
+"""``hydra/launcher=local``: hydra-submitit-launcher's local launcher, one process per job, at most ``max_parallel``
+at a time (default: one per usable CPU core), each forked from the sweep's fork server
+(:mod:`launcher.sweep.forkserver`). A job that fails or dies without a result is one failed job."""
 from __future__ import annotations
 
 import atexit
@@ -20,12 +12,12 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from unittest import mock
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides, run_job, setup_globals
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from launcher.sweep import forkserver
 from launcher.engine.distributed import CPUS_ENV, omp_threads, usable_cores
@@ -70,14 +62,8 @@ def _alive(pid: int) -> bool:
 
 
 class StopJobsOnSignal:
-    """While the sweep runs: SIGTERM, SIGINT or SIGHUP to this process stops its jobs too, then the sweep.
-
-    Each job's submitit process hands SIGTERM to the job, which checkpoints at its next step
-    boundary and exits; the sweep waits for them (``wait_s`` at most), says how to resume, and
-    exits 75. A second signal ends the wait at once (the jobs still finish their checkpoints).
-    Without this, a SIGTERM (``timeout``, a CI step, ``kill``) ended the sweep and left its jobs
-    training with no parent. A SIGTSTP (Ctrl-Z) stops the jobs with the sweep until it is continued.
-    """
+    """While the sweep runs: SIGTERM, SIGINT or SIGHUP stops its jobs (each checkpoints), waits ``wait_s`` at most,
+    says how to resume and exits 75; a second signal ends the wait. SIGTSTP stops the jobs with the sweep."""
 
     RESEND_S = 2.0  # seconds between the SIGTERMs to a job that has not ended yet
     REPEAT_S = 1.0  # the same signal again within this: one request sent twice (GNU timeout signals us, then our group)
@@ -139,7 +125,7 @@ class StopJobsOnSignal:
 
 
 def how_it_died(exit_code: Optional[int]) -> str:
-    """What a job's controller exit status (:func:`launcher.sweep.forkserver.run_controller`) says of a job that left no result."""
+    """What a job's controller exit status (:func:`launcher.sweep.forkserver.run_controller`) says of a job without result."""
     if exit_code is not None and exit_code > 128:
         number = exit_code - 128
         try:
@@ -160,19 +146,6 @@ def _last_line(err: Exception) -> str:
     parts = str(err).split("-" * 22)
     lines = parts[1].strip().splitlines() if len(parts) > 2 else []
     return lines[-1] if lines else str(err).splitlines()[0]
-
-
-class _SaidAlready(logging.Filter):
-    """Drops the records whose message starts with one of ``prefixes``: what the plugin logs as it launches each
-    job (the sweep dir, the job's number and overrides), from the sweep's threads in no order, which the sweep
-    has logged once, in job order."""
-
-    def __init__(self, *prefixes: str) -> None:
-        super().__init__()
-        self.prefixes = prefixes
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.prefixes)
 
 
 def _as_typed(value: Any) -> str:
@@ -205,10 +178,8 @@ def job_threads(cpus_per_task: Optional[int], max_parallel: int) -> int:
 
 
 def warn_if_oversubscribed(cpus_per_task: Optional[int], max_parallel: int, side_by_side: int, ranks: int = 1) -> None:
-    """Log a warning where ``side_by_side`` jobs would run more threads than there are usable cores, naming the
-    setting that asks for it: they wait for each other's cores (torch's threads spin-wait for their peers).
-    ``ranks``: the processes each job trains in (``trainer.devices``), which share its CPUs, one thread each
-    at least."""
+    """Warn where ``side_by_side`` jobs of ``ranks`` processes each would run more threads than there are usable cores,
+    naming the setting that asks for it."""
     omp = omp_threads()
     threads = omp or job_threads(cpus_per_task, max_parallel)
     cores = usable_cores()
@@ -217,9 +188,8 @@ def warn_if_oversubscribed(cpus_per_task: Optional[int], max_parallel: int, side
         return
     if ranks > 1 and threads * side_by_side <= cores:  # the job's CPUs would do, but not for this many processes
         fits = max(1, cores // ranks)
-        log.warning("trainer.devices=%d with %d jobs at once: %d training processes on %d usable CPU cores where they "
-                    "train on the CPU (each job has %d CPU(s)); they will wait for each other's cores "
-                    "(hydra.launcher.max_parallel=%d gives each job %d)", ranks, side_by_side, ranks * side_by_side,
+        log.warning("trainer.devices=%d with %d jobs at once: %d training processes on %d usable CPU cores (%d a job); "
+                    "hydra.launcher.max_parallel=%d gives each job %d", ranks, side_by_side, ranks * side_by_side,
                     cores, threads, fits, cores // fits)
         return
     if omp is None and cpus_per_task is None:  # one thread a job: more jobs than cores
@@ -233,8 +203,7 @@ def warn_if_oversubscribed(cpus_per_task: Optional[int], max_parallel: int, side
 
 
 def check_one_task(launcher: Any) -> None:
-    """Raise :class:`ConfigError` for ``tasks_per_node`` or ``nodes`` above 1: submitit's local executor would
-    start that many copies of the run, into the same run dir, which do not make a DDP job here."""
+    """Raise :class:`ConfigError` for ``tasks_per_node`` or ``nodes`` above 1: local copies of a run are no DDP job."""
     for key, devices in (("tasks_per_node", "trainer.devices={n}"), ("nodes", "trainer.devices=N")):
         n = launcher.get(key, 1)
         if n not in (None, 1):
@@ -253,10 +222,9 @@ _server: List[Optional[forkserver.ForkServer]] = []  # this sweep process's fork
 
 
 def fork_server(log_file: Optional[Path] = None) -> Optional[forkserver.ForkServer]:
-    """This sweep process's fork server (:mod:`launcher.sweep.forkserver`), started by the first to ask (as the
-    command line is read, :func:`start_fork_server_early`, or as the sweep is planned,
-    :func:`launcher.sweep.plugins.plan_sweep`), so that it imports torch while Hydra composes the jobs, and used by
-    every ``launch`` of the sweep; what its imports print is kept in ``log_file``. None where it cannot run."""
+    """This sweep process's fork server, started by the first to ask (as the command line is read, or as the sweep is
+    planned) so it imports torch while Hydra composes the jobs; its imports' output goes to ``log_file``. None
+    where it cannot run."""
     if not _server and forkserver.supported():
         try:
             _server.append(forkserver.ForkServer())
@@ -271,8 +239,7 @@ def fork_server(log_file: Optional[Path] = None) -> Optional[forkserver.ForkServ
 
 
 def _end_unused_fork_server() -> None:
-    """As the sweep's process exits: a fork server that has forked no job (the sweep was refused, or stopped
-    before its first job) ends now rather than once it has finished importing torch."""
+    """At exit: a fork server that forked no job ends now, not once it has finished importing torch."""
     server = _server[0] if _server else None
     if server is not None and not server.connected:
         server.process.kill()
@@ -280,9 +247,8 @@ def _end_unused_fork_server() -> None:
 
 
 def start_fork_server_early(overrides: Sequence[str]) -> None:
-    """Start the fork server before Hydra composes the config when the command line picks ``hydra/launcher=local``
-    (and does not turn ``fork_server`` off): its imports (about 3 CPU-seconds) then overlap the composing, and
-    the first jobs wait less. A config that turns out otherwise stops it (:func:`stop_fork_server`)."""
+    """Start the fork server before Hydra composes the config where the command line picks ``hydra/launcher=local``
+    (its imports then overlap the composing); a config that turns out otherwise stops it."""
     launcher, fork = None, True
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
@@ -300,18 +266,9 @@ def stop_fork_server() -> None:
         _server[0].close()
 
 
-def wait_for_controller(job: Any) -> None:
-    """``LocalJob.wait``, returning as the job's controller ends: submitit's looks once a second."""
-    if job._process is not None:
-        job._process.wait()
-    while not job.done():
-        time.sleep(0.05)
-
-
 class ComposedJob(LocalLauncher):
-    """A local sweep job as its process receives it: the plugin's launcher, with the job's config as the sweep
-    composed it before it started (:func:`launcher.sweep.plugins.check_each_value_composes`), which the job then
-    does not compose again (0.1 s of each job's start). Pickled by :meth:`CappedLocalLauncher.__reduce__`."""
+    """A local job as its process receives it: the plugin's launcher with the job's config as the sweep composed it,
+    used once (a requeued job composes its config again)."""
 
     composed: Any = None  # the job's config
     composed_for: Sequence[str] = ()  # its overrides
@@ -321,12 +278,8 @@ class ComposedJob(LocalLauncher):
         if self.composed is None or list(sweep_overrides) != list(self.composed_for):
             return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
         import submitit
-        from hydra.core.singleton import Singleton
-        from hydra.core.utils import run_job, setup_globals
-        from omegaconf import open_dict
 
-        # the plugin's __call__, less composing the config; once: a job requeued (pickled again by the plugin's
-        # checkpoint(), after run_job made the config's hydra node read-only) composes its config again
+        # the plugin's __call__, less composing the config
         Singleton.set_state(singleton_state)
         setup_globals()
         config, self.composed = self.composed, None
@@ -343,19 +296,12 @@ def _as_composed_job(state: Dict[str, Any], composed: Any, overrides: Sequence[s
     return job
 
 
-_pickling = threading.local()  # the composed config of the job a sweep slot is submitting (``composed``, ``overrides``)
-
-
 class _NotStarted(Exception):
     """The sweep is stopping: no more jobs start."""
 
 
 class CappedLocalLauncher(LocalLauncher):
-    """The plugin's LocalLauncher, at most ``max_parallel`` jobs at once, each started as a slot frees.
-
-    Each job goes through the plugin's own ``launch`` alone, from one of ``max_parallel`` threads;
-    so a job whose process died without a result (which the plugin raises for) is one failed job.
-    """
+    """The plugin's LocalLauncher, at most ``max_parallel`` jobs at once, each started as a slot frees."""
 
     def __init__(self, max_parallel: Optional[int] = None, fork_server: bool = True, cpus_per_task: Optional[int] = None,
                  **params: Any) -> None:
@@ -370,10 +316,12 @@ class CappedLocalLauncher(LocalLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from submitit.core.utils import FailedJobError, UncompletedJobError
-        from submitit.local import local as submitit_local
+
+        from launcher.sweep import submitit_adapter as adapter
 
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        self._check_options(sweep_dir)
+        with launcher_errors_explained("local", sweep_dir=sweep_dir):  # an option submitit refuses, before any job
+            adapter.executor(self, adapter.SweepLocalExecutor)
         server = fork_server() if self.fork_server else None
         server_gone: List[bool] = []  # said so once
         if self.config.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:  # the basic one's were marked at its start
@@ -392,43 +340,37 @@ class CappedLocalLauncher(LocalLauncher):
         started = threading.local()  # each thread's job: its controller process
         composing = threading.Lock()
         stopper = StopJobsOnSignal(str(sweep_dir))
-        start_controller, popen = submitit_local.start_controller, subprocess.Popen
+        params = adapter.job_params(self, job_overrides, initial_job_idx)
         if server is not None:
             stopper.spare.add(server.pid)
 
-        def start_job_process(args: Any, **kwargs: Any) -> Any:
-            # In a session of its own: Ctrl-C in the terminal then reaches this process alone, which
-            # stops each job with SIGTERM and waits for its checkpoint (submitit's controller, reached
-            # too, would send its job a second SIGINT and a SIGKILL a second later, cutting it short).
-            # And :func:`launcher.sweep.forkserver.run_controller` stands in for submitit's controller, to learn how
-            # the job ended and to have its task forked by the sweep's fork server.
-            # Each job's share of the cores (launcher.engine.distributed.threads_for): torch's default, every core for
-            # each of max_parallel jobs, had 2 jobs on 2 cores spin-waiting for each other's cores (20-90x slower)
-            kwargs["env"] = {**(kwargs.get("env") or os.environ), CPUS_ENV: str(self.threads)}
-            if isinstance(args, list) and args[1:3] == ["-m", "submitit.local._local"]:
-                args = forkserver.controller_command(args[0], *args[3:])
-                kwargs["env"][forkserver.SWEEP_PID_ENV] = str(os.getpid())  # it stops its job if the sweep dies
-            # A command run through a shell (hydra.launcher.setup) is submitit's own controller: it forks nothing
-            forks = server is not None and isinstance(args, list)
-            connection = server.connect() if forks else None
-            if connection is None:
-                if forks and not server_gone:
-                    server_gone.append(True)
-                    log.warning("The fork server no longer forks jobs (%s): each job starts a fresh process",
-                                server.why_gone())
-                return popen(args, start_new_session=True, **kwargs)
-            env = {**kwargs.pop("env"), forkserver.FD_ENV: str(connection.fileno())}
-            try:
-                return popen(args, start_new_session=True, env=env, pass_fds=(connection.fileno(),), **kwargs)
-            finally:
-                connection.close()
-
-        def start_controller_unless_stopping(*args: Any, **kwargs: Any) -> Any:
+        def start_controller(args: Any, env: Dict[str, str]) -> Any:
+            # In a session of its own: Ctrl-C reaches this process alone, which stops each job with SIGTERM and
+            # waits for its checkpoint. Each job gets its share of the cores (CPUS_ENV: torch's default, every
+            # core for each job, had jobs spin-waiting for each other's cores). forkserver.run_controller stands in
+            # for submitit's controller, to say how the job ended and fork its task from the fork server.
             with stopper.starting:
                 if stopper.stopping or errors:
                     raise _NotStarted()
-                with mock.patch.object(subprocess, "Popen", start_job_process):
-                    started.process = start_controller(*args, **kwargs)
+                env = {**env, CPUS_ENV: str(self.threads)}
+                forks = isinstance(args, list)  # not a shell's (hydra.launcher.setup): submitit's own controller
+                if forks:
+                    args = forkserver.controller_command(args[0], *args[3:])
+                    env[forkserver.SWEEP_PID_ENV] = str(os.getpid())  # it stops its job if the sweep dies
+                connection = server.connect() if forks and server is not None else None
+                if connection is None:
+                    if forks and server is not None and not server_gone:
+                        server_gone.append(True)
+                        log.warning("The fork server no longer forks jobs (%s): each job starts a fresh process",
+                                    server.why_gone())
+                    started.process = subprocess.Popen(args, shell=not forks, start_new_session=True, env=env)
+                    return started.process
+                env[forkserver.FD_ENV] = str(connection.fileno())
+                try:
+                    started.process = subprocess.Popen(args, start_new_session=True, env=env,
+                                                       pass_fds=(connection.fileno(),))
+                finally:
+                    connection.close()
             return started.process
 
         shared = set.intersection(*map(set, job_overrides)) if len(job_overrides) > 1 else set()  # shown once, above
@@ -445,6 +387,13 @@ class CappedLocalLauncher(LocalLauncher):
                                 ret._return_value if failed else None)
             log.log(logging.ERROR if failed else logging.INFO, "%s", line)
 
+        def run_job(i: int) -> JobReturn:
+            composed = take_composed(self.config, job_overrides[i])
+            state = dict(self.__dict__)
+            task = as_plain(LocalLauncher, state) if composed is None else _as_composed_job(state, composed, job_overrides[i])
+            executor = adapter.executor(self, adapter.SweepLocalExecutor, start=start_controller)
+            return executor.submit(task, *params[i]).results()[0]
+
         def run_jobs() -> None:  # one slot: the next job as each ends
             while True:
                 with stopper.starting:
@@ -452,10 +401,8 @@ class CappedLocalLauncher(LocalLauncher):
                 if i is None:
                     return
                 started.process = None
-                _pickling.composed = take_composed(self.config, job_overrides[i])
-                _pickling.overrides = job_overrides[i]
                 try:
-                    returns[i] = LocalLauncher.launch(self, [job_overrides[i]], initial_job_idx + i)[0]
+                    returns[i] = run_job(i)
                     with contextlib.suppress(Exception):  # a line on the console: never the sweep's failure
                         say_job_ended(returns[i], initial_job_idx + i, job_overrides[i])
                 except _NotStarted:
@@ -476,12 +423,10 @@ class CappedLocalLauncher(LocalLauncher):
         plugin_log.info(f"Submitit 'local' sweep output dir : {sweep_dir}")
         for i in to_run:
             plugin_log.info(f"\t#{initial_job_idx + i} : {' '.join(filter_overrides(job_overrides[i]))}")
-        said_once = _SaidAlready("Submitit 'local' sweep output dir", "\t#")
-        plugin_log.addFilter(said_once)
-        with stopper, mock.patch.object(submitit_local, "start_controller", start_controller_unless_stopping), \
-                mock.patch.object(submitit_local.LocalJob, "_results_timeout_s", 1), \
-                mock.patch.object(submitit_local.LocalJob, "wait", wait_for_controller):
-            # a job's result is written before its process ends: no file system to wait for
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        if "mode" in self.config.hydra.sweep:
+            os.chmod(sweep_dir, mode=int(str(self.config.hydra.sweep.mode), 8))
+        with stopper:
             slots = [threading.Thread(target=run_jobs, name=f"sweep-slot-{n}", daemon=True)
                      for n in range(min(self.max_parallel, len(to_run)))]
             for slot in slots:
@@ -490,7 +435,6 @@ class CappedLocalLauncher(LocalLauncher):
                 for slot in slots:
                     slot.join()  # a signal's handler (StopJobsOnSignal) still runs here, in the main thread
             finally:
-                plugin_log.removeFilter(said_once)
                 if server is not None:  # kept if its imports said something; also when a signal stops the sweep
                     server.save_log()
         with contextlib.suppress(OSError):  # submitit makes the folder as named, %j and all; each job's has its id
@@ -499,22 +443,6 @@ class CappedLocalLauncher(LocalLauncher):
             with launcher_errors_explained("local", sweep_dir=sweep_dir):
                 raise errors[0]
         return [r for r in returns if r is not None]
-
-    def _check_options(self, sweep_dir: Path) -> None:
-        """Raise, as a config error, what launching a job would raise for an option submitit does not take (the
-        plugin hands them to submitit as it launches each job): before any job is looked at, so also where every
-        job has finished."""
-        import submitit
-
-        plugin_log = logging.getLogger(LocalLauncher.__module__)
-        quiet = _SaidAlready("Submitit 'local' sweep output dir", "\t#")
-        plugin_log.addFilter(quiet)
-        try:
-            with mock.patch.object(submitit.AutoExecutor, "map_array", lambda *args, **kwargs: []), \
-                    launcher_errors_explained("local", sweep_dir=sweep_dir):
-                LocalLauncher.launch(self, [[]], 0)  # the plugin's executor takes the options; no job is submitted
-        finally:
-            plugin_log.removeFilter(quiet)
 
     def _devices(self, overrides: Sequence[str]) -> int:
         """The processes the job with ``overrides`` trains in (``trainer.devices``; 1 where it is not a number)."""
@@ -532,14 +460,6 @@ class CappedLocalLauncher(LocalLauncher):
         """The job's run dir, as its process will resolve it (``hydra.sweep.dir`` / ``hydra.sweep.subdir``)."""
         assert self.config is not None and self.hydra_context is not None
         return job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
-
-    def __reduce__(self) -> Any:
-        """Pickled for the jobs as the plugin's LocalLauncher (the jobs need nothing of this class), or as a
-        :class:`ComposedJob` carrying the job's config where the sweep composed it before it started."""
-        composed = getattr(_pickling, "composed", None)
-        if composed is not None:
-            return (_as_composed_job, (dict(self.__dict__), composed, list(_pickling.overrides)))
-        return (as_plain, (LocalLauncher, dict(self.__dict__)))
 
 
 CappedLocalLauncher.__module__ = "hydra_plugins.launcher_local"  # the name conf/hydra/launcher/local.yaml gives

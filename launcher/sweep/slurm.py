@@ -1,77 +1,61 @@
-"""``hydra/launcher=slurm_detached``: submit a sweep to SLURM and return at once (hydra #2479).
-
-The submission is hydra-submitit-launcher's own; only the wait for the results is left out.
-
-Registered with Hydra by :func:`launcher.sweep.plugins.register` (see there); the jobs receive a
-:class:`SlurmJob` (the plugin's ``SlurmLauncher`` but for its exit status), which runs them exactly
-as the ``slurm`` option does. Each job
-dir gets ``submitted.json`` (its SLURM job id, overrides and log files) so that
-``python -m launcher.sweep.summary <sweep dir>`` lists the jobs as pending before they start.
-"""
+"""``hydra/launcher=slurm`` (waits for the jobs) and ``slurm_detached`` (returns once they are submitted): the
+plugin's SLURM launcher, submitting only the jobs that neither finished nor are queued already, each with the
+config the sweep composed; each job dir gets ``submitted.json`` (SLURM id, overrides, logs) for the summary."""
 from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
+import io
 import json
 import logging
 import os
-import shlex
+import pickle
+import re
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
-from unittest import mock
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides, run_job, setup_globals
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import log as plugin_log
+from omegaconf import open_dict
 
+from launcher.engine.errors import ConfigError
 from launcher.engine.files import atomic_write
-from launcher.sweep.plugins import (Finished, as_plain, finished_jobs, launcher_errors_explained, record_cancelled, record_dead_job,
-                              say_going_on)
-from launcher.sweep.plugins import _sweep
+from launcher.engine.signals import SignalLatch, handlers
+from launcher.runs.rundir import same_sweep
+from launcher.sweep.plugins import (SWEEP, as_plain, finished_jobs, launcher_errors_explained, number_ranges,
+                                    record_cancelled, record_dead_job, say_going_on, take_composed)
 from launcher.sweep.plugins import job_dir as plugin_job_dir
-from launcher.runs.slurmstate import asked_of, has_accounting, never_starts, slurm_states, what_a_node_has
+from launcher.runs.slurmstate import SLURM_ACTIVE, asked_of, has_accounting, never_starts, slurm_states, what_a_node_has
 from launcher.sweep.summary import cancelled_before_its_run
 
 log = logging.getLogger("launcher")
 
 
 class SlurmJob(SlurmLauncher):
-    """What each SLURM job runs (both our slurm launchers pickle themselves as one): the plugin's
-    ``SlurmLauncher``, except that a job whose run failed ends with exit status 1.
-
-    Hydra catches a job's error into its result, and submitit pickles that result and exits 0, so
-    SLURM recorded every failed run as COMPLETED: ``sacct``, ``--mail-type=FAIL`` and ``afterok``
-    dependencies all took it for a success. The result is still pickled as before (the waiting
-    sweep reads it); only the process's exit status changes, once submitit is done with it.
-
-    A job runs with the config the sweep composed as it submitted the job (``composed``, pickled with
-    it; composed by its first attempt where the sweep could not), on every attempt: the plugin composed
-    it in the job from the config files, as it started and again as it was requeued (preempted, timed
-    out), so a file edited for the next experiment while the job waited in the queue reached it, and
-    made a requeued job's run another one, refused. (Its interpolations resolve in the job as before: a
-    ``${now:...}`` of the job's own config, not the sweep dir's, reads the clock again on each attempt.)
-    """
+    """What each SLURM job runs: the plugin's ``SlurmLauncher``, with the config the sweep composed (``composed``) on
+    every attempt, and exit status 1 for a failed run (SLURM then records it FAILED, not COMPLETED)."""
 
     composed: Any = None  # the job's config as the sweep (or its first attempt) composed it
 
     def __call__(self, sweep_overrides: List[str], job_dir_key: str, job_num: int, job_id: str,
                  singleton_state: Dict[type, Any], composed: Any = None) -> JobReturn:
-        from launcher.engine.signals import SignalLatch
-
         if self.composed is None and composed is not None:  # pickled apart: a sweep of many jobs holds bytes, not configs
-            import pickle
 
             self.composed = pickle.loads(composed)
         with SignalLatch() as latch:  # over submitit's handlers: the run takes a held signal at its first step, then chains to them
             held = os.environ.pop(HELD_SIGNAL, None)
-            if held:  # came before submitit's handlers were in place (see held_start)
+            if held:  # came before submitit's handlers were in place (see _HELD_START)
                 os.kill(os.getpid(), int(held))
             ret = self._run_job(sweep_overrides, job_dir_key, job_num, singleton_state)
             if ret.status == JobStatus.COMPLETED:
-                # Its result is in: a preemption or walltime signal from now on asks nothing of the job. Passed to
-                # submitit's handler it requeued a finished job; after it, Python's shutdown puts the default action
-                # back, and the signal ended the process (SLURM: FAILED, though the run had completed).
+                # its result is in: a later preemption or walltime signal would requeue or kill a finished job
                 latch.ignore_from_now()
         if ret.status == JobStatus.FAILED and os.environ.get("SLURM_JOB_ID"):
             exit_failed_at_exit()
@@ -79,12 +63,7 @@ class SlurmJob(SlurmLauncher):
 
     def _run_job(self, sweep_overrides: List[str], job_dir_key: str, job_num: int, singleton_state: Dict[type, Any]) -> JobReturn:
         """The plugin's ``BaseSubmititLauncher.__call__``, composing the job's config on its first attempt only."""
-        import copy
-
         import submitit
-        from hydra.core.singleton import Singleton
-        from hydra.core.utils import run_job, setup_globals
-        from omegaconf import open_dict
 
         Singleton.set_state(singleton_state)
         setup_globals()
@@ -99,10 +78,8 @@ class SlurmJob(SlurmLauncher):
 
 
 HELD_SIGNAL = "LAUNCHER_HELD_SIGNAL"
-# What srun runs instead of ``python -u -m submitit.core._submit <folder>``: the same, with SIGUSR2 (preemption,
-# time-out) and SIGTERM held from the interpreter's first line. submitit installs its handlers only once it has
-# unpickled the job, which imports torch (seconds on a cluster's shared file system); a signal before that used
-# to kill the job (FAILED, never requeued). SlurmJob passes a held one on to submitit's handlers.
+# What srun runs instead of ``python -u -m submitit.core._submit <folder>``: the same, holding SIGUSR2 and SIGTERM
+# from the first line (submitit's handlers come only once the job is unpickled); SlurmJob passes a held one on.
 _HELD_START = ("import os, signal, sys\n"
                "sys.path[0] = os.getcwd()  # as python -m puts it: the submission dir, for the user's _target_s\n"
                "def hold(signum, frame):  # a preemption (SIGUSR2, requeue) wins over a SIGTERM\n"
@@ -114,26 +91,8 @@ _HELD_START = ("import os, signal, sys\n"
                "submitit_main()\n")
 
 
-@contextlib.contextmanager
-def held_start() -> Iterator[None]:
-    """While the jobs are submitted: their command holds an early signal (see ``_HELD_START``)."""
-    from submitit.slurm.slurm import SlurmExecutor
-
-    def command(executor: Any) -> str:
-        return " ".join([executor.python, "-u", "-c", shlex.quote(_HELD_START), shlex.quote(str(executor.folder))])
-
-    def quiet(*args: Any, **kwargs: Any) -> None:  # submitit prints a refusing sbatch's stderr: the sweep's one line quotes it
-        if kwargs.get("file") is not sys.stderr:
-            print(*args, **kwargs)
-
-    with mock.patch.object(SlurmExecutor, "_submitit_command_str", property(command)), \
-            mock.patch("submitit.core.utils.print", quiet, create=True):
-        yield
-
-
 def exit_failed_at_exit() -> None:
-    """Make this process exit with status 1 once it ends normally (after submitit has written the
-    result): logs and output are flushed first; exit handlers registered before this one do not run."""
+    """Exit with status 1 once this process ends normally (after submitit wrote the result), logs flushed."""
     def end() -> None:
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
@@ -146,56 +105,9 @@ def exit_failed_at_exit() -> None:
     atexit.register(end)
 
 
-def submit_unfinished(submit: Any, done: Dict[int, Any], submitted: List[Tuple[Any, int, List[str]]],
-                       queued: Optional[Dict[int, Tuple[str, int]]] = None,
-                      attached: Optional[List[Tuple[Any, int, List[str]]]] = None, tasks: int = 1) -> Any:
-    """``Executor.map_array`` (``submit``) less the jobs in ``done`` (:func:`launcher.sweep.plugins.finished_jobs`), which
-    get a :class:`launcher.sweep.plugins.Finished` in their place, and less those ``queued`` in SLURM already
-    (:func:`queued_jobs`): with ``attached``, the sweep waits for those (a submitit job of their id, appended
-    there, with the tasks it was submitted with, else ``tasks``), else they are left alone. Appends ``(job, job number, overrides)`` to ``submitted`` for each job
-    submitted."""
-    from hydra.core.utils import JobReturn, JobStatus
-    from submitit.slurm.slurm import SlurmJob
-
-    queued = queued or {}
-
-    def map_array(executor: Any, fn: Any, *iterable: Any) -> List[Any]:
-        rows = list(zip(*iterable))  # the plugin's job params: (overrides, dir key, job number, job id, singleton state)
-        todo = [row for row in rows if row[2] not in done and row[2] not in queued]
-        todo = [(*row, config) for row, config in zip(todo, compose_jobs(fn, [row[0] for row in todo]))]
-        jobs = list(submit(executor, fn, *zip(*todo))) if todo else []
-        submitted.extend((job, row[2], list(row[0])) for job, row in zip(jobs, todo))
-        fresh = iter(jobs)
-        out = []
-        for row in rows:
-            idx = row[2]
-            if idx in done:
-                out.append(Finished(done[idx]))
-            elif idx in queued and attached is not None:  # waited for as if this sweep had submitted it
-                job_id, its_tasks = queued[idx]
-                job = SlurmJob(folder=executor.folder, job_id=job_id, tasks=tuple(range(its_tasks or tasks)))
-                attached.append((job, idx, list(row[0])))
-                out.append(job)
-            elif idx in queued:
-                ret = JobReturn(overrides=list(row[0]), status=JobStatus.COMPLETED)
-                ret.return_value = f"queued already as SLURM job {queued[idx][0]}"
-                out.append(Finished(ret))
-            else:
-                out.append(next(fresh))
-        return out
-
-    return map_array
-
-
 def compose_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]]) -> List[Any]:
-    """Each job's config, composed in the sweep's process as the jobs are submitted (:class:`SlurmJob` runs with
-    it): the config files as they are now, not as they are when SLURM starts the job. None for one that does not
-    compose: its job composes it, and fails with the message a run gives. Each is pickled as it is composed (about
-    20 kB, where the config object takes ten times that): a sweep of thousands of jobs holds them all until sbatch."""
-    import pickle
-
-    from launcher.sweep.plugins import take_composed
-
+    """Each job's config, composed now (the config files as they are at submission) and pickled; None for one that does
+    not compose (its job fails as a run would)."""
     if len(job_overrides) > 20:  # about 0.08 s each
         log.info("Composing the configs of %d jobs to submit them with (about %.0f s)", len(job_overrides),
                  0.08 * len(job_overrides))
@@ -213,18 +125,9 @@ def compose_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]]) -> List[
 
 def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, done: Dict[int, Any],
                 waits: bool = False) -> Dict[int, Tuple[str, int]]:
-    """``{job number: (SLURM job id, its tasks)}`` of this sweep's jobs that SLURM holds already, queued or running
-    (an earlier submission of the same sweep: a rerun after Ctrl-C, or a second ``slurm_detached`` submission),
-    which a rerun must not submit twice. A job queued for good (:func:`launcher.sweep.summary.never_starts`) is
-    cancelled instead, and submitted anew. Raises :class:`ConfigError` for one queued with other overrides, and
-    where ``squeue`` cannot say (it failed: a duplicate would be submitted blind). ``waits``: the sweep waits
-    for them (said so)."""
-    import subprocess
-
-    from launcher.engine.errors import ConfigError
-    from launcher.sweep.plugins import number_ranges
-    from launcher.runs.slurmstate import SLURM_ACTIVE
-
+    """``{job number: (SLURM job id, tasks)}`` of this sweep's jobs SLURM holds already (an earlier submission), not
+    submitted again; one queued for good is cancelled and submitted anew. Raises :class:`ConfigError` for one queued
+    with other overrides, or where ``squeue`` cannot say. ``waits``: the sweep waits for them."""
     known: Dict[int, Tuple[str, List[str], int]] = {}
     settings: Dict[int, Dict[str, Any]] = {}  # the hydra.launcher settings each was submitted with
     for offset, overrides in enumerate(job_overrides):
@@ -249,7 +152,7 @@ def queued_jobs(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_j
         ids = sorted(known)
         raise ConfigError(f"cannot ask SLURM whether sweep job(s) {number_ranges(ids)}, submitted earlier as SLURM "
                           f"job(s) {', '.join(known[i][0] for i in ids[:5])}{', ...' if len(ids) > 5 else ''}, are still "
-                          f"queued or running (squeue failed): rerun once squeue answers, rather than queue them twice")
+                          f"queued (squeue failed): rerun once squeue answers")
     queued: Dict[int, Tuple[str, int]] = {}
     stuck: List[str] = []
     for idx, (job, overrides, tasks) in known.items():
@@ -289,8 +192,7 @@ def submitted_settings(params: Dict[str, Any]) -> Dict[str, Any]:
 
 def _warn_settings_not_applied(queued: Dict[int, Tuple[str, int]], settings: Dict[int, Dict[str, Any]],
                                now: Dict[str, Any]) -> None:
-    """A rerun whose ``hydra.launcher`` settings (a longer timeout_min, more mem_gb) differ from those of jobs that
-    SLURM holds already: those jobs keep what they were submitted with. Said, naming the settings and the jobs."""
+    """Warn where the ``hydra.launcher`` settings differ from those the queued jobs were submitted with."""
     was: Dict[str, List[str]] = {}  # each setting that changed: the values the jobs were submitted with
     jobs = []
     for idx in sorted(queued):
@@ -305,20 +207,17 @@ def _warn_settings_not_applied(queued: Dict[int, Tuple[str, int]], settings: Dic
                 was[k].append(str(then.get(k, "<unset>")))
     if not jobs:
         return
-    from launcher.sweep.plugins import number_ranges
 
     ids = [queued[i][0] for i in jobs]
-    log.warning("hydra.launcher changed since sweep job(s) %s were submitted (%s): SLURM holds them with the settings "
-                "they were submitted with, so the change applies to none of them. To apply it, cancel them (scancel %s%s: "
-                "a running one saves a checkpoint as it stops) and run this command again", number_ranges(jobs),
+    log.warning("hydra.launcher changed since sweep job(s) %s were submitted (%s): SLURM keeps their old settings; "
+                "to apply it, scancel %s%s (a running one checkpoints) and rerun", number_ranges(jobs),
                 ", ".join(f"{k}: {' or '.join(v)} -> {now.get(k, '<unset>')}" for k, v in sorted(was.items())),
                 " ".join(ids[:10]), " ..." if len(ids) > 10 else "")
 
 
 def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str]]]) -> List[Path]:
-    """``submitted.json`` in each job's dir: its SLURM id and log files, so the summary can ask SLURM about a job
-    whose run has not recorded itself (queued, cancelled while queued, killed before its run started).
-    ``submitted``: ``(job, job number, overrides)``. Returns the job dirs, in that order."""
+    """``submitted.json`` in each job's dir (``(job, number, overrides)``): its SLURM id and logs, for the summary to ask
+    SLURM about. Returns the job dirs, in that order."""
     dirs = []
     settings = submitted_settings(launcher.params)
     for job, idx, overrides in submitted:
@@ -331,8 +230,8 @@ def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str
         info = {"job": idx, "job_id": job.job_id, "overrides": list(overrides), "tasks": job.num_tasks,
                 "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr), "attempt": attempt,
                 "launcher": settings}
-        if "started_ns" in _sweep:  # the sweep it is a job of (see launcher.sweep.plugins.mark_pending)
-            info["sweep"] = _sweep["started_ns"]
+        if SWEEP.started_ns is not None:  # the sweep it is a job of (see launcher.sweep.plugins.mark_pending)
+            info["sweep"] = SWEEP.started_ns
         try:
             job_dir.mkdir(parents=True, exist_ok=True)
             atomic_write(job_dir / "submitted.json", (json.dumps(info, indent=2) + "\n").encode())
@@ -343,9 +242,8 @@ def record_submitted(launcher: Any, submitted: Sequence[Tuple[Any, int, List[str
 
 def done_and_queued(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
                     waits: bool = False) -> Tuple[Dict[int, Any], Dict[int, Tuple[str, int]]]:
-    """The jobs of this sweep that finished (:func:`launcher.sweep.plugins.finished_jobs`) and those SLURM holds already
-    (:func:`queued_jobs`), neither submitted again; says which of the others train on from a checkpoint, leaving
-    out the ones SLURM holds (not submitted; with ``waits``, said as waited for)."""
+    """The jobs that finished (:func:`launcher.sweep.plugins.finished_jobs`) and those SLURM holds (:func:`queued_jobs`);
+    says which others train on from a checkpoint."""
     going_on: List[Tuple[int, Path]] = []
     done = finished_jobs(launcher, job_overrides, initial_job_idx, "submitted", going_on)
     queued = queued_jobs(launcher, job_overrides, initial_job_idx, done, waits=waits)
@@ -353,98 +251,114 @@ def done_and_queued(launcher: Any, job_overrides: Sequence[Sequence[str]], initi
     return done, queued
 
 
-class DetachedSlurmLauncher(SlurmLauncher):
+class _SubmittingLauncher(SlurmLauncher):
+    """The plugin's ``SlurmLauncher``, submitting only the jobs that neither finished nor are queued in SLURM already."""
+
+    NAME = "slurm"
+
+    def _submit(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, waits: bool,
+                submitted: List[tuple], attached: List[tuple]) -> List[Any]:
+        """Each job's JobReturn (finished, or queued already and not waited for) or submitit job. Appends
+        ``(job, number, overrides, dir)`` to ``submitted`` for each job submitted, and with ``waits`` to ``attached``
+        for each queued by an earlier submission."""
+        from launcher.sweep import submitit_adapter as adapter
+
+        check_requests(self.params, self.NAME)
+        done, queued = done_and_queued(self, job_overrides, initial_job_idx, waits=waits)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        rows = adapter.job_params(self, job_overrides, initial_job_idx)
+        todo = [row for row in rows if row[2] not in done and row[2] not in queued]
+        with launcher_errors_explained(self.NAME, self.params, sweep_dir):
+            executor = adapter.executor(self, adapter.SweepSlurmExecutor, code=_HELD_START)
+            plugin_log.info(f"Submitit 'slurm' sweep output dir : {sweep_dir}")
+            for row in rows:
+                plugin_log.info(f"\t#{row[2]} : {' '.join(filter_overrides(row[0]))}")
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            if "mode" in self.config.hydra.sweep:
+                os.chmod(sweep_dir, mode=int(str(self.config.hydra.sweep.mode), 8))
+            jobs = []
+            if todo:
+                configs = compose_jobs(self, [row[0] for row in todo])
+                with contextlib.redirect_stderr(io.StringIO()):  # submitit prints a refusing sbatch's words: the error quotes them
+                    jobs = executor.map_array(as_plain(SlurmJob, dict(self.__dict__)),
+                                              *zip(*[(*row, config) for row, config in zip(todo, configs)]))
+        fresh = [(job, row[2], list(row[0])) for job, row in zip(jobs, todo)]
+        submitted.extend((*each, path) for each, path in zip(fresh, record_submitted(self, fresh)))
+        tasks = int(self.params.get("tasks_per_node") or 1) * int(self.params.get("nodes") or 1)
+        new = iter(jobs)
+        out: List[Any] = []
+        for overrides, _, idx, _, _ in rows:
+            if idx in done:
+                out.append(done[idx])
+            elif idx in queued and waits:  # waited for as if this sweep had submitted it
+                job_id, its_tasks = queued[idx]
+                job = adapter.slurm_job(executor.folder, job_id, its_tasks or tasks)
+                attached.append((job, idx, list(overrides), plugin_job_dir(self.config, overrides, idx,
+                                                                             self.hydra_context.config_loader)))
+                out.append(job)
+            elif idx in queued:
+                out.append(_returned(overrides, f"queued already as SLURM job {queued[idx][0]}"))
+            else:
+                out.append(next(new))
+        return out
+
+
+def _returned(overrides: Sequence[str], what: str) -> JobReturn:
+    ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)
+    ret.return_value = what
+    return ret
+
+
+class DetachedSlurmLauncher(_SubmittingLauncher):
     """The ``slurm`` launcher, returning once the job array is submitted; prints the job ids and sweep dir."""
 
+    NAME = "slurm_detached"
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        import submitit  # here, not at import: every -m registers this plugin, most never use it
-        from submitit.core.core import Executor
-
-        check_requests(self.params, "slurm_detached")
-        submitted: List[Tuple[Any, int, List[str]]] = []
-        done, queued = done_and_queued(self, job_overrides, initial_job_idx)
-
-        def no_wait(job: "submitit.Job") -> List[JobReturn]:  # stands in for Job.results(), which blocks
-            overrides = next(o for j, _, o in submitted if j is job)
-            ret = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
-            ret.return_value = f"submitted as SLURM job {job.job_id}"
-            return [ret]
-
-        with mock.patch.object(submitit.Job, "results", no_wait), held_start(), \
-                mock.patch.object(Executor, "map_array", submit_unfinished(Executor.map_array, done, submitted, queued)):
-            with launcher_errors_explained("slurm_detached", self.params, Path(str(self.config.hydra.sweep.dir))):
-                returns = super().launch(job_overrides, initial_job_idx)
+        submitted: List[tuple] = []
+        out = self._submit(job_overrides, initial_job_idx, False, submitted, [])
+        ids = {id(job): job.job_id for job, _, _, _ in submitted}
+        returns = [each if isinstance(each, JobReturn) else _returned(o, f"submitted as SLURM job {ids[id(each)]}")
+                   for each, o in zip(out, job_overrides)]
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        record_submitted(self, submitted)
         if submitted:
-            log.info("Submitted %d job(s) to SLURM: %s", len(submitted), ", ".join(str(j.job_id) for j, _, _ in submitted))
+            log.info("Submitted %d job(s) to SLURM: %s", len(submitted), ", ".join(str(j.job_id) for j, *_ in submitted))
         else:
             log.info("Nothing submitted to SLURM: every job of the sweep had finished or is queued already")
         log.info("Sweep dir: %s (python -m launcher.sweep.summary %s shows their progress)", sweep_dir, sweep_dir)
         return returns
-
-    def __reduce__(self) -> Any:
-        """Pickled for the jobs as a :class:`SlurmJob`: the jobs need nothing else of this class."""
-        return (as_plain, (SlurmJob, dict(self.__dict__)))
 
 
 class _Stop(Exception):
     pass
 
 
-class AttachedSlurmLauncher(SlurmLauncher):
+class AttachedSlurmLauncher(_SubmittingLauncher):
     """The plugin's ``slurm`` launcher, which waits for the jobs; stopped while it waits (Ctrl-C,
     SIGTERM), it says that the jobs go on, with their ids and how to follow or cancel them."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        import signal
-
-        from submitit.core.core import Executor
-
-        from launcher.engine.signals import handlers
-
-        import submitit
         from submitit.core.utils import UncompletedJobError
-        from submitit.slurm.slurm import SlurmInfoWatcher
 
-        jobs: List[Tuple[Any, int, List[str]]] = []  # (job, job number, overrides) of each job submitted
-        where: Dict[int, Tuple[int, List[str], Path]] = {}  # by id(job): its number, overrides and dir
-        results, update = submitit.Job.results, SlurmInfoWatcher.update
-        check_requests(self.params, "slurm")
-        attached: List[Tuple[Any, int, List[str]]] = []  # jobs queued already by an earlier submission, waited for
-        done, queued = done_and_queued(self, job_overrides, initial_job_idx, waits=True)
-        tasks = int(self.params.get("tasks_per_node") or 1) * int(self.params.get("nodes") or 1)
-        submit = submit_unfinished(Executor.map_array, done, jobs, queued, attached, tasks)
+        from launcher.sweep import submitit_adapter as adapter
 
-        def recording(executor: Any, fn: Any, *iterable: Any) -> Any:
-            before = len(jobs)
-            returned = submit(executor, fn, *iterable)
-            for (job, idx, overrides), path in zip(jobs[before:], record_submitted(self, jobs[before:])):
-                where[id(job)] = (idx, overrides, path)
-            for job, idx, overrides in attached:
-                path = plugin_job_dir(self.config, overrides, idx, self.hydra_context.config_loader)
-                where[id(job)] = (idx, overrides, path)
-                try:  # its run may have started (and been requeued) before this sweep: its attempt counts from then
-                    since[id(job)] = (path / "submitted.json").stat().st_mtime
-                except OSError:
-                    pass
-            if len(jobs) > before:
-                log.info("Submitted %d job(s) to SLURM: %s; waiting for them (Ctrl-C stops waiting, not the jobs)",
-                         len(jobs) - before, ", ".join(str(j.job_id) for j, _, _ in jobs[before:]))
-            return returned
+        jobs: List[tuple] = []  # (job, job number, overrides, dir) of each job submitted
+        attached: List[tuple] = []  # ... of each queued already by an earlier submission, waited for
+        where: Dict[int, tuple] = {}  # by id(job): its number, overrides and dir
+        since: Dict[int, float] = {}  # by id(job), of a job queued by an earlier submission: when it was submitted
+        never: Dict[str, str] = {}  # by SLURM job id: why SLURM will not start it (the job is cancelled)
+        accounting = has_accounting()
+        sweep_start = time.time()  # a run.json older than a job's submission is an earlier attempt's
 
         def results_or_died(job: Any) -> Any:  # a job that ended without a result is one failed job, not the sweep's end
-            if id(job) not in where:  # a task of a job of several (DDP), through that job's own results()
-                return results(job)
             idx, overrides, path = where[id(job)]
             submitted = since.get(id(job), sweep_start)
             job.wait()
-            tasks = list(getattr(job, "_sub_jobs", ())) or [job]
-            if not any(t.paths.result_pickle.exists() for t in tasks) and no_result_coming(job, path, submitted):
-                for each in {job, *tasks}:  # submitit's wait for a result file a slow file system shows late: 15 s
-                    each._results_timeout_s = 0
+            if not any(t.paths.result_pickle.exists() for t in adapter.tasks_of(job)) and \
+                    no_result_coming(job, path, submitted):
+                adapter.no_wait_for_result(job)
             try:
-                return results(job)
+                return job.results()
             except UncompletedJobError:
                 state = str(job.state)
                 try:  # its run never recorded a start in this attempt
@@ -460,18 +374,10 @@ class AttachedSlurmLauncher(SlurmLauncher):
                        f"its node lost?); its log: {job.paths.stderr}")
                 return [record_dead_job(self.config, path, overrides, idx, how, since=submitted)]
 
-        accounting = has_accounting()
-        sweep_start = time.time()  # a run.json older than a job's submission is an earlier attempt's
-        since: Dict[int, float] = {}  # by id(job), of a job queued by an earlier submission: when it was submitted
-        never: Dict[str, str] = {}  # by SLURM job id: why SLURM will not start it (the job is cancelled)
-
         def cancel_jobs_that_never_start(watcher: Any) -> None:
-            """Cancel the waiting jobs SLURM keeps pending for a reason that waiting does not clear (asking for
-            more CPUs than a node has, say): the sweep would wait for them for ever. Each is one failed job."""
-            import subprocess
-
-            waiting = [j for j in getattr(watcher, "_registered", set()) - getattr(watcher, "_finished", set())
-                       if j not in never]
+            """Cancel the waiting jobs SLURM keeps pending for a reason that waiting does not clear (more CPUs
+            than a node has, say): the sweep would wait for them for ever. Each is one failed job."""
+            waiting = [j for j in adapter.waiting_ids(watcher) if j not in never]
             reasons: Dict[str, str] = {}
             states = slurm_states(sorted(waiting), reasons) if waiting else {}
             stuck = {j: (reasons[j], never_starts(reasons[j])) for j in waiting
@@ -501,46 +407,41 @@ class AttachedSlurmLauncher(SlurmLauncher):
             except (OSError, ValueError):
                 return False
 
-        def update_with_scontrol(watcher: Any) -> None:
+        def update(watcher: Any, sacct: Any) -> None:
             cancel_jobs_that_never_start(watcher)
             if accounting:
-                update(watcher)
+                sacct()
                 fill_states_from_scontrol(watcher)  # only jobs sacct does not list (yet)
                 return
-            # No accounting (a laptop's cluster): sacct fails on every call, printing its error, and submitit
-            # reads every job UNKNOWN; the controller's scontrol knows them instead.
+            # No accounting (a laptop's cluster): sacct fails and submitit reads every job UNKNOWN; scontrol knows them
             fill_states_from_scontrol(watcher, every_waiting_job=True)
-            watcher._last_status_check = time.time()
-            finished = getattr(watcher, "_finished", set())
-            for job_id in getattr(watcher, "_registered", set()) - finished:
-                if watcher.is_done(job_id, mode="cache"):
-                    finished.add(job_id)
+            adapter.mark_finished(watcher)
 
         def stop(signum: int, frame: Any) -> None:
             raise _Stop(signal.Signals(signum).name)
 
         try:
-            with handlers(stop, (signal.SIGINT, signal.SIGTERM)), mock.patch.object(Executor, "map_array", recording), \
-                    mock.patch.object(submitit.Job, "results", results_or_died), \
-                    mock.patch.object(SlurmInfoWatcher, "update", update_with_scontrol), held_start():
-                with launcher_errors_explained("slurm", self.params, Path(str(self.config.hydra.sweep.dir))):
-                    return super().launch(job_overrides, initial_job_idx)
+            with handlers(stop, (signal.SIGINT, signal.SIGTERM)), \
+                    launcher_errors_explained("slurm", self.params, Path(str(self.config.hydra.sweep.dir))):
+                out = self._submit(job_overrides, initial_job_idx, True, jobs, attached)
+                for job, idx, overrides, path in jobs + attached:
+                    where[id(job)] = (idx, overrides, path)
+                for job, _, _, path in attached:
+                    with contextlib.suppress(OSError):  # its run may have started (and been requeued) before this sweep
+                        since[id(job)] = (path / "submitted.json").stat().st_mtime
+                if jobs:
+                    log.info("Submitted %d job(s) to SLURM: %s; waiting for them (Ctrl-C stops waiting, not the jobs)",
+                             len(jobs), ", ".join(str(j.job_id) for j, *_ in jobs))
+                with adapter.slurm_states_from(update):
+                    return [each if isinstance(each, JobReturn) else results_or_died(each)[0] for each in out]
         except (_Stop, KeyboardInterrupt) as err:
             name = str(err) or "SIGINT"
-            sweep_dir = Path(str(self.config.hydra.sweep.dir))
-            running = [str(j.job_id) for j, _, _ in jobs + attached]
+            running = [str(j.job_id) for j, *_ in jobs + attached]
             arrays = sorted({i.split("_")[0] for i in running})
-            from launcher.runs.rundir import same_sweep
-
-            log.warning("%s: stopped waiting; the %d SLURM job(s) go on (%s). Follow them: python -m launcher.sweep.summary %s; "
-                        "wait for them again: rerun %s (jobs SLURM holds are not submitted again); stop them: scancel %s "
-                        "(each then writes a checkpoint, as on preemption)", name, len(running),
-                        ", ".join(running) or "none submitted yet", sweep_dir, same_sweep(self.config),
-                        " ".join(arrays) or "<job id>")
+            log.warning("%s: stopped waiting; the %d SLURM job(s) go on (%s). Follow: python -m launcher.sweep.summary %s; "
+                        "wait again: rerun %s; stop: scancel %s", name, len(running), ", ".join(running) or "none submitted",
+                        self.config.hydra.sweep.dir, same_sweep(self.config), " ".join(arrays) or "<job id>")
             raise SystemExit(130 if name == "SIGINT" else 143) from None
-
-    def __reduce__(self) -> Any:
-        return (as_plain, (SlurmJob, dict(self.__dict__)))
 
 
 _AT_LEAST = {"timeout_min": 1, "cpus_per_task": 1, "tasks_per_node": 1, "nodes": 1, "mem_gb": 1, "gpus_per_node": 0,
@@ -550,10 +451,7 @@ _WHAT = {"timeout_min": "minutes of walltime", "mem_gb": "GB of memory per node"
 
 
 def check_requests(params: Dict[str, Any], launcher: str) -> None:
-    """Raise :class:`ConfigError` for a SLURM request below what it can be (``timeout_min=-5``, which ``sbatch``
-    takes as a walltime of 8000 years; ``cpus_per_task=0``): submitit checks the types, not the values."""
-    from launcher.engine.errors import ConfigError
-
+    """Raise :class:`ConfigError` for a SLURM request below its least (``timeout_min=-5``): submitit checks only types."""
     for key, least in _AT_LEAST.items():
         value = params.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value >= least:
@@ -568,13 +466,8 @@ DEFAULT_CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
 
 
 def check_slurm_config(launcher: str) -> None:
-    """Raise :class:`ConfigError` where SLURM's commands find no config (``SLURM_CONF`` not exported, no
-    ``/etc/slurm/slurm.conf``, and none from DNS, as ``sinfo`` says): before the sweep makes its dir, rather than
-    ``sbatch``'s words about DNS SRV lookups after. A configless cluster (its config from DNS) passes: ``sinfo`` answers."""
-    import subprocess
-
-    from launcher.engine.errors import ConfigError
-
+    """Raise :class:`ConfigError` where SLURM's commands find no config (no ``SLURM_CONF``, no default file, ``sinfo``
+    cannot configure): before the sweep dir is made."""
     if os.environ.get("SLURM_CONF") or any(os.path.isfile(path) for path in DEFAULT_CONFS):
         return
     try:
@@ -582,9 +475,8 @@ def check_slurm_config(launcher: str) -> None:
     except (OSError, subprocess.SubprocessError):  # no sinfo, or no answer: sbatch's own error says it
         return
     if probe.returncode != 0 and "configuration source" in probe.stderr + probe.stdout:
-        raise ConfigError(f"hydra/launcher={launcher}: SLURM finds no config here: export SLURM_CONF=<the cluster's "
-                          f"slurm.conf> (python -m launcher.localslurm start prints it for the local cluster); "
-                          f"{DEFAULT_CONFS[0]} does not exist and sinfo says: Could not establish a configuration source")
+        raise ConfigError(f"hydra/launcher={launcher}: SLURM finds no config ({DEFAULT_CONFS[0]} is missing): export "
+                          f"SLURM_CONF=<the cluster's slurm.conf> (python -m launcher.localslurm start prints the local one)")
 
 
 # States in which a job has ended, and those submitit waits in; any other (CONFIGURING, SUSPENDED, STOPPED,
@@ -594,15 +486,11 @@ _WAITING_STATES = {"READY", "PENDING", "RUNNING", "REQUEUED", "COMPLETING", "PRE
 
 
 def fill_states_from_scontrol(watcher: Any, every_waiting_job: bool = False) -> None:
-    """States of the jobs that ``sacct`` did not give (a cluster without accounting, as a laptop's), from
-    ``scontrol``: without them submitit counts such a job UNKNOWN, not done, and waits for it for ever
-    once it has ended without a result. A job the controller no longer knows (``MinJobAge`` past) has ended."""
-    import re
-    import subprocess
+    """Set the states ``sacct`` did not give (a cluster without accounting) from ``scontrol``; a job the controller no
+    longer knows (``MinJobAge`` past) has ended. Else submitit waits for ever for a job that ended without a result."""
+    from launcher.sweep import submitit_adapter as adapter
 
-    info = getattr(watcher, "_info_dict", None)
-    waiting = [j for j in getattr(watcher, "_registered", set()) - getattr(watcher, "_finished", set())
-               if isinstance(info, dict) and (every_waiting_job or (info.get(j) or {}).get("State", "UNKNOWN") == "UNKNOWN")]
+    waiting = [j for j in adapter.waiting_ids(watcher) if every_waiting_job or adapter.state_of(watcher, j) == "UNKNOWN"]
     if not waiting:
         return
     known: dict = {}
@@ -633,7 +521,7 @@ def fill_states_from_scontrol(watcher: Any, every_waiting_job: bool = False) -> 
             state = known.get(job_id, "ENDED")
             if state not in _ENDED_STATES and state != "ENDED":
                 state = state if state in _WAITING_STATES else "RUNNING"  # CONFIGURING, SUSPENDED...: not done
-            info[job_id] = {**(info.get(job_id) or {}), "State": state}
+            adapter.set_state(watcher, job_id, state)
 
 
 # the names conf/hydra/launcher/slurm.yaml and slurm_detached.yaml give

@@ -10,19 +10,26 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import difflib
 import io
 import json
 import logging
 import math
+import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import yaml
+from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from launcher.engine.files import atomic_write
+from launcher.engine.files import atomic_write, candidates
 from launcher.runs.slurmstate import SLURM_ACTIVE, never_starts, slurm_states
+from launcher.runs.rundir import RunRecord, _attempt_seconds, refused_key, same_command, training_here_now
 
+logger = logging.getLogger("launcher")
 FAILURE = "failure.json"  # in a job dir: its last attempt in a sweep failed (error, overrides); gone once one succeeds
 STATUS = {"completed": "done", "stopped": "done", "failed": "failed", "aborted": "failed",
           "running": "running", "interrupted": "interrupted"}
@@ -64,10 +71,8 @@ def _job_dirs(root: Path, depth: int = 3) -> List[Tuple[int, Path]]:
 
 
 def job_number(job_dir: Path) -> Optional[int]:
-    """The number the latest sweep to take ``job_dir`` gave its job: the sweep's record (``submitted.json``, written
-    as the sweep starts, see :func:`launcher.sweep.plugins.mark_pending`) or Hydra's (``.hydra/hydra.yaml``, written as the
-    job runs), whichever is newer; a sweep run again with a value added in front numbers a finished job anew without
-    running it."""
+    """The number the latest sweep to take ``job_dir`` gave its job: from ``submitted.json`` or ``.hydra/hydra.yaml``,
+    whichever is newer."""
     number: Optional[int] = None
     since = -1
     try:
@@ -131,8 +136,6 @@ def jobs(sweep_dir: Path, earlier: Optional[List[str]] = None) -> List[Dict[str,
                        stderr=_here(submitted.get("stderr"), sweep_dir), stdout=_here(submitted.get("stdout"), sweep_dir))
         row["slurm_job"] = _slurm_job(record, submitted, row["status"])
         if row["status"] == "running" and not row["slurm_job"] and _died_here(d, record):
-            from launcher.runs.rundir import _attempt_seconds
-
             # its time runs to its last sign of life (metrics.jsonl, checkpoints/last), as a rerun would count it
             row.update(status="failed", seconds=round(_attempt_seconds(record, d), 3) if "seconds" in record else None,
                        error=f"its process (pid {record.get('pid')} on this host) ended without recording its end: "
@@ -172,7 +175,6 @@ def recorded_overrides(job_dir: Path, record: Optional[Dict[str, Any]] = None,
         overrides = (_read_json(job_dir / name) if known is None else known).get("overrides")
         if isinstance(overrides, list):
             return overrides
-    import yaml
 
     try:
         listed = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text())
@@ -184,10 +186,7 @@ def recorded_overrides(job_dir: Path, record: Optional[Dict[str, Any]] = None,
 def _died_here(job_dir: Path, record: Dict[str, Any]) -> bool:
     """Whether a run recorded running on this host has no live process (killed outright, along with the
     sweep that would have recorded it: the OOM killer, a reboot). A SLURM job's is SLURM's to say."""
-    import os
-    import socket
 
-    from launcher.runs.rundir import training_here_now
 
     if record.get("host") != socket.gethostname() or record.get("pid") in (os.getpid(), os.getppid()) or \
             (record.get("submitit") or {}).get("cluster") == "slurm":
@@ -229,11 +228,8 @@ def _slurm_job(record: Dict[str, Any], submitted: Dict[str, Any], status: str) -
 
 
 def _settle_with_slurm(rows: List[Dict[str, Any]]) -> None:
-    """A SLURM job that ended without its run recording the end: cancelled while queued, failed before its
-    run started (a node failure, an error in the job's Python start-up), or killed while running (out of
-    memory, past its time after the signal's grace, a node lost). Without asking SLURM its row would read
-    pending, or running, for good. And one that stopped with a checkpoint, interrupted, that SLURM has queued
-    to start again (preempted, timed out): requeued, not waiting for a rerun of the sweep."""
+    """Ask SLURM about jobs that ended without their run recording the end (cancelled while queued, killed, failed
+    before starting) or were requeued after an interruption: else their rows read pending or running for good."""
     asked = [r for r in rows if r["slurm_job"]]
     if not asked:
         return
@@ -285,7 +281,6 @@ def record_failure(job_dir: Path, error: str, overrides: Any) -> None:
     """``failure.json`` in ``job_dir``: its last attempt failed with ``error`` (see :func:`jobs`)."""
     try:
         Path(job_dir).mkdir(parents=True, exist_ok=True)
-        from launcher.runs.rundir import RunRecord
 
         # this attempt's submitit logs: run.json may keep an earlier attempt's (a rerun that trained nothing keeps it)
         failure = {"error": error, "overrides": list(overrides), "submitit": RunRecord.submitit_job()}
@@ -295,11 +290,7 @@ def record_failure(job_dir: Path, error: str, overrides: Any) -> None:
 
 
 def best_row(rows: List[Dict[str, Any]], objective: str, mode: Any) -> Optional[Dict[str, Any]]:
-    """The finished job with the best ``objective`` (``mode``: max or min, or the config's enum); None if none.
-
-    A NaN (a diverged run, an objective never recorded) is never best: ``max`` cannot compare it, and
-    would return it or skip past better jobs depending on where it sits.
-    """
+    """The finished job with the best ``objective`` (``mode``: max or min); None if none. A NaN is never best."""
     mode = getattr(mode, "value", mode)
     scored = [r for r in rows if r["status"] == "done" and isinstance(r["metrics"].get(objective), (int, float))
               and not math.isnan(r["metrics"][objective])]
@@ -315,13 +306,9 @@ def _modified(path: Path) -> Optional[int]:
 
 def write_summary(sweep_dir: Path, objective: str = "val/accuracy", mode: str = "max",
                   keep_if_unasked: bool = False) -> List[Dict[str, Any]]:
-    """Write ``summary.csv`` and ``summary.md`` into ``sweep_dir``; returns the rows. ``keep_if_unasked``: leave the
-    files as they are where SLURM could not be asked of jobs submitted to it (rows with ``unasked``): they may
-    hold what SLURM said when it could (cancelled, failed), which the jobs' own files do not.
-
-    Several processes write them (each job as it ends, ``python -m launcher.sweep.summary``): one whose jobs'
-    records changed while it read them (a job ended, and wrote its own summary, in between) reads them
-    again and writes once more, so the files never end older than the newest record."""
+    """Write ``summary.csv`` and ``summary.md`` into ``sweep_dir``; returns the rows. ``keep_if_unasked``: keep the
+    files where SLURM could not be asked. Records that changed while read are read again, so the files are never
+    older than the newest record."""
     mode = getattr(mode, "value", mode)  # the config's ObjectiveMode enum, or a string
     if mode not in ("min", "max"):
         raise ValueError(f"mode should be min or max, got {mode!r}")
@@ -410,8 +397,6 @@ def _error_lines(path: str, job: int, n: int) -> List[str]:
 
 def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) -> str:
     """One screen at the end of a sweep: each failed job, its overrides, its log and its error's last lines."""
-    from launcher.runs.rundir import same_command
-
     failed = [r for r in rows if r["status"] == "failed"]
     if not failed:
         return ""
@@ -435,9 +420,6 @@ def failure_report(rows: List[Dict[str, Any]], sweep_dir: Path, lines: int = 4) 
 def _stopped_with_a_checkpoint(job_dir: Path) -> Optional[str]:
     """What to mend ("the config", "the model") of a job that stopped for an error found at a boundary (a value or a
     model output that only validation shows) with a checkpoint to train on from; None for any other failure."""
-    from launcher.engine.files import candidates
-    from launcher.runs.rundir import refused_key
-
     model = str(_read_json(job_dir / "run.json").get("error") or "").startswith("ModelOutputError")
     what = "the config" if refused_key(job_dir) else "the model" if model else None
     return what if what and candidates(job_dir / "checkpoints") else None
@@ -456,10 +438,8 @@ def attempts_so_far(sweep_dir: Path) -> Dict[str, int]:
 
 
 def _attempts_before(row: Dict[str, Any], before: Dict[str, int], started_ns: Optional[int]) -> int:
-    """The attempts of ``row``'s job before this sweep ran it: ``before`` (counted as the sweep started), or, for a
-    SLURM job whose run recorded itself during the sweep under the submission its ``submitted.json`` names (one
-    an earlier submission queued, which the sweep waited for), the attempts before that submission: a requeue
-    before the sweep re-attached to it counts as one within the sweep."""
+    """The attempts of ``row``'s job before this sweep ran it: ``before``, or for a SLURM job queued by an earlier
+    submission the sweep waited for, those before that submission."""
     submitted = _read_json(Path(row["dir"]) / "submitted.json")
     ran = ((_read_json(Path(row["dir"]) / "run.json").get("submitit") or {}).get("job_id"))
     if started_ns is not None and isinstance(row.get("read_at"), int) and row["read_at"] >= started_ns and \
@@ -519,10 +499,6 @@ def job_end_line(num: int, overrides: Sequence[str], job_dir: Path, objective: s
     return f"Job {num} [{' '.join(overrides)}] {status}: {outcome}; run dir: {job_dir}"
 
 
-from hydra.core.utils import JobReturn, JobStatus
-
-logger = logging.getLogger("launcher")
-
 
 class ReportedFailure(JobReturn):  # type: ignore[misc]
     """A failed sweep job's return once the job has logged its error (and the sweep's report lists it): the
@@ -565,8 +541,6 @@ def main() -> None:
     if args.objective:
         recorded = sorted({k for row in jobs(args.sweep_dir) for k in row["metrics"]})
         if recorded and args.objective not in recorded:
-            import difflib
-
             close = difflib.get_close_matches(args.objective, recorded, n=1)
             raise SystemExit(f"launcher.sweep.summary: --objective {args.objective} is no metric the jobs recorded"
                              + (f"; did you mean {close[0]}?" if close else "") + f" They recorded: {', '.join(recorded)}")
@@ -583,8 +557,8 @@ def main() -> None:
     if unasked:  # shown as the jobs' files have it, and the files left with what SLURM said last time
         print(render(args.sweep_dir, rows, objective, mode)[1], end="")
         print(f"launcher.sweep.summary: SLURM could not be asked ({unasked[0]['unasked']}): the {len(unasked)} job(s) submitted "
-              f"to it show what their own files last recorded (a pending one may have run since, a running one ended); "
-              f"summary.md and summary.csv are left as they were. Run this again once squeue answers", file=sys.stderr)
+              f"to it show what their own files last recorded; summary.md and summary.csv are left as they were",
+              file=sys.stderr)
         return
     print((args.sweep_dir / "summary.md").read_text(), end="")
 
