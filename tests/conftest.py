@@ -14,6 +14,18 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 REPO = Path(__file__).resolve().parent.parent
+
+# The end-to-end modules: real subprocesses of the CLI, kills, DDP workers, sweeps, SLURM, benchmarks. Their tests
+# are the slow tier (``pytest -m slow``) except those marked ``smoke``, which the fast tier (plain ``pytest``) runs:
+# a handful of CLI runs through the main paths.
+SLOW_MODULES = {"test_benchmarks", "test_cli", "test_ddp", "test_extend", "test_forkserver", "test_resume", "test_slurm",
+                "test_sweeps"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.rpartition(".")[2] in SLOW_MODULES and item.get_closest_marker("smoke") is None:
+            item.add_marker(pytest.mark.slow)
 FAST = ["data=synthetic", "data.train.size=320", "data.batch_size=32"]
 
 

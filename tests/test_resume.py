@@ -166,6 +166,7 @@ def test_killed_five_times_anywhere_then_resumed_ends_bitwise_equal(trainer, wor
     assert steps == tb_steps(reference) and len(steps) == len(set(steps))
 
 
+@pytest.mark.smoke
 def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_and_resumes_exactly(tmp_path, references, tmp_path_factory):
     reference = reference_for(references, tmp_path_factory, "iter", 0)
     run_dir = tmp_path / "run"

@@ -22,6 +22,7 @@ import torch
 from conftest import FAST, read_run, run_cli, run_dirs
 
 
+@pytest.mark.smoke
 def test_local_launcher_runs_each_job_in_its_own_process_and_dir_with_its_logs_findable(tmp_path):
     proc = run_cli(["-m", "hydra/launcher=local", "optimizer.lr=0.05,0.2", "trainer.max_epochs=2", *FAST], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
