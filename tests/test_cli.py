@@ -1348,7 +1348,7 @@ def test_a_rerun_that_turns_data_workers_on_says_the_run_is_no_longer_bitwise_th
     proc = cli(*FAST, "trainer.max_epochs=2", "data.num_workers=1", "hydra.run.dir=run")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "continuing with: trainer.max_epochs: 1 -> 2, data.num_workers: 0 -> 1; " in out, out[-3000:]
-    assert "data.num_workers 0 -> 1: a dataset's random augmentation draws differently with workers and without, so " \
+    assert "data.num_workers 0 -> 1: augmentation draws differently with workers and without, so " \
         "the run goes on but is no longer bitwise the uninterrupted one" in out, out[-3000:]
     proc = cli(*FAST, "trainer.max_epochs=3", "data.num_workers=2", "hydra.run.dir=run")
     out = proc.stdout + proc.stderr
@@ -1361,9 +1361,8 @@ def test_a_run_dir_whose_log_file_cannot_be_opened_is_one_config_error(tmp_path)
     (tmp_path / "run" / "train.log").mkdir(parents=True)
     proc = run_cli([*FAST, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert proc.stderr.strip() == (f"Config error: cannot write the run's log file {tmp_path / 'run' / 'train.log'}: Is a "
-                                   f"directory; hydra.run.dir (hydra.sweep.dir with -m) must name a directory this user "
-                                   f"can write to")
+    assert proc.stderr.strip().startswith(f"Config error: cannot write the run's log file {tmp_path / 'run' / 'train.log'}: "
+                                          f"Is a directory; hydra.run.dir") and proc.stderr.strip().count("\n") == 0
 
 
 def test_a_loss_ranked_highest_best_and_an_lr_of_zero_are_told(tmp_path):

@@ -259,7 +259,7 @@ def test_sigterm_under_ddp_checkpoints_on_rank0_and_resumes_bitwise(tmp_path, un
     fewer = launch(cli(*RESUMABLE, "hydra.run.dir=run", "trainer.devices=1"), tmp_path)
     out = fewer.stdout + fewer.stderr
     assert fewer.returncode == 2 and "holds a run of 2 process(es), and this run would have 1" in out, out[-3000:]
-    assert "resume it with trainer.devices=2 (or as many processes" in out and "another config" not in out, out[-3000:]
+    assert "resume it with trainer.devices=2," in out and "another config" not in out, out[-3000:]
     assert {p: p.read_bytes() for p in kept} == kept
     again = launch(cli(*RESUMABLE, "hydra.run.dir=run"), tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
